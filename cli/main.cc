@@ -1,0 +1,371 @@
+// patchstore — the command-line program: ingest, inspect, verify, export.
+//
+// Exit codes: 0 success; 1 an operation failed (the message says which file,
+// sample and cause); 2 bad usage; 3 `verify` found damaged records.
+#include <CLI/CLI.hpp>
+#include <malloc.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include "ingest/ingest.h"
+#include "reader/reader.h"
+#include "reader/verify.h"
+#include "store/store.h"
+
+namespace ps = patchstore;
+
+namespace {
+
+std::string JsonString(std::string_view s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20 || c >= 0x7f) {
+          // Control and non-ASCII bytes as \u00XX: byte-faithful, always valid JSON.
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+// Printable form of an id for terminal output: control bytes escaped.
+std::string Printable(std::string_view s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+std::string HumanBytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
+  return buf;
+}
+
+int Fail(const ps::Status& st) {
+  std::cerr << "patchstore: error: " << st.message() << "\n";
+  return 1;
+}
+
+// Progress on stderr: a redrawn bar on a terminal, a plain line every few
+// seconds in logs, nothing with --quiet.
+class ProgressPrinter {
+ public:
+  ProgressPrinter(std::string what, bool quiet) : what_(std::move(what)), quiet_(quiet), tty_(isatty(2)) {}
+  void operator()(const ps::Progress& p) {
+    if (quiet_) return;
+    auto now = std::chrono::steady_clock::now();
+    const double every = tty_ ? 0.2 : 5.0;
+    if (p.done < p.total && std::chrono::duration<double>(now - last_).count() < every) return;
+    last_ = now;
+    const double mbs = p.seconds > 0 ? p.bytes / p.seconds / 1e6 : 0;
+    char line[256];
+    if (tty_) {
+      const int width = 30;
+      int filled = p.total ? static_cast<int>(width * p.done / p.total) : width;
+      std::string bar(filled, '#');
+      bar += std::string(width - filled, '.');
+      std::snprintf(line, sizeof line, "\r%s [%s] %llu/%llu  %.0f MB/s  %llu failed ", what_.c_str(), bar.c_str(),
+                    static_cast<unsigned long long>(p.done), static_cast<unsigned long long>(p.total), mbs,
+                    static_cast<unsigned long long>(p.failed));
+      std::cerr << line << (p.done >= p.total ? "\n" : "") << std::flush;
+    } else {
+      std::snprintf(line, sizeof line, "%s: %llu/%llu samples, %.0f MB/s, %llu failed, %.1f s\n", what_.c_str(),
+                    static_cast<unsigned long long>(p.done), static_cast<unsigned long long>(p.total), mbs,
+                    static_cast<unsigned long long>(p.failed), p.seconds);
+      std::cerr << line << std::flush;
+    }
+  }
+
+ private:
+  std::string what_;
+  bool quiet_, tty_;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+std::string CommandLine(int argc, char** argv) {
+  std::string s;
+  for (int i = 0; i < argc; ++i) s += (i ? " " : "") + std::string(argv[i]);
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"patchstore: decode images and volumes once into a float32 LMDB store, then read zero-copy "
+               "patches from many processes."};
+  app.set_version_flag("--version", std::string("patchstore ") + ps::ToolVersion());
+  app.require_subcommand(1);
+  app.footer("Exit codes: 0 success, 1 failure (the message names file, sample and cause), 2 bad usage, "
+             "3 verify found damage.\nRun 'patchstore SUBCOMMAND --help' for each subcommand.");
+  bool quiet = false;
+  app.add_flag("-q,--quiet", quiet, "No progress output");
+
+  // ---- ingest images
+  auto* ingest = app.add_subcommand("ingest", "Decode files once into a store");
+  ingest->require_subcommand(1);
+  auto* images = ingest->add_subcommand("images", "Ingest PNG/JPEG/TIFF/OpenEXR frames")->fallthrough();
+  ps::ImageIngestOptions io;
+  std::vector<std::string> field_specs, norm_specs;
+  std::string on_error = "stop";
+  bool no_sync = false;
+  images->add_option("STORE", io.store, "Store directory (created if missing)")->required();
+  images->add_option("--manifest", io.manifest, "CSV manifest: header id,<field>,...; cells are paths relative "
+                                                "to the manifest, PATH.exr:CHANNEL picks an EXR channel");
+  images->add_option("--root", io.root, "Root folder searched with --field templates");
+  images->add_option("--field", field_specs,
+                     "NAME=TEMPLATE, e.g. rgb='{video}/render/rgb/{frame}.png'; the first field's matches define "
+                     "the samples, ids join the placeholder values with '/'");
+  images->add_option("--mask", io.mask_fields, "Treat FIELD as a mask, stored as {0,1} (a field named 'mask' "
+                                               "always is)");
+  images->add_option("--norm", norm_specs,
+                     "FIELD=SPEC: none | symmetric (x/max*2-1, default for 8/16-bit) | unit (x/max) | binary | "
+                     "affine:SCALE,OFFSET, optionally +clamp:LO,HI");
+  images->add_option("-j,--threads", io.threads, "Decoder threads (default: all cores)");
+  images->add_option("--on-error", on_error, "stop (default): stop at the first bad file, keeping what was "
+                                             "committed; skip: record failures in the report and go on")
+      ->check(CLI::IsMember({"stop", "skip"}));
+  images->add_option("--report", io.report_path, "Where --on-error skip writes failures (default "
+                                                 "STORE/ingest-errors.tsv)");
+  images->add_flag("--no-sync", no_sync, "Do not fsync commits (faster; a crash may lose recent batches)");
+  images->footer(
+      "Examples:\n"
+      "  patchstore ingest images frames.ps --manifest data/manifest.csv\n"
+      "  patchstore ingest images frames.ps --root data \\\n"
+      "      --field rgb='{video}/render/rgb/{frame}.png' \\\n"
+      "      --field mask='{video}/render/masks/{frame}.png' \\\n"
+      "      --field depth='{video}/render/depth/{frame}.exr'\n"
+      "Running the same command again resumes: complete samples are skipped.");
+
+  // ---- info / ls / verify
+  auto* info = app.add_subcommand("info", "Describe a store: fields, shapes, samples, bytes, sealed");
+  std::string info_store;
+  bool info_json = false;
+  info->add_option("STORE", info_store)->required();
+  info->add_flag("--json", info_json, "Machine-readable output");
+
+  auto* ls = app.add_subcommand("ls", "List sample ids (one per line, in index order)");
+  std::string ls_store;
+  bool ls_json = false;
+  ls->add_option("STORE", ls_store)->required();
+  ls->add_flag("--json", ls_json, "Machine-readable output");
+
+  auto* verify = app.add_subcommand("verify", "Recompute every checksum; exit 3 and name each damaged record");
+  std::string verify_store;
+  bool verify_json = false;
+  verify->add_option("STORE", verify_store)->required();
+  verify->add_flag("--json", verify_json, "Machine-readable output");
+
+  // ---- export
+  auto* exp = app.add_subcommand("export", "Write records back to images: OUTDIR/<id>/<field>.<ext>");
+  ps::ExportOptions eo;
+  std::vector<double> window;
+  exp->add_option("STORE", eo.store)->required();
+  exp->add_option("OUTDIR", eo.outdir)->required();
+  exp->add_option("--id", eo.ids, "Sample ids to export (default: all)");
+  exp->add_option("--field", eo.fields, "Fields to export (default: all)");
+  exp->add_option("--format", eo.format, "png or exr (default: png for 8/16-bit sources, exr for float)")
+      ->check(CLI::IsMember({"png", "exr"}));
+  exp->add_option("--window", window, "LO,HI: map [LO,HI] to the PNG range (float data)")->delimiter(',')
+      ->expected(2);
+  exp->footer("PNG output inverts the stored normalisation: an 8/16-bit PNG ingested and exported is "
+              "pixel-identical.\nEXR output is float32, bit-exact. Ids become folders; unsafe bytes are "
+              "percent-encoded.");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+
+  if (images->parsed()) {
+    for (const std::string& f : field_specs) {
+      size_t eq = f.find('=');
+      if (eq == std::string::npos || eq == 0) {
+        std::cerr << "patchstore: error: --field takes NAME=TEMPLATE, got '" << f << "'\n";
+        return 2;
+      }
+      io.field_templates.emplace_back(f.substr(0, eq), f.substr(eq + 1));
+    }
+    for (const std::string& n : norm_specs) {
+      size_t eq = n.find('=');
+      if (eq == std::string::npos || eq == 0) {
+        std::cerr << "patchstore: error: --norm takes FIELD=SPEC, got '" << n << "'\n";
+        return 2;
+      }
+      io.norm[n.substr(0, eq)] = n.substr(eq + 1);
+    }
+    if (io.manifest.empty() == io.root.empty()) {
+      std::cerr << "patchstore: error: give either --manifest FILE or --root DIR with --field templates\n";
+      return 2;
+    }
+    if (!io.root.empty() && io.field_templates.empty()) {
+      std::cerr << "patchstore: error: --root needs at least one --field NAME=TEMPLATE\n";
+      return 2;
+    }
+    io.skip_errors = on_error == "skip";
+    io.durable = !no_sync;
+    io.command_line = CommandLine(argc, argv);
+    ProgressPrinter printer("ingest", quiet);
+    io.progress = [&](const ps::Progress& p) { printer(p); };
+    // Keep large freed blocks in the heap for reuse: LMDB allocates each
+    // record's pages with malloc, and fresh pages cost more than the copy.
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+    auto r = ps::IngestImages(io);
+    if (!r.ok()) return Fail(r.status());
+    const ps::IngestSummary& s = *r;
+    std::printf("ingested %llu new samples (%llu already present, %llu failed) of %llu into '%s'\n",
+                static_cast<unsigned long long>(s.samples_written),
+                static_cast<unsigned long long>(s.samples_present),
+                static_cast<unsigned long long>(s.samples_failed),
+                static_cast<unsigned long long>(s.samples_total), io.store.c_str());
+    std::printf("wrote %s of float32 in %.2f s (%.0f MB/s decoded)\n", HumanBytes(s.bytes_written).c_str(),
+                s.seconds, s.seconds > 0 ? s.bytes_decoded / s.seconds / 1e6 : 0.0);
+    if (s.samples_failed) {
+      std::printf("failures written to %s; fix the files and run the same command again to finish\n",
+                  s.report_path.c_str());
+      for (size_t i = 0; i < s.errors.size() && i < 5; ++i) std::printf("  %s\n", s.errors[i].c_str());
+    } else {
+      std::printf("store sealed\n");
+    }
+    return 0;
+  }
+
+  if (info->parsed()) {
+    auto r = ps::Reader::Open(info_store);
+    if (!r.ok()) return Fail(r.status());
+    const auto& reader = *r;
+    const ps::StoreMeta& m = reader->meta();
+    // Shapes: per field, the shape shared by all samples or "varies".
+    std::vector<std::string> shapes(m.fields.size());
+    uint64_t payload = 0;
+    for (int f = 0; f < reader->field_count(); ++f) {
+      std::string shape;
+      bool varies = false;
+      for (uint64_t s = 0; s < reader->size(); ++s) {
+        auto h = reader->Header(s, f);
+        if (!h.ok()) continue;
+        payload += h->payload_bytes;
+        std::string sh;
+        for (int d = 0; d < h->rank; ++d) sh += (d ? "x" : "") + std::to_string(h->shape[d]);
+        if (shape.empty()) shape = sh;
+        else if (sh != shape) varies = true;
+      }
+      shapes[f] = varies ? "varies" : shape.empty() ? "-" : shape;
+    }
+    if (info_json) {
+      std::ostringstream os;
+      os << "{\"path\": " << JsonString(info_store) << ", \"format_version\": " << m.format_version
+         << ", \"tool_version\": " << JsonString(m.tool_version) << ", \"kind\": " << JsonString(m.kind)
+         << ", \"sealed\": " << (m.sealed ? "true" : "false") << ", \"samples\": " << reader->size()
+         << ", \"payload_bytes\": " << payload << ", \"fields\": [";
+      for (size_t f = 0; f < m.fields.size(); ++f) {
+        const auto& fm = m.fields[f];
+        os << (f ? ", " : "") << "{\"name\": " << JsonString(fm.name) << ", \"channels\": " << fm.channels
+           << ", \"shape\": " << JsonString(shapes[f]) << ", \"source_type\": "
+           << JsonString(ps::SourceTypeName(fm.source_type)) << ", \"source_format\": "
+           << JsonString(fm.source_format) << ", \"normalisation\": " << JsonString(fm.norm.ToString())
+           << ", \"channel_names\": " << JsonString(fm.channel_names) << ", \"mask\": "
+           << (fm.is_mask ? "true" : "false") << "}";
+      }
+      os << "]}";
+      std::cout << os.str() << "\n";
+    } else {
+      std::printf("store:          %s\n", info_store.c_str());
+      std::printf("format version: %u (written by patchstore %s)\n", m.format_version, m.tool_version.c_str());
+      std::printf("kind:           %s\n", m.kind.c_str());
+      std::printf("sealed:         %s\n", m.sealed ? "yes" : "no (ingest unfinished or failed)");
+      std::printf("samples:        %llu\n", static_cast<unsigned long long>(reader->size()));
+      std::printf("float32 bytes:  %s\n", HumanBytes(static_cast<double>(payload)).c_str());
+      std::printf("fields:\n");
+      for (size_t f = 0; f < m.fields.size(); ++f) {
+        const auto& fm = m.fields[f];
+        std::printf("  %-10s C=%u shape=%s source=%s %s norm=%s channels=%s%s\n", fm.name.c_str(), fm.channels,
+                    shapes[f].c_str(), fm.source_format.c_str(), ps::SourceTypeName(fm.source_type),
+                    fm.norm.ToString().c_str(), fm.channel_names.c_str(), fm.is_mask ? " (mask)" : "");
+      }
+    }
+    return 0;
+  }
+
+  if (ls->parsed()) {
+    auto r = ps::Reader::Open(ls_store);
+    if (!r.ok()) return Fail(r.status());
+    const auto& reader = *r;
+    if (ls_json) {
+      std::cout << "[";
+      for (uint64_t i = 0; i < reader->size(); ++i) std::cout << (i ? ", " : "") << JsonString(reader->id(i));
+      std::cout << "]\n";
+    } else {
+      for (uint64_t i = 0; i < reader->size(); ++i) std::cout << Printable(reader->id(i)) << "\n";
+    }
+    return 0;
+  }
+
+  if (verify->parsed()) {
+    auto r = ps::VerifyStore(verify_store);
+    if (!r.ok()) return Fail(r.status());
+    const ps::VerifyReport& rep = *r;
+    if (verify_json) {
+      std::cout << "{\"ok\": " << (rep.ok() ? "true" : "false") << ", \"samples\": " << rep.samples
+                << ", \"records\": " << rep.records << ", \"bytes\": " << rep.bytes << ", \"problems\": [";
+      for (size_t i = 0; i < rep.problems.size(); ++i)
+        std::cout << (i ? ", " : "") << "{\"id\": " << JsonString(rep.problems[i].id)
+                  << ", \"field\": " << JsonString(rep.problems[i].field)
+                  << ", \"message\": " << JsonString(rep.problems[i].message) << "}";
+      std::cout << "]}\n";
+    } else {
+      for (const auto& p : rep.problems)
+        std::printf("BAD  '%s' field '%s': %s\n", Printable(p.id).c_str(), Printable(p.field).c_str(),
+                    p.message.c_str());
+      std::printf("%s: %llu samples, %llu records, %s checked, %zu problems\n", rep.ok() ? "OK" : "DAMAGED",
+                  static_cast<unsigned long long>(rep.samples), static_cast<unsigned long long>(rep.records),
+                  HumanBytes(static_cast<double>(rep.bytes)).c_str(), rep.problems.size());
+    }
+    return rep.ok() ? 0 : 3;
+  }
+
+  if (exp->parsed()) {
+    if (window.size() == 2) {
+      eo.has_window = true;
+      eo.window_lo = window[0];
+      eo.window_hi = window[1];
+    }
+    auto r = ps::Export(eo);
+    if (!r.ok()) return Fail(r.status());
+    std::printf("exported %llu files (%s) to '%s'\n", static_cast<unsigned long long>(r->files_written),
+                HumanBytes(static_cast<double>(r->bytes_written)).c_str(), eo.outdir.c_str());
+    return 0;
+  }
+  return 2;
+}

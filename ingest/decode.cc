@@ -1,0 +1,263 @@
+#include "ingest/decode.h"
+
+#include <ImfChannelList.h>
+#include <ImfFrameBuffer.h>
+#include <ImfHeader.h>
+#include <ImfInputFile.h>
+#include <ImfIO.h>
+#include <ImfStdIO.h>
+#include <ImfTestFile.h>
+
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <vector>
+
+namespace patchstore {
+namespace {
+
+Status ReadWholeFile(const std::string& path, std::vector<uint8_t>* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status(errno == ENOENT ? Code::kNotFound : Code::kIOError,
+                         "reading '" + path + "': " + std::strerror(errno));
+  in.seekg(0, std::ios::end);
+  std::streamoff size = in.tellg();
+  if (size < 0) return Status::IOError("reading '" + path + "': cannot determine size");
+  if (static_cast<uint64_t>(size) > (uint64_t{1} << 34))
+    return Status::InvalidArgument("reading '" + path + "': file larger than 16 GiB");
+  in.seekg(0);
+  out->resize(static_cast<size_t>(size));
+  if (size > 0 && !in.read(reinterpret_cast<char*>(out->data()), size))
+    return Status::IOError("reading '" + path + "': short read");
+  return Status::OK();
+}
+
+bool IsExr(const std::vector<uint8_t>& b) {
+  return b.size() >= 4 && b[0] == 0x76 && b[1] == 0x2f && b[2] == 0x31 && b[3] == 0x01;
+}
+
+std::string SniffFormat(const std::vector<uint8_t>& b) {
+  if (b.size() >= 8 && std::memcmp(b.data(), "\x89PNG\r\n\x1a\n", 8) == 0) return "png";
+  if (b.size() >= 3 && b[0] == 0xff && b[1] == 0xd8 && b[2] == 0xff) return "jpeg";
+  if (b.size() >= 4 && (std::memcmp(b.data(), "II*\0", 4) == 0 || std::memcmp(b.data(), "MM\0*", 4) == 0))
+    return "tiff";
+  if (b.size() >= 2 && b[0] == 'B' && b[1] == 'M') return "bmp";
+  if (IsExr(b)) return "exr";
+  return "";
+}
+
+// An Imf::IStream over a memory buffer, so EXR decoding never re-reads the
+// file and errors come from one place.
+class MemoryIStream : public Imf::IStream {
+ public:
+  MemoryIStream(const std::string& name, const std::vector<uint8_t>& data)
+      : Imf::IStream(name.c_str()), data_(data) {}
+  bool isMemoryMapped() const override { return false; }
+  bool read(char c[], int n) override {
+    if (n < 0 || pos_ + static_cast<uint64_t>(n) > data_.size())
+      throw std::runtime_error("unexpected end of file");
+    std::memcpy(c, data_.data() + pos_, static_cast<size_t>(n));
+    pos_ += static_cast<uint64_t>(n);
+    return pos_ < data_.size();
+  }
+  uint64_t tellg() override { return pos_; }
+  void seekg(uint64_t pos) override { pos_ = pos; }
+  void clear() override {}
+
+ private:
+  const std::vector<uint8_t>& data_;
+  uint64_t pos_ = 0;
+};
+
+Result<DecodedImage> DecodeExr(const std::string& path, const std::vector<uint8_t>& bytes,
+                               const std::string& channel, uint64_t max_pixels) {
+  try {
+    MemoryIStream stream(path, bytes);
+    Imf::InputFile file(stream, 1);
+    const Imf::Header& header = file.header();
+    const Imath::Box2i dw = header.dataWindow();
+    const int64_t width = static_cast<int64_t>(dw.max.x) - dw.min.x + 1;
+    const int64_t height = static_cast<int64_t>(dw.max.y) - dw.min.y + 1;
+    if (width <= 0 || height <= 0) return Status::Corruption("decoding '" + path + "': empty data window");
+    std::vector<std::string> names;
+    std::vector<Imf::PixelType> types;
+    for (auto it = header.channels().begin(); it != header.channels().end(); ++it) {
+      if (it.channel().xSampling != 1 || it.channel().ySampling != 1) {
+        if (!channel.empty() && channel != it.name()) continue;
+        return Status::Unsupported("decoding '" + path + "': subsampled channel '" + it.name() + "'");
+      }
+      names.push_back(it.name());
+      types.push_back(it.channel().type);
+    }
+    if (!channel.empty()) {
+      auto f = std::find(names.begin(), names.end(), channel);
+      if (f == names.end()) {
+        std::string have;
+        for (auto& n : names) have += (have.empty() ? "" : ",") + n;
+        return Status::NotFound("decoding '" + path + "': no channel '" + channel + "' (has " + have + ")");
+      }
+      Imf::PixelType t = types[f - names.begin()];
+      names = {channel};
+      types = {t};
+    } else {
+      // R, G, B, A first in that order, then the rest by name (OpenEXR's order).
+      static const char* kOrder[] = {"R", "G", "B", "A"};
+      std::vector<std::pair<std::string, Imf::PixelType>> ordered, rest;
+      for (const char* o : kOrder)
+        for (size_t i = 0; i < names.size(); ++i)
+          if (names[i] == o) ordered.emplace_back(names[i], types[i]);
+      for (size_t i = 0; i < names.size(); ++i)
+        if (names[i] != "R" && names[i] != "G" && names[i] != "B" && names[i] != "A")
+          rest.emplace_back(names[i], types[i]);
+      ordered.insert(ordered.end(), rest.begin(), rest.end());
+      names.clear();
+      types.clear();
+      for (auto& [n, t] : ordered) {
+        names.push_back(n);
+        types.push_back(t);
+      }
+    }
+    if (names.empty()) return Status::Corruption("decoding '" + path + "': no channels");
+    if (names.size() > 512) return Status::Unsupported("decoding '" + path + "': too many channels");
+    const uint64_t total = static_cast<uint64_t>(width) * static_cast<uint64_t>(height) * names.size();
+    if (total > max_pixels)
+      return Status::InvalidArgument("decoding '" + path + "': declared size " + std::to_string(width) + "x" +
+                                     std::to_string(height) + "x" + std::to_string(names.size()) +
+                                     " exceeds the limit of " + std::to_string(max_pixels) + " values");
+    if (width > (1 << 20) || height > (1 << 20))
+      return Status::InvalidArgument("decoding '" + path + "': declared size too large");
+    DecodedImage img;
+    img.pixels.create(static_cast<int>(height), static_cast<int>(width), CV_32FC(static_cast<int>(names.size())));
+    const size_t C = names.size();
+    Imf::FrameBuffer fb;
+    char* base = reinterpret_cast<char*>(img.pixels.ptr<float>(0));
+    const size_t xs = sizeof(float) * C, ys = xs * static_cast<size_t>(width);
+    // OpenEXR addresses pixels by absolute (x, y): shift the base pointer by
+    // the data window origin (arithmetic in integers, as the library does).
+    const intptr_t origin = -static_cast<intptr_t>(dw.min.x) * static_cast<intptr_t>(xs) -
+                            static_cast<intptr_t>(dw.min.y) * static_cast<intptr_t>(ys);
+    for (size_t c = 0; c < C; ++c)
+      fb.insert(names[c], Imf::Slice(Imf::FLOAT, base + origin + c * sizeof(float), xs, ys, 1, 1, 0.0));
+    file.setFrameBuffer(fb);
+    file.readPixels(dw.min.y, dw.max.y);
+    bool all_half = true, any_uint = false;
+    for (auto t : types) {
+      all_half = all_half && t == Imf::HALF;
+      any_uint = any_uint || t == Imf::UINT;
+    }
+    img.source_type = all_half ? SourceType::kFloat16 : any_uint ? SourceType::kUInt32 : SourceType::kFloat32;
+    img.format = "exr";
+    for (size_t c = 0; c < C; ++c) img.channel_names += (c ? "," : "") + names[c];
+    return img;
+  } catch (const std::exception& e) {
+    return Status::Corruption("decoding '" + path + "' as OpenEXR: " + e.what());
+  } catch (...) {
+    return Status::Corruption("decoding '" + path + "' as OpenEXR: unknown error");
+  }
+}
+
+Result<DecodedImage> DecodeWithOpenCV(const std::string& path, const std::vector<uint8_t>& bytes,
+                                      const std::string& format, uint64_t max_pixels) {
+  DecodedImage img;
+  try {
+    cv::Mat raw = cv::imdecode(cv::_InputArray(bytes.data(), static_cast<int>(bytes.size())), cv::IMREAD_UNCHANGED);
+    if (raw.empty())
+      return Status::Corruption("decoding '" + path + "': not a readable image (corrupt, truncated or unsupported" +
+                                (format.empty() ? std::string(" format)") : " " + format + ")"));
+    const uint64_t total = static_cast<uint64_t>(raw.rows) * raw.cols * raw.channels();
+    if (total > max_pixels)
+      return Status::InvalidArgument("decoding '" + path + "': image of " + std::to_string(total) +
+                                     " values exceeds the limit of " + std::to_string(max_pixels));
+    switch (raw.depth()) {
+      case CV_8U: img.source_type = SourceType::kUInt8; break;
+      case CV_16U: img.source_type = SourceType::kUInt16; break;
+      case CV_32F: img.source_type = SourceType::kFloat32; break;
+      case CV_8S: img.source_type = SourceType::kInt8; raw.convertTo(raw, CV_32F); break;
+      case CV_16S: img.source_type = SourceType::kInt16; raw.convertTo(raw, CV_32F); break;
+      case CV_32S: img.source_type = SourceType::kInt32; raw.convertTo(raw, CV_32F); break;
+      case CV_64F: img.source_type = SourceType::kFloat64; raw.convertTo(raw, CV_32F); break;
+      default: return Status::Unsupported("decoding '" + path + "': unsupported pixel depth");
+    }
+    switch (raw.channels()) {
+      case 1: img.pixels = raw; img.channel_names = "Y"; break;
+      case 3: cv::cvtColor(raw, img.pixels, cv::COLOR_BGR2RGB); img.channel_names = "R,G,B"; break;
+      case 4: cv::cvtColor(raw, img.pixels, cv::COLOR_BGRA2RGBA); img.channel_names = "R,G,B,A"; break;
+      default:
+        return Status::Unsupported("decoding '" + path + "': " + std::to_string(raw.channels()) +
+                                   " channels (supported: 1, 3, 4)");
+    }
+    if (!img.pixels.isContinuous()) img.pixels = img.pixels.clone();
+  } catch (const cv::Exception& e) {
+    return Status::Corruption("decoding '" + path + "': " + e.what());
+  }
+  img.format = format.empty() ? "image" : format;
+  return img;
+}
+
+template <typename T>
+void Deinterleave(const DecodedImage& image, const Normalization& norm, float* dst) {
+  const int H = image.height(), W = image.width(), C = image.channels();
+  const size_t plane = static_cast<size_t>(H) * W;
+  if constexpr (std::is_integral_v<T>) {
+    // Integer sources: a lookup table holds Apply() for every possible value,
+    // so each pixel costs one load (bit-identical to applying it directly).
+    std::vector<float> lut(size_t{1} << (8 * sizeof(T)));
+    for (size_t v = 0; v < lut.size(); ++v) lut[v] = norm.Apply(static_cast<double>(v));
+    for (int y = 0; y < H; ++y) {
+      const T* row = image.pixels.ptr<T>(y);
+      for (int c = 0; c < C; ++c) {
+        float* out = dst + c * plane + static_cast<size_t>(y) * W;
+        for (int x = 0; x < W; ++x) out[x] = lut[row[x * C + c]];
+      }
+    }
+  } else {
+    const bool identity = norm.kind == NormKind::kNone && !norm.clamp;
+    for (int y = 0; y < H; ++y) {
+      const T* row = image.pixels.ptr<T>(y);
+      for (int c = 0; c < C; ++c) {
+        float* out = dst + c * plane + static_cast<size_t>(y) * W;
+        if (identity) {
+          for (int x = 0; x < W; ++x) out[x] = row[x * C + c];
+        } else {
+          for (int x = 0; x < W; ++x) out[x] = norm.Apply(row[x * C + c]);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+double SourceMaxValue(SourceType t) {
+  switch (t) {
+    case SourceType::kUInt8: return 255.0;
+    case SourceType::kUInt16: return 65535.0;
+    default: return 0.0;
+  }
+}
+
+Result<DecodedImage> DecodeFile(const std::string& path, const std::string& channel, uint64_t max_pixels) {
+  std::vector<uint8_t> bytes;
+  PS_RETURN_IF_ERROR(ReadWholeFile(path, &bytes));
+  if (bytes.empty()) return Status::Corruption("decoding '" + path + "': file is empty");
+  const std::string format = SniffFormat(bytes);
+  if (format == "exr") return DecodeExr(path, bytes, channel, max_pixels);
+  if (!channel.empty())
+    return Status::InvalidArgument("decoding '" + path + "': a channel (':" + channel +
+                                   "') can only be chosen for OpenEXR files");
+  return DecodeWithOpenCV(path, bytes, format, max_pixels);
+}
+
+void ToCHWFloat(const DecodedImage& image, const Normalization& norm, float* dst) {
+  switch (image.pixels.depth()) {
+    case CV_8U: Deinterleave<uint8_t>(image, norm, dst); break;
+    case CV_16U: Deinterleave<uint16_t>(image, norm, dst); break;
+    default: Deinterleave<float>(image, norm, dst); break;
+  }
+}
+
+}  // namespace patchstore

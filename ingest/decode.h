@@ -1,0 +1,39 @@
+// patchstore/ingest/decode.h — decoding one file into pixels (ingest-private).
+//
+// Images go through OpenCV (PNG, JPEG, TIFF, ...), OpenEXR files through the
+// OpenEXR library (never through OpenCV's EXR reader). The result is an
+// interleaved H x W x C cv::Mat in RGB(A) channel order.
+#pragma once
+
+#include <opencv2/core.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "store/format.h"
+#include "store/status.h"
+
+namespace patchstore {
+
+struct DecodedImage {
+  cv::Mat pixels;             // H x W, C channels: CV_8U, CV_16U or CV_32F
+  SourceType source_type = SourceType::kUnknown;
+  std::string format;         // "png", "jpeg", "tiff", "exr", ...
+  std::string channel_names;  // "R,G,B", "Y", "Z", ...
+  int height() const { return pixels.rows; }
+  int width() const { return pixels.cols; }
+  int channels() const { return pixels.channels(); }
+};
+
+// Decodes `path`. `channel` selects one EXR channel by name ("" = all).
+// Declared sizes above `max_pixels` (width x height x channels) are refused
+// before any pixel memory is allocated. Errors name the file and the cause.
+Result<DecodedImage> DecodeFile(const std::string& path, const std::string& channel, uint64_t max_pixels);
+
+// The largest integer value of an integer source type (255, 65535), or 0.
+double SourceMaxValue(SourceType t);
+
+// Writes the image as a (C,H,W) float32 array at `dst` applying `norm`.
+void ToCHWFloat(const DecodedImage& image, const Normalization& norm, float* dst);
+
+}  // namespace patchstore

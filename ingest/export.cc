@@ -1,0 +1,271 @@
+// Export: records back to image files for inspection.
+#include <ImfChannelList.h>
+#include <ImfFrameBuffer.h>
+#include <ImfHeader.h>
+#include <ImfOutputFile.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "ingest/decode.h"
+#include "ingest/ingest.h"
+#include "reader/reader.h"
+
+namespace patchstore {
+namespace fs = std::filesystem;
+
+std::string SafeRelativePath(const std::string& id) {
+  std::string out;
+  size_t start = 0;
+  while (true) {
+    size_t slash = id.find('/', start);
+    std::string part = id.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
+    std::string enc;
+    if (part.empty()) {
+      enc = "%";
+    } else if (part == "." || part == "..") {
+      for (size_t i = 0; i < part.size(); ++i) enc += "%2E";
+    } else {
+      for (unsigned char c : part) {
+        if (std::isalnum(c) || c == '.' || c == '_' || c == '-') {
+          enc += static_cast<char>(c);
+        } else {
+          char buf[4];
+          std::snprintf(buf, sizeof buf, "%%%02X", c);
+          enc += buf;
+        }
+      }
+    }
+    if (enc.size() > 200) {
+      char buf[20];
+      std::snprintf(buf, sizeof buf, "~%016llx",
+                    static_cast<unsigned long long>(Checksum64(part.data(), part.size())));
+      enc = enc.substr(0, 180) + buf;
+    }
+    out += (out.empty() ? "" : "/") + enc;
+    if (slash == std::string::npos) break;
+    start = slash + 1;
+  }
+  return out;
+}
+
+namespace {
+
+// Writes `data` to `path` through a temporary file and a rename, so a
+// reader never sees a half-written file.
+Status WriteFileAtomic(const std::string& path, const void* data, size_t size) {
+  std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::FromErrno("writing '" + tmp + "'", errno);
+  const char* p = static_cast<const char*>(data);
+  size_t left = size;
+  while (left > 0) {
+    ssize_t n = ::write(fd, p, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return Status::FromErrno("writing '" + tmp + "'", err);
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return Status::FromErrno("writing '" + tmp + "'", err);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return Status::FromErrno("renaming to '" + path + "'", err);
+  }
+  return Status::OK();
+}
+
+double Invert(const Normalization& n, float v, double maxval) {
+  switch (n.kind) {
+    case NormKind::kSymmetric: return (static_cast<double>(v) + 1.0) / 2.0 * n.scale;
+    case NormKind::kUnit: return static_cast<double>(v) * n.scale;
+    case NormKind::kAffine: return n.scale != 0 ? (static_cast<double>(v) - n.offset) / n.scale : 0.0;
+    case NormKind::kBinary: return v != 0 ? maxval : 0.0;
+    case NormKind::kNone: return v;
+  }
+  return v;
+}
+
+Status ExportPng(const TensorView& v, const RecordHeader& h, const ExportOptions& o, const std::string& path,
+                 uint64_t* bytes) {
+  const int C = static_cast<int>(v.shape[0]), H = static_cast<int>(v.shape[1]), W = static_cast<int>(v.shape[2]);
+  if (C != 1 && C != 3 && C != 4)
+    return Status::Unsupported("exporting to '" + path + "': " + std::to_string(C) +
+                               " channels cannot be written as PNG (use --format exr)");
+  const bool integer_source = h.source_type == SourceType::kUInt8 || h.source_type == SourceType::kUInt16;
+  const bool sixteen = h.source_type == SourceType::kUInt16;
+  double maxval = sixteen ? 65535.0 : 255.0;
+  double lo = 0, hi = 1;
+  bool windowed = !integer_source || o.has_window;
+  if (windowed) {
+    if (o.has_window) {
+      lo = o.window_lo;
+      hi = o.window_hi;
+    } else {  // the stored range
+      lo = INFINITY;
+      hi = -INFINITY;
+      for (int64_t i = 0; i < v.elements(); ++i) {
+        float x = v.data[i];
+        if (std::isfinite(x)) {
+          lo = std::min(lo, static_cast<double>(x));
+          hi = std::max(hi, static_cast<double>(x));
+        }
+      }
+      if (!(lo < hi)) {
+        lo = std::isfinite(lo) ? lo : 0;
+        hi = lo + 1;
+      }
+    }
+    maxval = sixteen ? 65535.0 : 255.0;
+  }
+  cv::Mat img(H, W, CV_MAKETYPE(sixteen ? CV_16U : CV_8U, C));
+  const int64_t plane = static_cast<int64_t>(H) * W;
+  for (int y = 0; y < H; ++y) {
+    for (int x = 0; x < W; ++x) {
+      for (int c = 0; c < C; ++c) {
+        float s = v.data[c * plane + static_cast<int64_t>(y) * W + x];
+        double raw = windowed ? (static_cast<double>(s) - lo) / (hi - lo) * maxval : Invert(h.norm, s, maxval);
+        if (!std::isfinite(raw)) raw = 0;
+        raw = std::min(std::max(std::nearbyint(raw), 0.0), maxval);
+        if (sixteen) img.ptr<uint16_t>(y)[x * C + c] = static_cast<uint16_t>(raw);
+        else img.ptr<uint8_t>(y)[x * C + c] = static_cast<uint8_t>(raw);
+      }
+    }
+  }
+  if (C == 3) cv::cvtColor(img, img, cv::COLOR_RGB2BGR);
+  if (C == 4) cv::cvtColor(img, img, cv::COLOR_RGBA2BGRA);
+  std::vector<uint8_t> buf;
+  try {
+    if (!cv::imencode(".png", img, buf)) return Status::IOError("encoding '" + path + "' as PNG failed");
+  } catch (const cv::Exception& e) {
+    return Status::IOError("encoding '" + path + "' as PNG: " + e.what());
+  }
+  *bytes += buf.size();
+  return WriteFileAtomic(path, buf.data(), buf.size());
+}
+
+Status ExportExr(const TensorView& v, const std::string& channel_names, const std::string& path, uint64_t* bytes) {
+  const int C = static_cast<int>(v.shape[0]), H = static_cast<int>(v.shape[1]), W = static_cast<int>(v.shape[2]);
+  std::vector<std::string> names;
+  size_t start = 0;
+  while (!channel_names.empty()) {
+    size_t comma = channel_names.find(',', start);
+    names.push_back(channel_names.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (static_cast<int>(names.size()) != C) {
+    names.clear();
+    if (C == 1) names = {"Y"};
+    else if (C == 3) names = {"R", "G", "B"};
+    else if (C == 4) names = {"R", "G", "B", "A"};
+    else
+      for (int c = 0; c < C; ++c) names.push_back("C" + std::to_string(c));
+  }
+  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  try {
+    Imf::Header header(W, H);
+    header.compression() = Imf::ZIP_COMPRESSION;
+    for (const std::string& n : names) header.channels().insert(n, Imf::Channel(Imf::FLOAT));
+    Imf::OutputFile file(tmp.c_str(), header);
+    Imf::FrameBuffer fb;
+    const int64_t plane = static_cast<int64_t>(H) * W;
+    for (int c = 0; c < C; ++c)
+      fb.insert(names[c], Imf::Slice(Imf::FLOAT, reinterpret_cast<char*>(const_cast<float*>(v.data + c * plane)),
+                                     sizeof(float), sizeof(float) * W));
+    file.setFrameBuffer(fb);
+    file.writePixels(H);
+  } catch (const std::exception& e) {
+    ::unlink(tmp.c_str());
+    return Status::IOError("writing '" + path + "' as OpenEXR: " + e.what());
+  }
+  std::error_code ec;
+  *bytes += fs::file_size(tmp, ec);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return Status::FromErrno("renaming to '" + path + "'", err);
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<ExportSummary> Export(const ExportOptions& o) {
+  if (!o.format.empty() && o.format != "png" && o.format != "exr")
+    return Status::InvalidArgument("export: unknown format '" + o.format + "' (png or exr)");
+  if (o.has_window && !(o.window_lo < o.window_hi))
+    return Status::InvalidArgument("export: --window needs LO < HI");
+  PS_ASSIGN_OR_RETURN(auto reader, Reader::Open(o.store));
+  std::vector<uint64_t> samples;
+  if (o.ids.empty()) {
+    for (uint64_t i = 0; i < reader->size(); ++i) samples.push_back(i);
+  } else {
+    for (const std::string& id : o.ids) {
+      PS_ASSIGN_OR_RETURN(uint64_t i, reader->Find(id));
+      samples.push_back(i);
+    }
+  }
+  std::vector<int> fields;
+  if (o.fields.empty()) {
+    for (int f = 0; f < reader->field_count(); ++f) fields.push_back(f);
+  } else {
+    for (const std::string& name : o.fields) {
+      PS_ASSIGN_OR_RETURN(int f, reader->FieldIndex(name));
+      fields.push_back(f);
+    }
+  }
+  std::error_code ec;
+  fs::create_directories(o.outdir, ec);
+  if (ec) return Status::IOError("export: creating '" + o.outdir + "': " + ec.message());
+  ExportSummary summary;
+  Progress progress;
+  progress.total = samples.size() * fields.size();
+  for (uint64_t s : samples) {
+    const std::string rel = SafeRelativePath(std::string(reader->id(s)));
+    const fs::path dir = fs::path(o.outdir) / rel;
+    fs::create_directories(dir, ec);
+    if (ec) return Status::IOError("export: creating '" + dir.string() + "': " + ec.message());
+    for (int f : fields) {
+      PS_ASSIGN_OR_RETURN(RecordHeader h, reader->Header(s, f));
+      PS_ASSIGN_OR_RETURN(TensorView v, reader->Get(s, f));
+      if (h.layout != Layout::kCHW)
+        return Status::Unsupported("export of " + reader->Describe(s, f) + ": only image records for now");
+      const FieldMeta& fm = reader->field(f);
+      std::string fmt = o.format;
+      if (fmt.empty()) {
+        const bool integer = h.source_type == SourceType::kUInt8 || h.source_type == SourceType::kUInt16;
+        fmt = integer ? "png" : "exr";
+      }
+      const std::string name = SafeRelativePath(fm.name);
+      const std::string path = (dir / (name + "." + fmt)).string();
+      Status st = fmt == "png" ? ExportPng(v, h, o, path, &summary.bytes_written)
+                               : ExportExr(v, fm.channel_names, path, &summary.bytes_written);
+      if (!st.ok()) return st.WithContext("export of " + reader->Describe(s, f));
+      ++summary.files_written;
+      if (summary.paths.size() < 1000) summary.paths.push_back(path);
+      ++progress.done;
+      if (o.progress) o.progress(progress);
+    }
+  }
+  return summary;
+}
+
+}  // namespace patchstore

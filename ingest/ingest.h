@@ -1,0 +1,121 @@
+// patchstore/ingest/ingest.h — decode files once into a store; export back.
+//
+// This room is the only one that links OpenCV, OpenEXR and HDF5. Readers
+// never need it.
+//
+// Image ingest: every sample is a set of named fields (rgb, mask, depth),
+// each decoded from one file into a float32 (C,H,W) record:
+//   * PNG, JPEG, TIFF through OpenCV: 8- and 16-bit; gray, RGB (stored in RGB
+//     order), RGBA.
+//   * OpenEXR through the OpenEXR library: half/float/uint channels,
+//     scanline or tiled, any compression. `file.exr:Z` picks channel Z; by
+//     default all channels (R,G,B,A first in that order, others by name).
+// Normalisation per field (recorded in each record's header so export can
+// invert it): 8/16-bit images default to [-1,1] (x/maxval*2-1, as the seed
+// code does), masks (field named "mask" or listed in mask_fields) to {0,1},
+// float data unchanged.
+//
+// Guarantees: decoding runs on a thread pool; one writer commits batches, so
+// a sample is either entirely in the store or absent. On the first bad file
+// ingest stops (default) with everything committed before it intact, or
+// with skip_errors records the failure and goes on. Running the same ingest
+// again resumes: samples already present are skipped. A finished ingest
+// seals the store.
+//
+// Thread-safety: each function may be called from any thread; do not run two
+// ingests into one store at once (the second fails with IOError).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "store/format.h"
+#include "store/status.h"
+
+namespace patchstore {
+
+// Progress reported by long operations: `done` of `total` items, plus bytes.
+struct Progress {
+  uint64_t done = 0, total = 0, failed = 0, skipped = 0;
+  uint64_t bytes = 0;  // float32 bytes written so far
+  double seconds = 0;
+};
+using ProgressCallback = std::function<void(const Progress&)>;
+
+struct ImageIngestOptions {
+  std::string store;  // destination directory (created if missing)
+
+  // Form 1: a CSV manifest with header `id,<field>,<field>,...`; cells are
+  // paths relative to the manifest's folder, optionally `path:CHANNEL` for EXR.
+  std::string manifest;
+
+  // Form 2: a root folder and one path template per field, with named
+  // placeholders: {"rgb", "{video}/render/rgb/{frame}.png"}. Files matching
+  // the first field's template define the samples; the id joins the
+  // placeholder values with '/' in order of appearance ("video03/0042").
+  std::string root;
+  std::vector<std::pair<std::string, std::string>> field_templates;
+
+  // Fields treated as masks (stored as {0,1}); a field named "mask" always is.
+  std::vector<std::string> mask_fields;
+  // Per-field normalisation spec (see ParseNormalization), overriding defaults.
+  std::map<std::string, std::string> norm;
+
+  int threads = 0;            // decoder threads; 0 = all cores
+  bool skip_errors = false;   // --on-error skip
+  std::string report_path;    // failures as TSV; default <store>/ingest-errors.tsv
+  uint64_t batch_bytes = uint64_t{256} << 20;  // commit after this many bytes
+  bool durable = true;        // fsync each commit
+  uint64_t max_pixels = uint64_t{1} << 28;     // refuse larger declared images
+  std::string command_line;   // recorded in the metadata
+  ProgressCallback progress;  // called from the writer thread
+};
+
+struct IngestSummary {
+  uint64_t samples_total = 0;    // samples found in the input
+  uint64_t samples_written = 0;  // newly committed
+  uint64_t samples_present = 0;  // already in the store (resume)
+  uint64_t samples_failed = 0;   // skipped because of errors
+  uint64_t bytes_written = 0;    // float32 payload bytes committed
+  uint64_t bytes_decoded = 0;    // same, counted at decode time
+  double seconds = 0;
+  std::string report_path;       // where failures were written, if any
+  std::vector<std::string> errors;  // one message per failed sample (first 100)
+};
+
+// Runs an image ingest. Errors name the file, the sample and the cause.
+Result<IngestSummary> IngestImages(const ImageIngestOptions& options);
+
+struct ExportOptions {
+  std::string store;
+  std::string outdir;
+  std::vector<std::string> ids;     // empty: all samples
+  std::vector<std::string> fields;  // empty: all fields
+  std::string format;               // "" (by source: png for integer, exr for float), "png", "exr", "h5"
+  bool has_window = false;          // --window LO,HI for float data written as PNG
+  double window_lo = 0, window_hi = 1;
+  ProgressCallback progress;
+};
+
+struct ExportSummary {
+  uint64_t files_written = 0;
+  uint64_t bytes_written = 0;
+  std::vector<std::string> paths;  // first 1000 files written
+};
+
+// Writes OUTDIR/<safe id>/<field>.<ext> for each selected record. PNG output
+// inverts the stored normalisation and keeps the source bit depth and
+// channels; EXR output is float32, bit-exact.
+Result<ExportSummary> Export(const ExportOptions& options);
+
+// Maps a sample id to a relative path that stays inside the output folder:
+// each '/'-separated part becomes a folder; bytes outside [A-Za-z0-9._-] and
+// the parts "." and ".." are percent-encoded, an empty part becomes "%",
+// parts longer than 200 bytes are cut and suffixed with a hash.
+std::string SafeRelativePath(const std::string& id);
+
+}  // namespace patchstore

@@ -1,0 +1,350 @@
+// Image ingest: a pool of decoder threads feeding one LMDB writer in input
+// order, so that the store's sample indices do not depend on thread timing
+// and a resumed ingest ends with the same content as an uninterrupted one.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "ingest/decode.h"
+#include "ingest/ingest.h"
+#include "ingest/sources.h"
+#include "store/store.h"
+
+namespace patchstore {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+// Reusable float buffers: a fresh page costs far more to fault in than to
+// fill, so decoded samples recycle their memory.
+class BufferPool {
+ public:
+  struct Buffer {
+    std::unique_ptr<float[]> data;
+    size_t capacity = 0;
+  };
+  Buffer Acquire(size_t n) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (size_t i = 0; i < free_.size(); ++i) {
+        if (free_[i].capacity >= n) {
+          Buffer b = std::move(free_[i]);
+          free_.erase(free_.begin() + static_cast<long>(i));
+          return b;
+        }
+      }
+    }
+    return Buffer{std::unique_ptr<float[]>(new float[n]), n};
+  }
+  void Release(Buffer b) {
+    if (!b.data) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (free_.size() < 64) free_.push_back(std::move(b));
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<Buffer> free_;
+};
+
+struct FieldPlan {
+  std::string name;
+  bool is_mask = false;
+  std::string norm_spec;  // "" = default for the source type
+};
+
+struct DecodedField {
+  BufferPool::Buffer buffer;
+  RecordHeader header;
+  FieldMeta meta;
+  std::string path;
+};
+
+struct DecodedSample {
+  Status status;
+  std::string failed_file;
+  std::vector<DecodedField> fields;
+  uint64_t bytes = 0;
+};
+
+Result<Normalization> ResolveNorm(const FieldPlan& plan, SourceType type) {
+  const double maxval = SourceMaxValue(type);
+  if (!plan.norm_spec.empty()) return ParseNormalization(plan.norm_spec, maxval);
+  Normalization n;
+  if (plan.is_mask) {
+    n.kind = NormKind::kBinary;
+  } else if (maxval > 0) {
+    n.kind = NormKind::kSymmetric;
+    n.scale = maxval;
+  }
+  return n;
+}
+
+DecodedSample DecodeSample(const SampleSource& src, const std::vector<FieldPlan>& plans, uint64_t max_pixels,
+                           BufferPool* pool) {
+  DecodedSample out;
+  int H = -1, W = -1;
+  std::string first_path;
+  for (size_t f = 0; f < plans.size(); ++f) {
+    const FileRef& file = src.files[f];
+    auto img = DecodeFile(file.path, file.channel, max_pixels);
+    if (!img.ok()) {
+      out.status = img.status().WithContext("sample '" + src.id + "' field '" + plans[f].name + "'");
+      out.failed_file = file.path;
+      return out;
+    }
+    if (H < 0) {
+      H = img->height();
+      W = img->width();
+      first_path = file.path;
+    } else if (img->height() != H || img->width() != W) {
+      out.status = Status::InvalidArgument(
+          "sample '" + src.id + "': fields differ in size: '" + first_path + "' is " + std::to_string(W) + "x" +
+          std::to_string(H) + " but '" + file.path + "' is " + std::to_string(img->width()) + "x" +
+          std::to_string(img->height()));
+      out.failed_file = file.path;
+      return out;
+    }
+    auto norm = ResolveNorm(plans[f], img->source_type);
+    if (!norm.ok()) {
+      out.status = norm.status().WithContext("sample '" + src.id + "' field '" + plans[f].name + "' ('" +
+                                             file.path + "')");
+      out.failed_file = file.path;
+      return out;
+    }
+    DecodedField d;
+    d.path = file.path;
+    d.header.layout = Layout::kCHW;
+    d.header.rank = 3;
+    d.header.shape = {static_cast<uint64_t>(img->channels()), static_cast<uint64_t>(H), static_cast<uint64_t>(W), 0};
+    d.header.norm = *norm;
+    d.header.source_type = img->source_type;
+    const size_t n = static_cast<size_t>(img->channels()) * H * W;
+    d.buffer = pool->Acquire(n);
+    ToCHWFloat(*img, *norm, d.buffer.data.get());
+    d.meta.name = plans[f].name;
+    d.meta.channels = static_cast<uint32_t>(img->channels());
+    d.meta.layout = Layout::kCHW;
+    d.meta.source_type = img->source_type;
+    d.meta.norm = *norm;
+    d.meta.channel_names = img->channel_names;
+    d.meta.is_mask = plans[f].is_mask;
+    d.meta.source_format = img->format;
+    out.bytes += n * sizeof(float);
+    out.fields.push_back(std::move(d));
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
+  const auto start = Clock::now();
+  if (o.store.empty()) return Status::InvalidArgument("ingest: no store path given");
+  const bool by_manifest = !o.manifest.empty();
+  if (by_manifest == !o.root.empty())
+    return Status::InvalidArgument("ingest: give either a manifest or a root folder with --field templates");
+  SourceList list;
+  if (by_manifest) {
+    PS_ASSIGN_OR_RETURN(list, ReadManifest(o.manifest));
+  } else {
+    PS_ASSIGN_OR_RETURN(list, FindByTemplates(o.root, o.field_templates));
+    if (list.samples.empty())
+      return Status::NotFound("ingest: no file under '" + o.root + "' matches the template of field '" +
+                              o.field_templates[0].first + "' ('" + o.field_templates[0].second + "')");
+  }
+  std::vector<FieldPlan> plans;
+  for (const std::string& f : list.fields) {
+    FieldPlan p;
+    p.name = f;
+    p.is_mask = f == "mask" || std::find(o.mask_fields.begin(), o.mask_fields.end(), f) != o.mask_fields.end();
+    auto it = o.norm.find(f);
+    if (it != o.norm.end()) p.norm_spec = it->second;
+    plans.push_back(p);
+  }
+  for (const std::string& m : o.mask_fields)
+    if (std::find(list.fields.begin(), list.fields.end(), m) == list.fields.end())
+      return Status::InvalidArgument("ingest: --mask names field '" + m + "', which the input does not have");
+  for (const auto& [f, spec] : o.norm) {
+    if (std::find(list.fields.begin(), list.fields.end(), f) == list.fields.end())
+      return Status::InvalidArgument("ingest: --norm names field '" + f + "', which the input does not have");
+    auto check = ParseNormalization(spec, 255.0);
+    if (!check.ok()) return check.status().WithContext("ingest: --norm for field '" + f + "'");
+  }
+
+  WriterOptions wo;
+  wo.kind = "frames";
+  wo.durable = o.durable;
+  PS_ASSIGN_OR_RETURN(auto writer, Writer::Open(o.store, wo));
+  if (!o.command_line.empty()) writer->mutable_meta().attributes["ingest_command"] = o.command_line;
+
+  IngestSummary summary;
+  summary.samples_total = list.samples.size();
+  std::vector<const SampleSource*> todo;
+  for (const SampleSource& s : list.samples) {
+    if (writer->Contains(s.id)) ++summary.samples_present;
+    else todo.push_back(&s);
+  }
+
+  const int threads = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
+  const size_t window = static_cast<size_t>(threads) * 2 + 2;  // decoded samples in flight
+  BufferPool pool;
+  std::mutex mu;
+  std::condition_variable cv_done, cv_room;
+  std::map<size_t, DecodedSample> ready;
+  std::atomic<size_t> next{0};
+  size_t consumed = 0;  // guarded by mu
+  std::atomic<bool> stop{false};
+
+  auto worker = [&] {
+    for (;;) {
+      size_t pos;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv_room.wait(lock, [&] { return stop.load() || next.load() < consumed + window; });
+        if (stop.load()) return;
+        pos = next.fetch_add(1);
+      }
+      if (pos >= todo.size()) return;
+      DecodedSample d = DecodeSample(*todo[pos], plans, o.max_pixels, &pool);
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        ready.emplace(pos, std::move(d));
+      }
+      cv_done.notify_all();
+    }
+  };
+  std::vector<std::thread> pool_threads;
+  const size_t nthreads = std::min<size_t>(static_cast<size_t>(threads), std::max<size_t>(todo.size(), 1));
+  for (size_t t = 0; t < nthreads && !todo.empty(); ++t) pool_threads.emplace_back(worker);
+
+  FILE* report = nullptr;
+  std::string report_path = o.report_path.empty() ? o.store + "/ingest-errors.tsv" : o.report_path;
+  std::vector<SampleInput> batch;
+  std::vector<DecodedSample> batch_data;
+  uint64_t batch_bytes = 0;
+  Status failure;
+
+  auto flush = [&]() -> Status {
+    if (batch.empty()) return Status::OK();
+    Status st = writer->WriteBatch(batch);
+    if (st.ok()) {
+      summary.samples_written += batch.size();
+      summary.bytes_written += batch_bytes;
+    }
+    for (DecodedSample& d : batch_data)
+      for (DecodedField& f : d.fields) pool.Release(std::move(f.buffer));
+    batch.clear();
+    batch_data.clear();
+    batch_bytes = 0;
+    return st;
+  };
+  auto report_progress = [&] {
+    if (!o.progress) return;
+    Progress p;
+    p.total = todo.size();
+    p.done = consumed;
+    p.failed = summary.samples_failed;
+    p.skipped = summary.samples_present;
+    p.bytes = summary.bytes_decoded;
+    p.seconds = Seconds(start);
+    o.progress(p);
+  };
+
+  for (size_t pos = 0; pos < todo.size(); ++pos) {
+    DecodedSample d;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      cv_done.wait(lock, [&] { return ready.count(pos) != 0; });
+      d = std::move(ready[pos]);
+      ready.erase(pos);
+    }
+    const SampleSource& src = *todo[pos];
+    // Register the fields (first sample) or check them against the store.
+    if (d.status.ok()) {
+      for (DecodedField& f : d.fields) {
+        auto idx = writer->EnsureField(f.meta);
+        if (!idx.ok()) {
+          d.status = idx.status().WithContext("sample '" + src.id + "' ('" + f.path + "')");
+          d.failed_file = f.path;
+          break;
+        }
+      }
+    }
+    if (!d.status.ok()) {
+      for (DecodedField& f : d.fields) pool.Release(std::move(f.buffer));
+      if (!o.skip_errors) {
+        failure = d.status;
+        break;
+      }
+      ++summary.samples_failed;
+      if (summary.errors.size() < 100) summary.errors.push_back(d.status.message());
+      if (!report) {
+        report = std::fopen(report_path.c_str(), "a");
+        summary.report_path = report_path;
+      }
+      if (report) {
+        std::string msg = d.status.message();
+        std::replace(msg.begin(), msg.end(), '\t', ' ');
+        std::replace(msg.begin(), msg.end(), '\n', ' ');
+        std::fprintf(report, "%s\t%s\t%s\n", src.id.c_str(), d.failed_file.c_str(), msg.c_str());
+        std::fflush(report);
+      }
+    } else {
+      SampleInput in;
+      in.id = src.id;
+      for (DecodedField& f : d.fields) {
+        RecordInput r;
+        r.field = static_cast<uint16_t>(writer->meta().FieldIndex(f.meta.name));
+        r.header = f.header;
+        r.data = f.buffer.data.get();
+        in.records.push_back(std::move(r));
+      }
+      summary.bytes_decoded += d.bytes;
+      batch_bytes += d.bytes;
+      batch.push_back(std::move(in));
+      batch_data.push_back(std::move(d));
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      consumed = pos + 1;
+    }
+    cv_room.notify_all();
+    if (batch_bytes >= o.batch_bytes || batch.size() >= 256) {
+      Status st = flush();
+      if (!st.ok()) {
+        failure = st;
+        break;
+      }
+    }
+    report_progress();
+  }
+  // Commit what was decoded before a failure: those samples are complete.
+  Status st = flush();
+  if (failure.ok() && !st.ok()) failure = st;
+  stop.store(true);
+  cv_room.notify_all();
+  for (auto& t : pool_threads) t.join();
+  if (report) std::fclose(report);
+  report_progress();
+  summary.seconds = Seconds(start);
+  if (!failure.ok()) return failure.WithContext("ingest into '" + o.store + "' stopped after " +
+                                                std::to_string(summary.samples_written) + " new samples");
+  if (summary.samples_failed == 0 && !writer->meta().sealed) {
+    PS_RETURN_IF_ERROR(writer->Seal());
+  } else if (summary.samples_failed == 0 && summary.samples_written == 0) {
+    // Nothing to do: already complete and sealed.
+  }
+  return summary;
+}
+
+}  // namespace patchstore

@@ -1,0 +1,216 @@
+#include "reader/reader.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+namespace patchstore {
+
+Result<std::shared_ptr<Reader>> Reader::Open(const std::string& path, const ReaderOptions& options) {
+  SnapshotOptions so;
+  so.force_no_lock = options.no_lock;
+  PS_ASSIGN_OR_RETURN(auto snap, Snapshot::Open(path, so));
+  auto r = std::shared_ptr<Reader>(new Reader());
+  r->path_ = path;
+  r->options_ = options;
+  r->snapshot_ = std::move(snap);
+  r->pid_ = ::getpid();
+  PS_RETURN_IF_ERROR(r->Index());
+  return r;
+}
+
+bool Reader::InOpeningProcess() const { return ::getpid() == pid_; }
+
+Status Reader::Index() {
+  const uint64_t n = snapshot_->id_count();
+  const size_t nf = meta().fields.size();
+  ids_.assign(n, std::string_view());
+  std::vector<bool> seen(n, false);
+  PS_RETURN_IF_ERROR(snapshot_->ForEachId([&](uint64_t idx, std::string_view id) -> Status {
+    if (idx >= n || seen[idx])
+      return Status::Corruption("opening store '" + path_ + "': sample index " + std::to_string(idx) +
+                                " out of sequence (ids are not dense)");
+    seen[idx] = true;
+    ids_[idx] = id;
+    return Status::OK();
+  }));
+  records_.assign(n * nf, RecordRef{});
+  PS_RETURN_IF_ERROR(snapshot_->ForEachRecord(
+      [&](uint64_t idx, uint16_t field, const uint8_t* data, size_t size) -> Status {
+        if (field >= kAuxFieldBase) return Status::OK();  // auxiliary records are indexed elsewhere
+        if (idx >= n || field >= nf)
+          return Status::Corruption("opening store '" + path_ + "': record for sample " + std::to_string(idx) +
+                                    " field " + std::to_string(field) + " has no sample or field");
+        records_[idx * nf + field] = RecordRef{data, size};
+        return Status::OK();
+      }));
+  if (options_.verify_checksums) {
+    verified_.reset(new std::atomic<uint8_t>[records_.size()]);
+    for (size_t i = 0; i < records_.size(); ++i) verified_[i].store(0, std::memory_order_relaxed);
+  }
+  return Status::OK();
+}
+
+Result<uint64_t> Reader::Find(std::string_view id) const {
+  std::call_once(find_once_, [this] {
+    find_.reserve(ids_.size());
+    for (uint64_t i = 0; i < ids_.size(); ++i) find_.emplace(ids_[i], i);
+  });
+  auto it = find_.find(id);
+  if (it == find_.end()) return Status::NotFound("no sample '" + std::string(id) + "' in '" + path_ + "'");
+  return it->second;
+}
+
+Result<int> Reader::FieldIndex(std::string_view name) const {
+  int f = meta().FieldIndex(name);
+  if (f < 0) {
+    std::string known;
+    for (const FieldMeta& m : meta().fields) known += (known.empty() ? "" : ", ") + m.name;
+    return Status::NotFound("no field '" + std::string(name) + "' in '" + path_ + "' (fields: " + known + ")");
+  }
+  return f;
+}
+
+std::string Reader::Describe(uint64_t sample, int field) const {
+  std::string s = sample < ids_.size() ? "'" + std::string(ids_[sample]) + "'" : "sample #" + std::to_string(sample);
+  if (field >= 0 && field < field_count()) s += " field '" + meta().fields[field].name + "'";
+  return s + " in '" + path_ + "'";
+}
+
+Result<RecordHeader> Reader::CheckedHeader(uint64_t sample, int field) const {
+  if (sample >= ids_.size())
+    return Status::OutOfRange("sample index " + std::to_string(sample) + " out of range [0, " +
+                              std::to_string(ids_.size()) + ") in '" + path_ + "'");
+  if (field < 0 || field >= field_count())
+    return Status::NotFound("field #" + std::to_string(field) + " does not exist in '" + path_ + "'");
+  const size_t slot = sample * meta().fields.size() + field;
+  const RecordRef& ref = records_[slot];
+  if (ref.data == nullptr) return Status::NotFound("reading " + Describe(sample, field) + ": record missing");
+  auto h = ParseRecordHeader(ref.data, ref.size);
+  if (!h.ok()) return h.status().WithContext("reading " + Describe(sample, field));
+  if (reinterpret_cast<uintptr_t>(ref.data + kRecordHeaderSize) % kPayloadAlignment != 0)
+    return Status::Corruption("reading " + Describe(sample, field) + ": payload is not " +
+                              std::to_string(kPayloadAlignment) + "-byte aligned in the map");
+  if (h->dtype != DType::kFloat32)
+    return Status::Corruption("reading " + Describe(sample, field) + ": record is not float32");
+  if (verified_ && verified_[slot].load(std::memory_order_acquire) == 0) {
+    Status st = VerifyRecordBody(*h, ref.data);
+    if (!st.ok()) return st.WithContext("reading " + Describe(sample, field));
+    verified_[slot].store(1, std::memory_order_release);
+  }
+  return h;
+}
+
+Result<RecordHeader> Reader::Header(uint64_t sample, int field) const { return CheckedHeader(sample, field); }
+
+Result<TensorView> Reader::Get(uint64_t sample, int field) const {
+  PS_ASSIGN_OR_RETURN(RecordHeader h, CheckedHeader(sample, field));
+  TensorView v;
+  v.data = reinterpret_cast<const float*>(records_[sample * meta().fields.size() + field].data + kRecordHeaderSize);
+  v.rank = h.rank;
+  int64_t stride = 4;
+  for (int i = h.rank - 1; i >= 0; --i) {
+    v.shape[i] = static_cast<int64_t>(h.shape[i]);
+    v.strides[i] = stride;
+    stride *= v.shape[i];
+  }
+  v.owner = snapshot_;
+  return v;
+}
+
+Result<TensorView> Reader::Patch(uint64_t sample, int field, int64_t y, int64_t x, int64_t h, int64_t w) const {
+  PS_ASSIGN_OR_RETURN(TensorView full, Get(sample, field));
+  if (full.rank != 3)
+    return Status::InvalidArgument("patch of " + Describe(sample, field) + ": record has rank " +
+                                   std::to_string(full.rank) + ", not 3");
+  const int64_t H = full.shape[1], W = full.shape[2];
+  auto window = [&] {
+    return "[" + std::to_string(y) + ":" + std::to_string(y + h) + "," + std::to_string(x) + ":" +
+           std::to_string(x + w) + "]";
+  };
+  if (h <= 0 || w <= 0)
+    return Status::InvalidArgument("patch " + window() + " of " + Describe(sample, field) +
+                                   ": height and width must be positive");
+  if (y < 0 || x < 0 || y > H - h || x > W - w)
+    return Status::OutOfRange("patch " + window() + " of " + Describe(sample, field) + ": outside the " +
+                              std::to_string(H) + "x" + std::to_string(W) + " record");
+  TensorView v = full;
+  v.data = full.data + y * W + x;
+  v.shape[1] = h;
+  v.shape[2] = w;
+  return v;
+}
+
+namespace {
+
+void CopyWindow(const TensorView& v, float* dst) {
+  const int64_t C = v.shape[0], h = v.shape[1], w = v.shape[2];
+  const size_t row = static_cast<size_t>(w) * sizeof(float);
+  const auto* base = reinterpret_cast<const uint8_t*>(v.data);
+  for (int64_t c = 0; c < C; ++c) {
+    const uint8_t* src = base + c * v.strides[0];
+    for (int64_t r = 0; r < h; ++r) {
+      std::memcpy(dst, src, row);
+      dst += w;
+      src += v.strides[1];
+    }
+  }
+}
+
+}  // namespace
+
+Status Reader::CopyPatch(uint64_t sample, int field, int64_t y, int64_t x, int64_t h, int64_t w, float* dst) const {
+  PS_ASSIGN_OR_RETURN(TensorView v, Patch(sample, field, y, x, h, w));
+  CopyWindow(v, dst);
+  return Status::OK();
+}
+
+Status Reader::CopyPatches(const std::vector<PatchRequest>& requests, int64_t h, int64_t w, float* dst,
+                           int num_threads) const {
+  if (requests.empty()) return Status::OK();
+  std::vector<TensorView> views;
+  views.reserve(requests.size());
+  int64_t C = -1;
+  for (const PatchRequest& r : requests) {
+    PS_ASSIGN_OR_RETURN(TensorView v, Patch(r.sample, r.field, r.y, r.x, h, w));
+    if (C < 0) C = v.shape[0];
+    if (v.shape[0] != C)
+      return Status::InvalidArgument("batch of patches mixes " + std::to_string(C) + " and " +
+                                     std::to_string(v.shape[0]) + " channels (" + Describe(r.sample, r.field) + ")");
+    views.push_back(std::move(v));
+  }
+  const int64_t item = C * h * w;
+  const int64_t n = static_cast<int64_t>(views.size());
+  const int threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads, n)));
+  auto run = [&](int t) {
+    // Contiguous blocks of items per thread: each thread writes its own
+    // part of `dst`, and the result is the same for any thread count.
+    const int64_t begin = n * t / threads, end = n * (t + 1) / threads;
+    for (int64_t i = begin; i < end; ++i) CopyWindow(views[i], dst + i * item);
+  };
+  if (threads == 1) {
+    run(0);
+  } else {
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(run, t);
+    run(0);
+    for (auto& th : pool) th.join();
+  }
+  return Status::OK();
+}
+
+Status Reader::Verify(uint64_t sample, int field) const {
+  if (sample >= ids_.size() || field < 0 || field >= field_count())
+    return Status::OutOfRange("verify: no such record");
+  const RecordRef& ref = records_[sample * meta().fields.size() + field];
+  if (ref.data == nullptr) return Status::Corruption("verifying " + Describe(sample, field) + ": record missing");
+  auto h = ParseRecordHeader(ref.data, ref.size);
+  if (!h.ok()) return h.status().WithContext("verifying " + Describe(sample, field));
+  Status st = VerifyRecordBody(*h, ref.data);
+  if (!st.ok()) return st.WithContext("verifying " + Describe(sample, field));
+  return Status::OK();
+}
+
+}  // namespace patchstore

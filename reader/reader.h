@@ -1,0 +1,135 @@
+// patchstore/reader/reader.h — zero-copy random access to a store.
+//
+// Start here. A Reader opens a store read-only, indexes its samples once
+// (O(samples x fields), headers only) and then serves every request by
+// pointer arithmetic into LMDB's memory map: no LMDB call, no copy, no lock
+// on the hot path.
+//
+//   auto reader = patchstore::Reader::Open("/data/frames.ps").value();
+//   auto patch  = reader->Patch(reader->Find("video03/0042").value(),
+//                               reader->FieldIndex("rgb").value(),
+//                               y, x, 256, 256).value();   // (3,256,256) view
+//
+// Lifetimes: every TensorView returned holds the Reader's snapshot (its
+// LMDB read transaction and environment). It stays valid after the Reader is
+// destroyed. A Reader sees the store as it was when opened; reopen to see
+// samples committed later.
+//
+// Thread-safety: all const methods may be called from any number of threads
+// at once. Processes: open a Reader in each process; a Reader inherited
+// across fork() must not be used in the child (InOpeningProcess() tells),
+// and destroying it there is safe (it does not touch LMDB).
+//
+// Errors (Status codes): NotFound for an unknown id or field, OutOfRange for
+// an index or patch outside the data, InvalidArgument for bad sizes,
+// Corruption for a record that fails validation, IOError from the OS/LMDB.
+// Messages name the store, the sample id and the field.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "reader/tensor_view.h"
+#include "store/format.h"
+#include "store/status.h"
+#include "store/store.h"
+
+namespace patchstore {
+
+struct ReaderOptions {
+  // Recompute each record's checksum when it is first accessed (costs one
+  // pass over the record; catches silent corruption). Off by default.
+  bool verify_checksums = false;
+  // Read without LMDB's lock table even if the store is not sealed.
+  bool no_lock = false;
+};
+
+// Where one patch comes from and where it goes, for CopyPatches.
+struct PatchRequest {
+  uint64_t sample = 0;
+  int field = 0;
+  int64_t y = 0, x = 0;
+};
+
+class Reader {
+ public:
+  // Opens the store at `path`. Errors: NotFound, Corruption, IOError.
+  static Result<std::shared_ptr<Reader>> Open(const std::string& path, const ReaderOptions& options = {});
+
+  const std::string& path() const { return path_; }
+  const StoreMeta& meta() const { return snapshot_->meta(); }
+  bool sealed() const { return snapshot_->meta().sealed; }
+  bool no_lock() const { return snapshot_->no_lock(); }
+  bool InOpeningProcess() const;
+
+  // Samples.
+  uint64_t size() const { return ids_.size(); }
+  // The id of sample `index`. REQUIRES: index < size(). The view points into
+  // the map and lives as long as this Reader.
+  std::string_view id(uint64_t index) const { return ids_[index]; }
+  // The index of `id`, or NotFound. O(1) (hash table built on first use).
+  Result<uint64_t> Find(std::string_view id) const;
+
+  // Fields.
+  int field_count() const { return static_cast<int>(meta().fields.size()); }
+  const FieldMeta& field(int f) const { return meta().fields[f]; }
+  Result<int> FieldIndex(std::string_view name) const;
+
+  // The header of one record (shape, normalisation, source type).
+  Result<RecordHeader> Header(uint64_t sample, int field) const;
+
+  // A view of a whole record: (C,H,W) for images, (S,H,W) for volumes.
+  Result<TensorView> Get(uint64_t sample, int field) const;
+
+  // A (C,h,w) view of the window [y, y+h) x [x, x+w) of an image record, or
+  // (S,h,w) of a volume record. No copy. OutOfRange when the window leaves
+  // the record; InvalidArgument when h or w is not positive.
+  Result<TensorView> Patch(uint64_t sample, int field, int64_t y, int64_t x, int64_t h, int64_t w) const;
+
+  // Copies that window into `dst`, a contiguous (C,h,w) float32 buffer of
+  // at least C*h*w floats owned by the caller.
+  Status CopyPatch(uint64_t sample, int field, int64_t y, int64_t x, int64_t h, int64_t w, float* dst) const;
+
+  // Copies N windows of one size into `dst`, a contiguous (N,C,h,w) buffer,
+  // on `num_threads` threads (1 = the calling thread). All requests must
+  // name fields with the same channel count C. Every request is checked
+  // before anything is copied; on error nothing useful is in `dst`.
+  Status CopyPatches(const std::vector<PatchRequest>& requests, int64_t h, int64_t w, float* dst,
+                     int num_threads = 1) const;
+
+  // Recomputes the checksum of one record (VerifyRecordBody).
+  Status Verify(uint64_t sample, int field) const;
+
+  // "'<id>' field '<name>' in '<path>'": the context used in messages.
+  std::string Describe(uint64_t sample, int field) const;
+
+  // The snapshot that views keep alive (for bindings that need an owner).
+  std::shared_ptr<const Snapshot> snapshot() const { return snapshot_; }
+
+ private:
+  struct RecordRef {
+    const uint8_t* data = nullptr;  // null: record missing
+    uint64_t size = 0;
+  };
+  Reader() = default;
+  Status Index();
+  Result<RecordHeader> CheckedHeader(uint64_t sample, int field) const;
+
+  std::string path_;
+  ReaderOptions options_;
+  std::shared_ptr<Snapshot> snapshot_;
+  std::vector<std::string_view> ids_;
+  std::vector<RecordRef> records_;  // sample * field_count + field
+  std::unique_ptr<std::atomic<uint8_t>[]> verified_;  // with verify_checksums
+  mutable std::once_flag find_once_;
+  mutable std::unordered_map<std::string_view, uint64_t> find_;
+  pid_t pid_ = 0;
+};
+
+}  // namespace patchstore

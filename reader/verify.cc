@@ -1,0 +1,69 @@
+#include "reader/verify.h"
+
+#include <set>
+#include <utility>
+
+#include "store/format.h"
+#include "store/store.h"
+
+namespace patchstore {
+
+Result<VerifyReport> VerifyStore(const std::string& path, const std::function<void(uint64_t, uint64_t)>& progress) {
+  PS_ASSIGN_OR_RETURN(auto snap, Snapshot::Open(path));
+  const StoreMeta& meta = snap->meta();
+  VerifyReport report;
+  std::vector<std::string> ids(snap->id_count());
+  std::vector<bool> have_id(ids.size(), false);
+  // Ids: decode each entry on its own so one bad id does not hide the rest.
+  {
+    Status st = snap->ForEachId([&](uint64_t idx, std::string_view id) -> Status {
+      if (idx < ids.size()) {
+        ids[idx] = std::string(id);
+        have_id[idx] = true;
+      } else {
+        report.problems.push_back({std::string(id), "", "sample index " + std::to_string(idx) + " out of sequence"});
+      }
+      return Status::OK();
+    });
+    if (!st.ok()) report.problems.push_back({"", "", st.message()});
+  }
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (!have_id[i]) report.problems.push_back({"#" + std::to_string(i), "", "sample id missing or damaged"});
+  report.samples = ids.size();
+  const size_t nf = meta.fields.size();
+  auto field_name = [&](uint16_t f) -> std::string {
+    if (f < nf) return meta.fields[f].name;
+    if (f >= kAuxFieldBase && static_cast<size_t>(f - kAuxFieldBase) < nf) return meta.fields[f - kAuxFieldBase].name + " (index)";
+    return "#" + std::to_string(f);
+  };
+  auto sample_name = [&](uint64_t s) { return s < ids.size() && have_id[s] ? ids[s] : "#" + std::to_string(s); };
+  std::set<std::pair<uint64_t, uint16_t>> seen;
+  uint64_t total = ids.size() * nf;
+  Status st = snap->ForEachRecord([&](uint64_t s, uint16_t f, const uint8_t* data, size_t size) -> Status {
+    ++report.records;
+    report.bytes += size;
+    seen.emplace(s, f);
+    if (s >= ids.size() || (f >= nf && (f < kAuxFieldBase || static_cast<size_t>(f - kAuxFieldBase) >= nf))) {
+      report.problems.push_back({sample_name(s), field_name(f), "record belongs to no sample or field"});
+      return Status::OK();
+    }
+    auto h = ParseRecordHeader(data, size);
+    Status rst = h.ok() ? VerifyRecordBody(*h, data) : h.status();
+    if (rst.ok() && h->layout != (f >= kAuxFieldBase ? Layout::kSAT : meta.fields[f].layout))
+      rst = Status::Corruption("record layout disagrees with the field");
+    if (rst.ok() && f < nf && h->dtype != DType::kFloat32) rst = Status::Corruption("record is not float32");
+    if (rst.ok() && f < nf && h->shape[0] != meta.fields[f].channels && meta.fields[f].layout == Layout::kCHW)
+      rst = Status::Corruption("record has " + std::to_string(h->shape[0]) + " channels, the field " +
+                               std::to_string(meta.fields[f].channels));
+    if (!rst.ok()) report.problems.push_back({sample_name(s), field_name(f), rst.message()});
+    if (progress) progress(report.records, total);
+    return Status::OK();
+  });
+  if (!st.ok()) report.problems.push_back({"", "", st.message()});
+  for (uint64_t s = 0; s < ids.size(); ++s)
+    for (uint16_t f = 0; f < nf; ++f)
+      if (!seen.count({s, f})) report.problems.push_back({sample_name(s), meta.fields[f].name, "record missing"});
+  return report;
+}
+
+}  // namespace patchstore

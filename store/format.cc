@@ -1,0 +1,534 @@
+#include "store/format.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <sstream>
+
+namespace patchstore {
+namespace {
+
+constexpr uint8_t kMagic[4] = {'P', 'S', 'R', '1'};
+constexpr size_t kHeaderChecksumOffset = kRecordHeaderSize - 8;
+
+void PutU16(uint8_t* p, uint16_t v) { p[0] = v & 0xff; p[1] = v >> 8; }
+void PutU64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+void PutF64(uint8_t* p, double d) {
+  uint64_t v;
+  std::memcpy(&v, &d, 8);
+  PutU64(p, v);
+}
+uint16_t GetU16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+uint64_t GetU64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+double GetF64(const uint8_t* p) {
+  uint64_t v = GetU64(p);
+  double d;
+  std::memcpy(&d, &v, 8);
+  return d;
+}
+
+bool ValidLayout(uint8_t v) { return v >= 1 && v <= 3; }
+bool ValidNorm(uint8_t v) { return v <= 4; }
+bool ValidSource(uint8_t v) { return v <= 11; }
+
+std::string FormatDouble(double d) {
+  std::ostringstream os;
+  os.precision(17);
+  os << d;
+  return os.str();
+}
+
+}  // namespace
+
+size_t DTypeSize(DType t) {
+  switch (t) {
+    case DType::kFloat32: return 4;
+    case DType::kUInt32: return 4;
+  }
+  return 0;
+}
+
+const char* SourceTypeName(SourceType t) {
+  switch (t) {
+    case SourceType::kUnknown: return "unknown";
+    case SourceType::kUInt8: return "uint8";
+    case SourceType::kUInt16: return "uint16";
+    case SourceType::kFloat16: return "float16";
+    case SourceType::kFloat32: return "float32";
+    case SourceType::kInt16: return "int16";
+    case SourceType::kFloat64: return "float64";
+    case SourceType::kInt8: return "int8";
+    case SourceType::kUInt32: return "uint32";
+    case SourceType::kInt32: return "int32";
+    case SourceType::kInt64: return "int64";
+    case SourceType::kUInt64: return "uint64";
+  }
+  return "unknown";
+}
+
+const char* NormKindName(NormKind k) {
+  switch (k) {
+    case NormKind::kNone: return "none";
+    case NormKind::kSymmetric: return "symmetric";
+    case NormKind::kUnit: return "unit";
+    case NormKind::kAffine: return "affine";
+    case NormKind::kBinary: return "binary";
+  }
+  return "unknown";
+}
+
+float Normalization::Apply(double x) const {
+  float v;
+  switch (kind) {
+    case NormKind::kNone: v = static_cast<float>(x); break;
+    case NormKind::kSymmetric:
+      v = static_cast<float>(x) / static_cast<float>(scale) * 2.0f - 1.0f;
+      break;
+    case NormKind::kUnit: v = static_cast<float>(x) / static_cast<float>(scale); break;
+    case NormKind::kAffine:
+      v = static_cast<float>(x) * static_cast<float>(scale) + static_cast<float>(offset);
+      break;
+    case NormKind::kBinary: v = x != 0 ? 1.0f : 0.0f; break;
+    default: v = static_cast<float>(x);
+  }
+  if (clamp) {
+    // NaN stays NaN: comparisons with NaN are false.
+    if (v < static_cast<float>(clamp_lo)) v = static_cast<float>(clamp_lo);
+    if (v > static_cast<float>(clamp_hi)) v = static_cast<float>(clamp_hi);
+  }
+  return v;
+}
+
+std::string Normalization::ToString() const {
+  std::string s;
+  switch (kind) {
+    case NormKind::kNone: s = "none"; break;
+    case NormKind::kSymmetric: s = "symmetric/" + FormatDouble(scale); break;
+    case NormKind::kUnit: s = "unit/" + FormatDouble(scale); break;
+    case NormKind::kAffine: s = "affine(" + FormatDouble(scale) + "," + FormatDouble(offset) + ")"; break;
+    case NormKind::kBinary: s = "binary"; break;
+  }
+  if (clamp) s += " clamp[" + FormatDouble(clamp_lo) + "," + FormatDouble(clamp_hi) + "]";
+  return s;
+}
+
+bool Normalization::operator==(const Normalization& o) const {
+  return kind == o.kind && scale == o.scale && offset == o.offset && clamp == o.clamp &&
+         (!clamp || (clamp_lo == o.clamp_lo && clamp_hi == o.clamp_hi));
+}
+
+uint64_t RecordHeader::elements() const {
+  uint64_t n = 1;
+  for (int i = 0; i < rank; ++i) n *= shape[i];
+  return n;
+}
+
+uint64_t BodyBytesFor(uint64_t payload_bytes) {
+  uint64_t body = (payload_bytes + 15) & ~uint64_t{15};
+  const uint64_t min_body = kMinRecordSize - kRecordHeaderSize;
+  return std::max(body, min_body);
+}
+
+Status FinalizeHeader(RecordHeader* h) {
+  if (h->rank < 1 || h->rank > kMaxRank) return Status::InvalidArgument("record rank must be 1..4");
+  const size_t es = DTypeSize(h->dtype);
+  if (es == 0) return Status::InvalidArgument("unknown record dtype");
+  uint64_t bytes = es;
+  for (int i = 0; i < kMaxRank; ++i) {
+    if (i >= h->rank) {
+      h->shape[i] = 0;
+      continue;
+    }
+    if (h->shape[i] == 0) return Status::InvalidArgument("record has a zero dimension");
+    if (h->shape[i] > kMaxPayloadBytes || bytes > kMaxPayloadBytes / h->shape[i])
+      return Status::InvalidArgument("record larger than the 64 GiB limit");
+    bytes *= h->shape[i];
+  }
+  h->payload_bytes = bytes;
+  h->body_bytes = BodyBytesFor(bytes);
+  return Status::OK();
+}
+
+void EncodeRecordHeader(const RecordHeader& h, uint8_t* out) {
+  std::memset(out, 0, kRecordHeaderSize);
+  std::memcpy(out, kMagic, 4);
+  PutU16(out + 4, h.version);
+  PutU16(out + 6, static_cast<uint16_t>(kRecordHeaderSize));
+  out[8] = static_cast<uint8_t>(h.dtype);
+  out[9] = h.rank;
+  out[10] = static_cast<uint8_t>(h.layout);
+  out[11] = static_cast<uint8_t>(h.norm.kind);
+  out[12] = static_cast<uint8_t>(h.source_type);
+  out[13] = h.norm.clamp ? 1 : 0;  // flags
+  // 14..15 reserved (zero)
+  for (int i = 0; i < kMaxRank; ++i) PutU64(out + 16 + 8 * i, h.shape[i]);
+  PutU64(out + 48, h.payload_bytes);
+  PutU64(out + 56, h.body_bytes);
+  PutF64(out + 64, h.norm.scale);
+  PutF64(out + 72, h.norm.offset);
+  PutF64(out + 80, h.norm.clamp ? h.norm.clamp_lo : 0.0);
+  PutF64(out + 88, h.norm.clamp ? h.norm.clamp_hi : 0.0);
+  PutU64(out + 96, h.body_checksum);
+  PutU64(out + kHeaderChecksumOffset, Checksum64(out, kHeaderChecksumOffset));
+}
+
+Result<RecordHeader> ParseRecordHeader(const void* data, size_t size) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  if (data == nullptr || size < kRecordHeaderSize)
+    return Status::Corruption("record of " + std::to_string(size) + " bytes is shorter than its header");
+  if (std::memcmp(p, kMagic, 4) != 0) return Status::Corruption("bad record magic");
+  if (GetU64(p + kHeaderChecksumOffset) != Checksum64(p, kHeaderChecksumOffset))
+    return Status::Corruption("record header checksum mismatch");
+  RecordHeader h;
+  h.version = GetU16(p + 4);
+  if (h.version != kFormatVersion)
+    return Status::Corruption("unsupported record format version " + std::to_string(h.version));
+  if (GetU16(p + 6) != kRecordHeaderSize) return Status::Corruption("bad record header size");
+  if (DTypeSize(static_cast<DType>(p[8])) == 0) return Status::Corruption("bad record dtype");
+  h.dtype = static_cast<DType>(p[8]);
+  h.rank = p[9];
+  if (h.rank < 1 || h.rank > kMaxRank) return Status::Corruption("bad record rank");
+  if (!ValidLayout(p[10])) return Status::Corruption("bad record layout");
+  h.layout = static_cast<Layout>(p[10]);
+  if (!ValidNorm(p[11])) return Status::Corruption("bad record normalisation");
+  h.norm.kind = static_cast<NormKind>(p[11]);
+  if (!ValidSource(p[12])) return Status::Corruption("bad record source type");
+  h.source_type = static_cast<SourceType>(p[12]);
+  if (p[13] > 1 || p[14] != 0 || p[15] != 0) return Status::Corruption("bad record flags");
+  h.norm.clamp = p[13] == 1;
+  uint64_t bytes = DTypeSize(h.dtype);
+  for (int i = 0; i < kMaxRank; ++i) {
+    h.shape[i] = GetU64(p + 16 + 8 * i);
+    if (i >= h.rank) {
+      if (h.shape[i] != 0) return Status::Corruption("bad record shape");
+      continue;
+    }
+    if (h.shape[i] == 0 || h.shape[i] > kMaxPayloadBytes || bytes > kMaxPayloadBytes / h.shape[i])
+      return Status::Corruption("bad record shape");
+    bytes *= h.shape[i];
+  }
+  h.payload_bytes = GetU64(p + 48);
+  h.body_bytes = GetU64(p + 56);
+  if (h.payload_bytes != bytes) return Status::Corruption("record payload size disagrees with its shape");
+  if (h.body_bytes != BodyBytesFor(bytes)) return Status::Corruption("bad record body size");
+  if (h.body_bytes != size - kRecordHeaderSize)
+    return Status::Corruption("record length " + std::to_string(size) + " disagrees with its header (" +
+                              std::to_string(kRecordHeaderSize + h.body_bytes) + ")");
+  h.norm.scale = GetF64(p + 64);
+  h.norm.offset = GetF64(p + 72);
+  h.norm.clamp_lo = GetF64(p + 80);
+  h.norm.clamp_hi = GetF64(p + 88);
+  h.body_checksum = GetU64(p + 96);
+  for (size_t i = 104; i < kHeaderChecksumOffset; ++i)
+    if (p[i] != 0) return Status::Corruption("bad record reserved bytes");
+  return h;
+}
+
+Status VerifyRecordBody(const RecordHeader& h, const void* record_data) {
+  const auto* body = static_cast<const uint8_t*>(record_data) + kRecordHeaderSize;
+  if (Checksum64(body, h.body_bytes) != h.body_checksum)
+    return Status::Corruption("record checksum mismatch");
+  for (uint64_t i = h.payload_bytes; i < h.body_bytes; ++i)
+    if (body[i] != 0) return Status::Corruption("record padding is not zero");
+  return Status::OK();
+}
+
+uint64_t Checksum64(const void* data, size_t size) { return XXH3_64bits(data, size); }
+
+std::array<uint8_t, kRecordKeySize> RecordKey(uint64_t sample, uint16_t field) {
+  std::array<uint8_t, kRecordKeySize> k{};
+  for (int i = 0; i < 8; ++i) k[i] = static_cast<uint8_t>(sample >> (56 - 8 * i));
+  k[8] = static_cast<uint8_t>(field >> 8);
+  k[9] = static_cast<uint8_t>(field);
+  return k;
+}
+
+bool DecodeRecordKey(const void* data, size_t size, uint64_t* sample, uint16_t* field) {
+  if (size != kRecordKeySize) return false;
+  const auto* p = static_cast<const uint8_t*>(data);
+  uint64_t s = 0;
+  for (int i = 0; i < 8; ++i) s = (s << 8) | p[i];
+  *sample = s;
+  *field = static_cast<uint16_t>((p[8] << 8) | p[9]);
+  return true;
+}
+
+std::array<uint8_t, 8> IndexKey(uint64_t sample) {
+  std::array<uint8_t, 8> k{};
+  for (int i = 0; i < 8; ++i) k[i] = static_cast<uint8_t>(sample >> (56 - 8 * i));
+  return k;
+}
+
+bool DecodeIndexKey(const void* data, size_t size, uint64_t* sample) {
+  if (size != 8) return false;
+  const auto* p = static_cast<const uint8_t*>(data);
+  uint64_t s = 0;
+  for (int i = 0; i < 8; ++i) s = (s << 8) | p[i];
+  *sample = s;
+  return true;
+}
+
+std::string EncodeIdValue(uint64_t sample, std::string_view id) {
+  std::string v(id);
+  auto key = IndexKey(sample);
+  std::string hashed(reinterpret_cast<const char*>(key.data()), key.size());
+  hashed.append(id.data(), id.size());
+  uint64_t h = Checksum64(hashed.data(), hashed.size());
+  for (int i = 0; i < 8; ++i) v.push_back(static_cast<char>(h >> (8 * i)));
+  return v;
+}
+
+Result<std::string_view> DecodeIdValue(uint64_t sample, const void* data, size_t size) {
+  if (size < 8) return Status::Corruption("sample id entry shorter than its checksum");
+  std::string_view id(static_cast<const char*>(data), size - 8);
+  std::string expect = EncodeIdValue(sample, id);
+  if (std::memcmp(expect.data() + id.size(), static_cast<const char*>(data) + id.size(), 8) != 0)
+    return Status::Corruption("sample id entry #" + std::to_string(sample) + " checksum mismatch");
+  return id;
+}
+
+// ---------------------------------------------------------------------------
+// Metadata text.
+
+namespace {
+
+// Values are escaped so that any byte survives a line-based format:
+// '\\' -> "\\\\", '\n' -> "\\n", '\r' -> "\\r", '=' stays (split at the first).
+std::string Escape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '\n') out += "\\n";
+    else if (c == '\r') out += "\\r";
+    else out += c;
+  }
+  return out;
+}
+
+std::string Unescape(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 1 < s.size()) {
+      char n = s[++i];
+      out += n == 'n' ? '\n' : n == 'r' ? '\r' : n;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+bool ParseU64(std::string_view s, uint64_t* out) {
+  if (s.empty() || s.size() > 20) return false;
+  uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    uint64_t d = static_cast<uint64_t>(c - '0');
+    if (v > (std::numeric_limits<uint64_t>::max() - d) / 10) return false;
+    v = v * 10 + d;
+  }
+  *out = v;
+  return true;
+}
+
+bool ParseDouble(std::string_view s, double* out) {
+  if (s.empty() || s.size() > 64) return false;
+  std::string tmp(s);
+  char* end = nullptr;
+  double v = std::strtod(tmp.c_str(), &end);
+  if (end != tmp.c_str() + tmp.size()) return false;
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
+int StoreMeta::FieldIndex(std::string_view name) const {
+  for (size_t i = 0; i < fields.size(); ++i)
+    if (fields[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+std::string StoreMeta::Encode() const {
+  std::ostringstream os;
+  os << "patchstore_format=" << format_version << "\n";
+  os << "tool_version=" << Escape(tool_version) << "\n";
+  os << "kind=" << Escape(kind) << "\n";
+  os << "sealed=" << (sealed ? 1 : 0) << "\n";
+  os << "sample_count=" << sample_count << "\n";
+  os << "field_count=" << fields.size() << "\n";
+  for (size_t i = 0; i < fields.size(); ++i) {
+    const FieldMeta& f = fields[i];
+    const std::string p = "field." + std::to_string(i) + ".";
+    os << p << "name=" << Escape(f.name) << "\n";
+    os << p << "channels=" << f.channels << "\n";
+    os << p << "layout=" << static_cast<int>(f.layout) << "\n";
+    os << p << "source_type=" << static_cast<int>(f.source_type) << "\n";
+    os << p << "norm.kind=" << static_cast<int>(f.norm.kind) << "\n";
+    os << p << "norm.scale=" << FormatDouble(f.norm.scale) << "\n";
+    os << p << "norm.offset=" << FormatDouble(f.norm.offset) << "\n";
+    os << p << "norm.clamp=" << (f.norm.clamp ? 1 : 0) << "\n";
+    os << p << "norm.clamp_lo=" << FormatDouble(f.norm.clamp_lo) << "\n";
+    os << p << "norm.clamp_hi=" << FormatDouble(f.norm.clamp_hi) << "\n";
+    os << p << "channel_names=" << Escape(f.channel_names) << "\n";
+    os << p << "is_mask=" << (f.is_mask ? 1 : 0) << "\n";
+    os << p << "has_sat=" << (f.has_sat ? 1 : 0) << "\n";
+    os << p << "source_format=" << Escape(f.source_format) << "\n";
+  }
+  for (const auto& [k, v] : attributes) os << "attr." << Escape(k) << "=" << Escape(v) << "\n";
+  std::string text = os.str();
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(Checksum64(text.data(), text.size())));
+  return text + "checksum=" + hex + "\n";
+}
+
+Result<StoreMeta> StoreMeta::Decode(std::string_view text) {
+  // The last line is "checksum=<16 hex digits>" over everything before it.
+  {
+    const size_t line = text.size() >= 27 ? text.size() - 26 : std::string_view::npos;
+    if (line == std::string_view::npos || text.substr(line, 9) != "checksum=" || text.back() != '\n' ||
+        (line > 0 && text[line - 1] != '\n'))
+      return Status::Corruption("store metadata: missing checksum line");
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx",
+                  static_cast<unsigned long long>(Checksum64(text.data(), line)));
+    if (text.substr(line + 9, 16) != std::string_view(hex, 16))
+      return Status::Corruption("store metadata: checksum mismatch");
+    text = text.substr(0, line);
+  }
+  std::map<std::string, std::string> kv;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    if (nl == std::string_view::npos) nl = text.size();
+    std::string_view line = text.substr(pos, nl - pos);
+    pos = nl + 1;
+    if (line.empty()) continue;
+    size_t eq = line.find('=');
+    if (eq == std::string_view::npos) return Status::Corruption("store metadata: line without '='");
+    kv[std::string(line.substr(0, eq))] = Unescape(line.substr(eq + 1));
+  }
+  auto need = [&](const std::string& k) -> Result<std::string> {
+    auto it = kv.find(k);
+    if (it == kv.end()) return Status::Corruption("store metadata: missing '" + k + "'");
+    return it->second;
+  };
+  auto need_u64 = [&](const std::string& k, uint64_t max) -> Result<uint64_t> {
+    PS_ASSIGN_OR_RETURN(std::string s, need(k));
+    uint64_t v;
+    if (!ParseU64(s, &v) || v > max) return Status::Corruption("store metadata: bad '" + k + "'");
+    return v;
+  };
+  auto need_f64 = [&](const std::string& k) -> Result<double> {
+    PS_ASSIGN_OR_RETURN(std::string s, need(k));
+    double v;
+    if (!ParseDouble(s, &v)) return Status::Corruption("store metadata: bad '" + k + "'");
+    return v;
+  };
+  StoreMeta m;
+  PS_ASSIGN_OR_RETURN(uint64_t fv, need_u64("patchstore_format", 0xffff));
+  if (fv != kFormatVersion)
+    return Status::Corruption("unsupported store format version " + std::to_string(fv));
+  m.format_version = static_cast<uint16_t>(fv);
+  PS_ASSIGN_OR_RETURN(m.tool_version, need("tool_version"));
+  PS_ASSIGN_OR_RETURN(m.kind, need("kind"));
+  if (m.kind != "frames" && m.kind != "volumes")
+    return Status::Corruption("store metadata: unknown kind '" + m.kind + "'");
+  PS_ASSIGN_OR_RETURN(uint64_t sealed, need_u64("sealed", 1));
+  m.sealed = sealed == 1;
+  PS_ASSIGN_OR_RETURN(m.sample_count, need_u64("sample_count", std::numeric_limits<uint64_t>::max()));
+  PS_ASSIGN_OR_RETURN(uint64_t nf, need_u64("field_count", kAuxFieldBase - 1));
+  for (uint64_t i = 0; i < nf; ++i) {
+    const std::string p = "field." + std::to_string(i) + ".";
+    FieldMeta f;
+    PS_ASSIGN_OR_RETURN(f.name, need(p + "name"));
+    if (f.name.empty()) return Status::Corruption("store metadata: empty field name");
+    for (const FieldMeta& g : m.fields)
+      if (g.name == f.name) return Status::Corruption("store metadata: duplicate field '" + f.name + "'");
+    PS_ASSIGN_OR_RETURN(uint64_t ch, need_u64(p + "channels", 1 << 16));
+    f.channels = static_cast<uint32_t>(ch);
+    PS_ASSIGN_OR_RETURN(uint64_t lay, need_u64(p + "layout", 255));
+    if (!ValidLayout(static_cast<uint8_t>(lay))) return Status::Corruption("store metadata: bad layout");
+    f.layout = static_cast<Layout>(lay);
+    PS_ASSIGN_OR_RETURN(uint64_t st, need_u64(p + "source_type", 255));
+    if (!ValidSource(static_cast<uint8_t>(st))) return Status::Corruption("store metadata: bad source type");
+    f.source_type = static_cast<SourceType>(st);
+    PS_ASSIGN_OR_RETURN(uint64_t nk, need_u64(p + "norm.kind", 255));
+    if (!ValidNorm(static_cast<uint8_t>(nk))) return Status::Corruption("store metadata: bad norm");
+    f.norm.kind = static_cast<NormKind>(nk);
+    PS_ASSIGN_OR_RETURN(f.norm.scale, need_f64(p + "norm.scale"));
+    PS_ASSIGN_OR_RETURN(f.norm.offset, need_f64(p + "norm.offset"));
+    PS_ASSIGN_OR_RETURN(uint64_t cl, need_u64(p + "norm.clamp", 1));
+    f.norm.clamp = cl == 1;
+    PS_ASSIGN_OR_RETURN(f.norm.clamp_lo, need_f64(p + "norm.clamp_lo"));
+    PS_ASSIGN_OR_RETURN(f.norm.clamp_hi, need_f64(p + "norm.clamp_hi"));
+    PS_ASSIGN_OR_RETURN(f.channel_names, need(p + "channel_names"));
+    PS_ASSIGN_OR_RETURN(uint64_t im, need_u64(p + "is_mask", 1));
+    f.is_mask = im == 1;
+    PS_ASSIGN_OR_RETURN(uint64_t hs, need_u64(p + "has_sat", 1));
+    f.has_sat = hs == 1;
+    PS_ASSIGN_OR_RETURN(f.source_format, need(p + "source_format"));
+    m.fields.push_back(std::move(f));
+  }
+  for (const auto& [k, v] : kv)
+    if (k.rfind("attr.", 0) == 0) m.attributes[k.substr(5)] = v;
+  return m;
+}
+
+Result<Normalization> ParseNormalization(std::string_view spec, double maxval) {
+  Normalization n;
+  std::string_view base = spec, clamp;
+  size_t plus = spec.find('+');
+  if (plus != std::string_view::npos) {
+    base = spec.substr(0, plus);
+    clamp = spec.substr(plus + 1);
+  } else if (spec.rfind("clamp:", 0) == 0) {
+    base = "none";
+    clamp = spec;
+  }
+  auto two = [](std::string_view s, double* a, double* b) {
+    size_t c = s.find(',');
+    return c != std::string_view::npos && ParseDouble(s.substr(0, c), a) && ParseDouble(s.substr(c + 1), b);
+  };
+  if (base == "none") {
+    n.kind = NormKind::kNone;
+  } else if (base == "symmetric") {
+    n.kind = NormKind::kSymmetric;
+    n.scale = maxval;
+  } else if (base == "unit") {
+    n.kind = NormKind::kUnit;
+    n.scale = maxval;
+  } else if (base == "binary") {
+    n.kind = NormKind::kBinary;
+  } else if (base.rfind("affine:", 0) == 0) {
+    n.kind = NormKind::kAffine;
+    if (!two(base.substr(7), &n.scale, &n.offset) || !std::isfinite(n.scale) || !std::isfinite(n.offset))
+      return Status::InvalidArgument("normalisation 'affine:SCALE,OFFSET' needs two finite numbers, got '" +
+                                     std::string(spec) + "'");
+  } else {
+    return Status::InvalidArgument("unknown normalisation '" + std::string(spec) +
+                                   "' (expected none, symmetric, unit, binary or affine:SCALE,OFFSET, "
+                                   "optionally +clamp:LO,HI)");
+  }
+  if (!clamp.empty()) {
+    if (clamp.rfind("clamp:", 0) != 0 || !two(clamp.substr(6), &n.clamp_lo, &n.clamp_hi) ||
+        !(n.clamp_lo <= n.clamp_hi))
+      return Status::InvalidArgument("clamp must read 'clamp:LO,HI' with LO <= HI, got '" + std::string(spec) + "'");
+    n.clamp = true;
+  }
+  if ((n.kind == NormKind::kSymmetric || n.kind == NormKind::kUnit) && !(maxval > 0))
+    return Status::InvalidArgument("normalisation '" + std::string(base) + "' needs an integer source");
+  return n;
+}
+
+}  // namespace patchstore

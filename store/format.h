@@ -1,0 +1,184 @@
+// patchstore/store/format.h — the bytes of a record and of the store metadata.
+//
+// This header is the executable form of store/FORMAT.md. It knows bytes, not
+// images: a record is a fixed 112-byte header followed by a float32 payload.
+// Everything here is pure (no LMDB, no I/O) so it can be unit-tested and
+// fuzzed on arbitrary bytes.
+//
+// Thread-safety: all functions are reentrant.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "store/status.h"
+
+namespace patchstore {
+
+inline constexpr uint16_t kFormatVersion = 1;
+inline constexpr size_t kRecordHeaderSize = 112;
+// Every record value is at least this long (zero padding after the payload)
+// so that LMDB stores it on its own overflow pages, whose data start at a
+// fixed offset from a page boundary; this is what makes payloads aligned.
+inline constexpr size_t kMinRecordSize = 4096;
+// Payload pointers are guaranteed (and checked) to be aligned to this.
+inline constexpr size_t kPayloadAlignment = 16;
+inline constexpr int kMaxRank = 4;
+// Hard limit on one record's payload, checked before any allocation:
+// 2^36 bytes = 64 GiB.
+inline constexpr uint64_t kMaxPayloadBytes = uint64_t{1} << 36;
+
+enum class DType : uint8_t { kFloat32 = 1, kUInt32 = 2 };
+// The element size in bytes, or 0 for an unknown dtype.
+size_t DTypeSize(DType t);
+
+enum class Layout : uint8_t {
+  kCHW = 1,  // an image: channels, height, width
+  kSHW = 2,  // a volume: slices, height, width
+  kSAT = 3,  // a summed-area table of a mask: (planes, H+1, W+1) uint32
+};
+
+// The type a value had in its source file, before conversion to float32.
+enum class SourceType : uint8_t {
+  kUnknown = 0, kUInt8 = 1, kUInt16 = 2, kFloat16 = 3, kFloat32 = 4,
+  kInt16 = 5, kFloat64 = 6, kInt8 = 7, kUInt32 = 8, kInt32 = 9,
+  kInt64 = 10, kUInt64 = 11,
+};
+const char* SourceTypeName(SourceType t);
+
+// How source values were mapped to stored float32 values. With `maxval` the
+// largest value of the source integer type (255, 65535):
+//   kNone:      v = x
+//   kSymmetric: v = float(x) / maxval * 2 - 1     (float32 arithmetic, as
+//               `img.astype(np.float32) / 255 * 2 - 1` computes it)
+//   kUnit:      v = float(x) / maxval
+//   kAffine:    v = float(x) * scale + offset
+//   kBinary:    v = (x != 0) ? 1 : 0               (masks)
+// then, when `clamp` is set, v = min(max(v, clamp_lo), clamp_hi).
+enum class NormKind : uint8_t { kNone = 0, kSymmetric = 1, kUnit = 2, kAffine = 3, kBinary = 4 };
+const char* NormKindName(NormKind k);
+
+struct Normalization {
+  NormKind kind = NormKind::kNone;
+  double scale = 1.0;   // kAffine: multiplier; kSymmetric/kUnit: maxval
+  double offset = 0.0;  // kAffine only
+  bool clamp = false;
+  double clamp_lo = 0.0;
+  double clamp_hi = 0.0;
+
+  // Applies the mapping to one source value (as double) in float32.
+  float Apply(double x) const;
+  // "none", "symmetric/255", "unit/65535", "affine(s,o)", "binary",
+  // each optionally followed by " clamp[lo,hi]".
+  std::string ToString() const;
+  bool operator==(const Normalization& o) const;
+};
+
+// The decoded, validated header of one record.
+struct RecordHeader {
+  uint16_t version = kFormatVersion;
+  DType dtype = DType::kFloat32;
+  Layout layout = Layout::kCHW;
+  SourceType source_type = SourceType::kUnknown;
+  uint8_t rank = 3;
+  std::array<uint64_t, kMaxRank> shape{};  // dims beyond rank are 0
+  uint64_t payload_bytes = 0;              // product(shape) * DTypeSize(dtype)
+  uint64_t body_bytes = 0;                 // payload + zero padding
+  Normalization norm;
+  uint64_t body_checksum = 0;              // XXH3-64 of the body
+
+  uint64_t elements() const;
+  // Byte length of the whole record value: header + body.
+  uint64_t record_bytes() const { return kRecordHeaderSize + body_bytes; }
+};
+
+// Returns the body size (payload + padding) for a payload of `payload_bytes`
+// so that the record is at least kMinRecordSize long and a multiple of 16.
+uint64_t BodyBytesFor(uint64_t payload_bytes);
+
+// Fills `header.payload_bytes` and `header.body_bytes` from shape and dtype
+// and checks the limits. Call before EncodeRecordHeader.
+Status FinalizeHeader(RecordHeader* header);
+
+// Writes the 112-byte header (with its own checksum) to `out`.
+// REQUIRES: FinalizeHeader(header) succeeded and body_checksum is set.
+void EncodeRecordHeader(const RecordHeader& header, uint8_t* out);
+
+// Parses and validates a record value of `size` bytes at `data`. Trusts
+// nothing: checks magic, version, header checksum, dtype, rank, every
+// dimension, size arithmetic against overflow and that header + body equals
+// `size` exactly. Does not check the body checksum (see VerifyRecordBody),
+// so it is O(1). Returns Corruption on any mismatch.
+Result<RecordHeader> ParseRecordHeader(const void* data, size_t size);
+
+// Recomputes the body checksum and checks that the padding is zero.
+Status VerifyRecordBody(const RecordHeader& header, const void* record_data);
+
+// XXH3-64 of `size` bytes.
+uint64_t Checksum64(const void* data, size_t size);
+
+// ---------------------------------------------------------------------------
+// Keys.
+
+// records: 8-byte big-endian sample index then 2-byte big-endian field index.
+inline constexpr size_t kRecordKeySize = 10;
+std::array<uint8_t, kRecordKeySize> RecordKey(uint64_t sample, uint16_t field);
+bool DecodeRecordKey(const void* data, size_t size, uint64_t* sample, uint16_t* field);
+// ids: 8-byte big-endian sample index.
+std::array<uint8_t, 8> IndexKey(uint64_t sample);
+bool DecodeIndexKey(const void* data, size_t size, uint64_t* sample);
+
+// ids values: the id bytes followed by 8 bytes, the little-endian XXH3-64 of
+// (8-byte index key || id), so that a damaged id is detected.
+std::string EncodeIdValue(uint64_t sample, std::string_view id);
+// Returns the id (a view into `data`) or Corruption.
+Result<std::string_view> DecodeIdValue(uint64_t sample, const void* data, size_t size);
+
+// Field slots at or above this index hold auxiliary records (summed-area
+// tables) of field `slot - kAuxFieldBase`.
+inline constexpr uint16_t kAuxFieldBase = 0x8000;
+
+// ---------------------------------------------------------------------------
+// Store metadata: the record "store" in the `meta` database, UTF-8 text of
+// `key=value` lines (see FORMAT.md).
+
+struct FieldMeta {
+  std::string name;
+  uint32_t channels = 0;        // C for images; 1 for volume fields
+  Layout layout = Layout::kCHW;
+  SourceType source_type = SourceType::kUnknown;
+  Normalization norm;
+  std::string channel_names;    // comma-separated, e.g. "R,G,B" or "Z"
+  bool is_mask = false;
+  bool has_sat = false;         // summed-area table records exist
+  std::string source_format;    // "png", "exr", "hdf5", ...
+};
+
+struct StoreMeta {
+  uint16_t format_version = kFormatVersion;
+  std::string tool_version;
+  std::string kind = "frames";  // "frames" (images) or "volumes"
+  bool sealed = false;
+  uint64_t sample_count = 0;
+  std::vector<FieldMeta> fields;
+  // Free-form ingest settings, e.g. {"command": "...", "mask_valid": "nonzero"}.
+  std::map<std::string, std::string> attributes;
+
+  // Index of the field named `name`, or -1.
+  int FieldIndex(std::string_view name) const;
+  std::string Encode() const;
+  static Result<StoreMeta> Decode(std::string_view text);
+};
+
+// Parses a normalisation spec as the command line takes it:
+//   "none" | "symmetric" | "unit" | "binary" | "affine:SCALE,OFFSET"
+// optionally followed by "+clamp:LO,HI" ("clamp:LO,HI" alone means none+clamp).
+// `maxval` fills scale for symmetric/unit.
+Result<Normalization> ParseNormalization(std::string_view spec, double maxval);
+
+}  // namespace patchstore

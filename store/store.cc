@@ -1,0 +1,480 @@
+#include "store/store.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+namespace patchstore {
+namespace {
+
+constexpr unsigned kMaxReaders = 1024;  // fixed by the first opener; keep it large
+constexpr unsigned kMaxDbs = 8;
+constexpr char kMetaKey[] = "store";
+
+MDB_val Val(const void* p, size_t n) { return MDB_val{n, const_cast<void*>(p)}; }
+
+bool IsPermissionError(int rc) { return rc == EACCES || rc == EROFS || rc == EPERM; }
+
+// Checks that data.mdb holds every page LMDB believes it has, so no access
+// can run past the end of the file (which would raise SIGBUS).
+Status CheckFileSize(MDB_env* env, const std::string& path) {
+  MDB_envinfo info;
+  MDB_stat st;
+  int rc = mdb_env_info(env, &info);
+  if (rc == 0) rc = mdb_env_stat(env, &st);
+  if (rc != 0) return LmdbError("reading environment info of", path, rc);
+  struct stat sb;
+  const std::string data = path + "/data.mdb";
+  if (::stat(data.c_str(), &sb) != 0) return Status::FromErrno("stat '" + data + "'", errno);
+  const uint64_t need = (static_cast<uint64_t>(info.me_last_pgno) + 1) * st.ms_psize;
+  if (static_cast<uint64_t>(sb.st_size) < need)
+    return Status::Corruption("opening store '" + path + "': data.mdb is truncated (" +
+                              std::to_string(sb.st_size) + " bytes, LMDB needs " + std::to_string(need) + ")");
+  return Status::OK();
+}
+
+Status OpenDbis(Env* env, MDB_txn* txn, unsigned flags) {
+  struct {
+    const char* name;
+    MDB_dbi* dbi;
+  } dbs[] = {{"meta", &env->meta_dbi}, {"ids", &env->ids_dbi}, {"records", &env->records_dbi}};
+  for (auto& d : dbs) {
+    int rc = mdb_dbi_open(txn, d.name, flags, d.dbi);
+    if (rc == MDB_NOTFOUND)
+      return Status::NotFound("opening store '" + env->path() + "': no '" + d.name +
+                              "' database (not a patchstore store?)");
+    if (rc != 0) return LmdbError(std::string("opening database '") + d.name + "' of", env->path(), rc);
+  }
+  return Status::OK();
+}
+
+Result<StoreMeta> ReadMeta(MDB_txn* txn, MDB_dbi dbi, const std::string& path) {
+  MDB_val k = Val(kMetaKey, sizeof(kMetaKey) - 1), v;
+  int rc = mdb_get(txn, dbi, &k, &v);
+  if (rc == MDB_NOTFOUND) return Status::Corruption("opening store '" + path + "': metadata record missing");
+  if (rc != 0) return LmdbError("reading metadata of", path, rc);
+  auto meta = StoreMeta::Decode(std::string_view(static_cast<const char*>(v.mv_data), v.mv_size));
+  if (!meta.ok()) return meta.status().WithContext("opening store '" + path + "'");
+  return meta;
+}
+
+}  // namespace
+
+const char* ToolVersion() { return "0.1.0"; }
+
+Status LmdbError(const std::string& what, const std::string& path, int rc) {
+  std::string msg = what + " '" + path + "': " + mdb_strerror(rc);
+  if (rc == ENOENT) return Status::NotFound(msg);
+  if (rc == MDB_CORRUPTED || rc == MDB_INVALID || rc == MDB_PAGE_NOTFOUND || rc == MDB_VERSION_MISMATCH)
+    return Status::Corruption(msg);
+  return Status::IOError(msg);
+}
+
+Env::~Env() {
+  // Never touch LMDB in a forked child: closing would release the parent's
+  // lock-table state. The child leaks the handle instead (the OS reclaims it).
+  if (env_ != nullptr && InOpeningProcess()) mdb_env_close(env_);
+}
+
+bool Env::InOpeningProcess() const { return ::getpid() == pid_; }
+
+// ---------------------------------------------------------------------------
+// Snapshot
+
+Result<std::shared_ptr<Env>> OpenReadEnv(const std::string& path, bool no_lock) {
+  auto env = std::shared_ptr<Env>(new Env());
+  env->path_ = path;
+  env->read_only_ = true;
+  env->no_lock_ = no_lock;
+  env->pid_ = ::getpid();
+  int rc = mdb_env_create(&env->env_);
+  if (rc != 0) return LmdbError("creating environment for", path, rc);
+  mdb_env_set_maxdbs(env->env_, kMaxDbs);
+  mdb_env_set_maxreaders(env->env_, kMaxReaders);
+  unsigned flags = MDB_RDONLY | MDB_NOTLS | (no_lock ? MDB_NOLOCK : 0);
+  rc = mdb_env_open(env->env_, path.c_str(), flags, 0644);
+  if (rc != 0) {
+    mdb_env_close(env->env_);
+    env->env_ = nullptr;
+    if (IsPermissionError(rc) && !no_lock) return Status(Code::kIOError, "EACCES");  // caller retries
+    return LmdbError("opening store", path, rc);
+  }
+  PS_RETURN_IF_ERROR(CheckFileSize(env->env_, path));
+  return env;
+}
+
+Result<std::shared_ptr<Snapshot>> Snapshot::Open(const std::string& path, const SnapshotOptions& options) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(path, ec))
+    return Status::NotFound("opening store '" + path + "': no such directory");
+  if (!std::filesystem::exists(path + "/data.mdb", ec))
+    return Status::NotFound("opening store '" + path + "': no data.mdb (not a patchstore store?)");
+
+  bool no_lock = options.force_no_lock;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    auto env_r = OpenReadEnv(path, no_lock);
+    if (!env_r.ok()) {
+      if (!no_lock && options.auto_no_lock && env_r.status().message() == "EACCES") {
+        no_lock = true;  // read-only directory or lock file: read without the lock table
+        continue;
+      }
+      if (env_r.status().message() == "EACCES")
+        return Status::IOError("opening store '" + path + "': permission denied on lock.mdb");
+      return env_r.status();
+    }
+    auto snap = std::shared_ptr<Snapshot>(new Snapshot());
+    snap->env_ = std::move(env_r).value();
+    Env* env = snap->env_.get();
+    if (!no_lock) {
+      int dead = 0;
+      mdb_reader_check(env->raw(), &dead);  // clear slots of killed readers
+    }
+    int rc = mdb_txn_begin(env->raw(), nullptr, MDB_RDONLY, &snap->txn_);
+    if (rc == MDB_MAP_RESIZED) {
+      mdb_env_set_mapsize(env->raw(), 0);
+      rc = mdb_txn_begin(env->raw(), nullptr, MDB_RDONLY, &snap->txn_);
+    }
+    if (rc == MDB_READERS_FULL)
+      return Status::IOError("opening store '" + path + "': LMDB reader table full (" +
+                             std::to_string(kMaxReaders) + " slots); too many concurrent readers");
+    if (rc != 0) return LmdbError("starting read transaction on", path, rc);
+    PS_RETURN_IF_ERROR(OpenDbis(env, snap->txn_, 0));
+    PS_ASSIGN_OR_RETURN(snap->meta_, ReadMeta(snap->txn_, env->meta_dbi, path));
+    if (snap->meta_.sealed && !no_lock && options.auto_no_lock) {
+      // A sealed store never changes: read it without the lock table so that
+      // killed readers cannot leak slots. Reopen that way.
+      no_lock = true;
+      continue;
+    }
+    MDB_stat st;
+    rc = mdb_stat(snap->txn_, env->ids_dbi, &st);
+    if (rc != 0) return LmdbError("reading ids database of", path, rc);
+    snap->id_count_ = st.ms_entries;
+    if (snap->id_count_ != snap->meta_.sample_count)
+      return Status::Corruption("opening store '" + path + "': metadata says " +
+                                std::to_string(snap->meta_.sample_count) + " samples but the ids database holds " +
+                                std::to_string(snap->id_count_));
+    return snap;
+  }
+  return Status::Internal("opening store '" + path + "': could not settle on a lock mode");
+}
+
+Snapshot::~Snapshot() {
+  if (txn_ != nullptr && env_ && env_->InOpeningProcess()) mdb_txn_abort(txn_);
+}
+
+Status Snapshot::ForEachId(const std::function<Status(uint64_t, std::string_view)>& visit) const {
+  MDB_cursor* cur = nullptr;
+  int rc = mdb_cursor_open(txn_, env_->ids_dbi, &cur);
+  if (rc != 0) return LmdbError("reading ids of", path(), rc);
+  MDB_val k, v;
+  Status st;
+  for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    uint64_t idx;
+    if (!DecodeIndexKey(k.mv_data, k.mv_size, &idx)) {
+      st = Status::Corruption("reading ids of '" + path() + "': malformed key");
+      break;
+    }
+    auto id = DecodeIdValue(idx, v.mv_data, v.mv_size);
+    if (!id.ok()) {
+      st = id.status().WithContext("reading ids of '" + path() + "'");
+      break;
+    }
+    st = visit(idx, *id);
+    if (!st.ok()) break;
+  }
+  mdb_cursor_close(cur);
+  if (!st.ok()) return st;
+  if (rc != MDB_NOTFOUND) return LmdbError("reading ids of", path(), rc);
+  return Status::OK();
+}
+
+Status Snapshot::ForEachRecord(
+    const std::function<Status(uint64_t, uint16_t, const uint8_t*, size_t)>& visit) const {
+  MDB_cursor* cur = nullptr;
+  int rc = mdb_cursor_open(txn_, env_->records_dbi, &cur);
+  if (rc != 0) return LmdbError("reading records of", path(), rc);
+  MDB_val k, v;
+  Status st;
+  for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    uint64_t idx;
+    uint16_t field;
+    if (!DecodeRecordKey(k.mv_data, k.mv_size, &idx, &field)) {
+      st = Status::Corruption("reading records of '" + path() + "': malformed key");
+      break;
+    }
+    st = visit(idx, field, static_cast<const uint8_t*>(v.mv_data), v.mv_size);
+    if (!st.ok()) break;
+  }
+  mdb_cursor_close(cur);
+  if (!st.ok()) return st;
+  if (rc != MDB_NOTFOUND) return LmdbError("reading records of", path(), rc);
+  return Status::OK();
+}
+
+Result<std::string_view> Snapshot::GetRecord(uint64_t sample, uint16_t field) const {
+  auto key = RecordKey(sample, field);
+  MDB_val k = Val(key.data(), key.size()), v;
+  int rc = mdb_get(txn_, env_->records_dbi, &k, &v);
+  if (rc == MDB_NOTFOUND) return Status::NotFound("record not found");
+  if (rc != 0) return LmdbError("reading record of", path(), rc);
+  return std::string_view(static_cast<const char*>(v.mv_data), v.mv_size);
+}
+
+// ---------------------------------------------------------------------------
+// Writer
+
+Result<std::unique_ptr<Writer>> Writer::Open(const std::string& path, const WriterOptions& options) {
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  if (ec) return Status::IOError("creating store directory '" + path + "': " + ec.message());
+
+  // One writer per store: an advisory lock that dies with the process.
+  const std::string lock_path = path + "/ingest.lock";
+  int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd < 0) return Status::FromErrno("opening '" + lock_path + "'", errno);
+  if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    int err = errno;
+    ::close(lock_fd);
+    if (err == EWOULDBLOCK)
+      return Status::IOError("opening store '" + path + "' for writing: another process is writing to it");
+    return Status::FromErrno("locking '" + lock_path + "'", err);
+  }
+
+  auto w = std::unique_ptr<Writer>(new Writer());
+  w->lock_fd_ = lock_fd;  // held (locked) for the writer's life
+  auto env = std::shared_ptr<Env>(new Env());
+  env->path_ = path;
+  env->read_only_ = false;
+  env->pid_ = ::getpid();
+  int rc = mdb_env_create(&env->env_);
+  if (rc != 0) return LmdbError("creating environment for", path, rc);
+  mdb_env_set_maxdbs(env->env_, kMaxDbs);
+  mdb_env_set_maxreaders(env->env_, kMaxReaders);
+  mdb_env_set_mapsize(env->env_, options.initial_map_size);
+  unsigned flags = MDB_NOTLS | (options.durable ? 0 : MDB_NOSYNC);
+  rc = mdb_env_open(env->env_, path.c_str(), flags, 0644);
+  w->env_ = env;
+  if (rc != 0) return LmdbError("opening store for writing", path, rc);
+  PS_RETURN_IF_ERROR(CheckFileSize(env->env_, path));
+  MDB_envinfo info;
+  mdb_env_info(env->env_, &info);
+  w->map_size_ = info.me_mapsize;
+
+  MDB_txn* txn = nullptr;
+  rc = mdb_txn_begin(env->env_, nullptr, 0, &txn);
+  if (rc != 0) return LmdbError("starting write transaction on", path, rc);
+  Status st = OpenDbis(env.get(), txn, MDB_CREATE);
+  if (st.ok()) {
+    MDB_val k = Val(kMetaKey, sizeof(kMetaKey) - 1), v;
+    rc = mdb_get(txn, env->meta_dbi, &k, &v);
+    if (rc == MDB_NOTFOUND) {
+      w->meta_.kind = options.kind;
+      w->meta_.tool_version = ToolVersion();
+    } else if (rc != 0) {
+      st = LmdbError("reading metadata of", path, rc);
+    } else {
+      auto meta = ReadMeta(txn, env->meta_dbi, path);
+      if (!meta.ok()) {
+        st = meta.status();
+      } else {
+        w->meta_ = std::move(meta).value();
+        if (w->meta_.kind != options.kind)
+          st = Status::InvalidArgument("opening store '" + path + "' for writing: it holds " + w->meta_.kind +
+                                       ", not " + options.kind);
+      }
+    }
+  }
+  if (st.ok()) {
+    MDB_cursor* cur = nullptr;
+    rc = mdb_cursor_open(txn, env->ids_dbi, &cur);
+    MDB_val k, v;
+    uint64_t n = 0;
+    for (rc = rc ? rc : mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+      uint64_t idx = 0;
+      if (!DecodeIndexKey(k.mv_data, k.mv_size, &idx)) {
+        st = Status::Corruption("opening store '" + path + "' for writing: malformed id key");
+        break;
+      }
+      auto id = DecodeIdValue(idx, v.mv_data, v.mv_size);
+      if (!id.ok()) {
+        st = id.status().WithContext("opening store '" + path + "' for writing");
+        break;
+      }
+      w->ids_.emplace(*id);
+      ++n;
+    }
+    if (cur) mdb_cursor_close(cur);
+    if (!st.ok()) {
+    } else if (rc != MDB_NOTFOUND) st = LmdbError("reading ids of", path, rc);
+    else if (n != w->meta_.sample_count)
+      st = Status::Corruption("opening store '" + path + "' for writing: metadata says " +
+                              std::to_string(w->meta_.sample_count) + " samples but the ids database holds " +
+                              std::to_string(n));
+  }
+  if (!st.ok()) {
+    mdb_txn_abort(txn);
+    return st;
+  }
+  rc = mdb_txn_commit(txn);  // persists the created databases
+  if (rc != 0) return LmdbError("creating databases in", path, rc);
+  return w;
+}
+
+Writer::~Writer() {
+  env_.reset();
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+}
+
+Result<uint16_t> Writer::EnsureField(const FieldMeta& field) {
+  int i = meta_.FieldIndex(field.name);
+  if (i >= 0) {
+    const FieldMeta& f = meta_.fields[i];
+    if (f.channels != field.channels)
+      return Status::InvalidArgument("field '" + field.name + "' has " + std::to_string(f.channels) +
+                                     " channels in the store but " + std::to_string(field.channels) + " here");
+    if (f.layout != field.layout)
+      return Status::InvalidArgument("field '" + field.name + "' has another layout in the store");
+    return static_cast<uint16_t>(i);
+  }
+  if (field.name.empty()) return Status::InvalidArgument("empty field name");
+  if (meta_.fields.size() + 1 >= kAuxFieldBase) return Status::InvalidArgument("too many fields");
+  meta_.fields.push_back(field);
+  return static_cast<uint16_t>(meta_.fields.size() - 1);
+}
+
+Status Writer::Grow() {
+  uint64_t next = map_size_ * 2;
+  int rc = mdb_env_set_mapsize(env_->raw(), next);
+  if (rc != 0) return LmdbError("growing the map of", env_->path(), rc);
+  MDB_envinfo info;
+  mdb_env_info(env_->raw(), &info);
+  map_size_ = info.me_mapsize;
+  return Status::OK();
+}
+
+Status Writer::TryWrite(const std::vector<SampleInput>& samples, bool* map_full) {
+  *map_full = false;
+  const std::string& path = env_->path();
+  MDB_txn* txn = nullptr;
+  int rc = mdb_txn_begin(env_->raw(), nullptr, 0, &txn);
+  if (rc != 0) return LmdbError("starting write transaction on", path, rc);
+  auto fail = [&](Status st) {
+    mdb_txn_abort(txn);
+    return st;
+  };
+  auto lmdb_fail = [&](const std::string& what, int code) {
+    if (code == MDB_MAP_FULL) {
+      *map_full = true;
+      return fail(Status::IOError("map full"));
+    }
+    return fail(LmdbError(what, path, code));
+  };
+
+  // Guard against a second writer that slipped past the lock (e.g. a copy of
+  // the store written elsewhere): the stored count must be ours.
+  {
+    MDB_val k = Val(kMetaKey, sizeof(kMetaKey) - 1), v;
+    rc = mdb_get(txn, env_->meta_dbi, &k, &v);
+    if (rc == 0) {
+      auto stored = StoreMeta::Decode(std::string_view(static_cast<const char*>(v.mv_data), v.mv_size));
+      if (stored.ok() && stored->sample_count != meta_.sample_count)
+        return fail(Status::Aborted("writing to '" + path + "': the store was changed by another writer"));
+    }
+  }
+
+  StoreMeta next = meta_;
+  next.sealed = false;
+  uint64_t index = meta_.sample_count;
+  std::unordered_set<std::string> batch_ids;
+  for (const SampleInput& s : samples) {
+    if (ids_.count(s.id) || !batch_ids.insert(s.id).second)
+      return fail(Status::AlreadyExists("writing sample '" + s.id + "' to '" + path + "': id already present"));
+    auto ikey = IndexKey(index);
+    const std::string idval = EncodeIdValue(index, s.id);
+    MDB_val k = Val(ikey.data(), ikey.size()), v = Val(idval.data(), idval.size());
+    rc = mdb_put(txn, env_->ids_dbi, &k, &v, MDB_NOOVERWRITE);
+    if (rc != 0) return lmdb_fail("writing id of sample '" + s.id + "' to", rc);
+    for (const RecordInput& r : s.records) {
+      RecordHeader h = r.header;
+      Status st = FinalizeHeader(&h);
+      if (!st.ok()) return fail(st.WithContext("writing sample '" + s.id + "'"));
+      auto rkey = RecordKey(index, r.field);
+      MDB_val rk = Val(rkey.data(), rkey.size());
+      MDB_val rv{h.record_bytes(), nullptr};
+      rc = mdb_put(txn, env_->records_dbi, &rk, &rv, MDB_NOOVERWRITE | MDB_RESERVE);
+      if (rc != 0) return lmdb_fail("writing sample '" + s.id + "' to", rc);
+      auto* base = static_cast<uint8_t*>(rv.mv_data);
+      uint8_t* body = base + kRecordHeaderSize;
+      if (reinterpret_cast<uintptr_t>(body) % kPayloadAlignment != 0)
+        return fail(Status::Internal("LMDB placed a record payload at an unaligned address"));
+      if (r.fill) {
+        st = r.fill(body);
+        if (!st.ok()) return fail(st.WithContext("writing sample '" + s.id + "'"));
+      } else if (r.data != nullptr) {
+        std::memcpy(body, r.data, h.payload_bytes);
+      } else {
+        return fail(Status::Internal("record without data"));
+      }
+      std::memset(body + h.payload_bytes, 0, h.body_bytes - h.payload_bytes);
+      h.body_checksum = Checksum64(body, h.body_bytes);
+      EncodeRecordHeader(h, base);
+    }
+    ++index;
+  }
+  next.sample_count = index;
+  const std::string text = next.Encode();
+  MDB_val mk = Val(kMetaKey, sizeof(kMetaKey) - 1), mv = Val(text.data(), text.size());
+  rc = mdb_put(txn, env_->meta_dbi, &mk, &mv, 0);
+  if (rc != 0) return lmdb_fail("writing metadata to", rc);
+  rc = mdb_txn_commit(txn);  // frees txn whatever the result
+  if (rc == MDB_MAP_FULL) {
+    *map_full = true;
+    return Status::IOError("map full");
+  }
+  if (rc != 0) return LmdbError("committing to", path, rc);
+  meta_ = std::move(next);
+  for (const SampleInput& s : samples) ids_.insert(s.id);
+  return Status::OK();
+}
+
+Status Writer::WriteBatch(const std::vector<SampleInput>& samples) {
+  for (int attempt = 0; attempt < 40; ++attempt) {
+    bool map_full = false;
+    Status st = TryWrite(samples, &map_full);
+    if (!map_full) return st;
+    PS_RETURN_IF_ERROR(Grow());
+  }
+  return Status::IOError("writing to '" + env_->path() + "': map could not grow enough");
+}
+
+Status Writer::CommitMeta() { return WriteBatch({}); }
+
+Status Writer::Seal() {
+  MDB_txn* txn = nullptr;
+  int rc = mdb_txn_begin(env_->raw(), nullptr, 0, &txn);
+  if (rc != 0) return LmdbError("starting write transaction on", env_->path(), rc);
+  StoreMeta next = meta_;
+  next.sealed = true;
+  const std::string text = next.Encode();
+  MDB_val mk = Val(kMetaKey, sizeof(kMetaKey) - 1), mv = Val(text.data(), text.size());
+  rc = mdb_put(txn, env_->meta_dbi, &mk, &mv, 0);
+  if (rc != 0) {
+    mdb_txn_abort(txn);
+    return LmdbError("sealing", env_->path(), rc);
+  }
+  rc = mdb_txn_commit(txn);
+  if (rc != 0) return LmdbError("sealing", env_->path(), rc);
+  rc = mdb_env_sync(env_->raw(), 1);
+  if (rc != 0) return LmdbError("syncing", env_->path(), rc);
+  meta_ = std::move(next);
+  return Status::OK();
+}
+
+}  // namespace patchstore

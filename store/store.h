@@ -1,0 +1,181 @@
+// patchstore/store/store.h — the LMDB environment: writer and read snapshots.
+//
+// A store is an LMDB environment (a directory holding data.mdb and lock.mdb)
+// with four named databases, described in store/FORMAT.md:
+//   meta     "store" -> StoreMeta text
+//   ids      8-byte big-endian sample index -> sample id bytes
+//   records  (sample index, field index) -> record (header + float32 body)
+// Sample indices are dense, 0..sample_count-1, in commit order.
+//
+// This layer knows LMDB and bytes, nothing about images. Writers are
+// single-process (LMDB allows one write transaction at a time); readers may
+// be any number of threads and processes.
+//
+// Fork: an Env or Snapshot created in one process and destroyed in a forked
+// child never calls into LMDB there (that would release the parent's reader
+// slot or unmap its memory); the child must open the store again.
+#pragma once
+
+#include <lmdb.h>
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <vector>
+
+#include "store/format.h"
+#include "store/status.h"
+
+namespace patchstore {
+
+// The version of the patchstore tool, written into the metadata.
+const char* ToolVersion();
+
+// One open LMDB environment. Created by Writer::Open or Snapshot::Open.
+class Env;
+Result<std::shared_ptr<Env>> OpenReadEnv(const std::string& path, bool no_lock);
+
+class Env {
+ public:
+  ~Env();
+  Env(const Env&) = delete;
+  Env& operator=(const Env&) = delete;
+
+  MDB_env* raw() const { return env_; }
+  const std::string& path() const { return path_; }
+  bool read_only() const { return read_only_; }
+  bool no_lock() const { return no_lock_; }
+  // True when called in the process that opened the environment.
+  bool InOpeningProcess() const;
+
+  MDB_dbi meta_dbi = 0, ids_dbi = 0, records_dbi = 0;
+
+ private:
+  friend class Writer;
+  friend class Snapshot;
+  friend Result<std::shared_ptr<Env>> OpenReadEnv(const std::string& path, bool no_lock);
+  Env() = default;
+  MDB_env* env_ = nullptr;
+  std::string path_;
+  bool read_only_ = true;
+  bool no_lock_ = false;
+  pid_t pid_ = 0;
+};
+
+// Formats an LMDB return code as a Status: "<what> '<path>': <mdb_strerror>".
+Status LmdbError(const std::string& what, const std::string& path, int rc);
+
+struct SnapshotOptions {
+  // Read without LMDB's lock table. Chosen automatically for sealed stores
+  // and for stores in read-only directories when `auto_no_lock` is set.
+  bool auto_no_lock = true;
+  bool force_no_lock = false;
+};
+
+// A consistent read-only view of the store: one LMDB read transaction.
+// Pointers returned by Get* stay valid for the life of the Snapshot; hold a
+// shared_ptr to keep them alive. Lookups are safe from many threads at once
+// (LMDB read transactions opened with MDB_NOTLS only read the map).
+class Snapshot {
+ public:
+  // Opens the store at `path` read-only and begins a read transaction.
+  // Errors: NotFound (no store there), IOError, Corruption (bad metadata, a
+  // data.mdb shorter than LMDB's own size, a sample count that disagrees
+  // with the ids database).
+  static Result<std::shared_ptr<Snapshot>> Open(const std::string& path,
+                                                const SnapshotOptions& options = {});
+  ~Snapshot();
+
+  const StoreMeta& meta() const { return meta_; }
+  const std::string& path() const { return env_->path(); }
+  bool no_lock() const { return env_->no_lock(); }
+  // Number of entries in the ids database.
+  uint64_t id_count() const { return id_count_; }
+
+  // Visits every (index, id) in index order. Stops early with the visitor's
+  // error status.
+  Status ForEachId(const std::function<Status(uint64_t, std::string_view)>& visit) const;
+  // Visits every record key with its raw value bytes (unvalidated).
+  Status ForEachRecord(
+      const std::function<Status(uint64_t sample, uint16_t field, const uint8_t* data, size_t size)>& visit)
+      const;
+  // The raw record bytes or NotFound.
+  Result<std::string_view> GetRecord(uint64_t sample, uint16_t field) const;
+
+ private:
+  Snapshot() = default;
+  std::shared_ptr<Env> env_;
+  MDB_txn* txn_ = nullptr;
+  StoreMeta meta_;
+  uint64_t id_count_ = 0;
+};
+
+// One record to write: a header (shape, layout, normalisation, source type)
+// and the payload, given either as a pointer or as a function that fills the
+// reserved space in the map (for streaming). `fill` may be called more than
+// once (when the map grows the batch is written again) and must write the
+// same bytes each time.
+struct RecordInput {
+  uint16_t field = 0;  // index into StoreMeta::fields, or kAuxFieldBase + index
+  RecordHeader header;
+  const void* data = nullptr;  // header.payload_bytes bytes, or
+  std::function<Status(void* dst)> fill;
+};
+
+struct SampleInput {
+  std::string id;
+  std::vector<RecordInput> records;
+};
+
+struct WriterOptions {
+  std::string kind = "frames";  // of a new store; must match an existing one
+  uint64_t initial_map_size = uint64_t{1} << 30;  // grows by doubling when full
+  // Commit durability: false skips fsync (fast, for tests and scratch stores).
+  bool durable = true;
+};
+
+// The single writer of a store. Not thread-safe: use from one thread.
+class Writer {
+ public:
+  // Opens (creating the directory and environment if needed) for writing.
+  static Result<std::unique_ptr<Writer>> Open(const std::string& path, const WriterOptions& options);
+  ~Writer();
+
+  const StoreMeta& meta() const { return meta_; }
+  StoreMeta& mutable_meta() { return meta_; }  // changes are written with the next commit
+  bool Contains(const std::string& id) const { return ids_.count(id) != 0; }
+  uint64_t sample_count() const { return meta_.sample_count; }
+
+  // Adds a field to the metadata (written with the next commit) and returns
+  // its index; if a field of that name exists, checks that channels and
+  // layout agree and returns its index.
+  Result<uint16_t> EnsureField(const FieldMeta& field);
+
+  // Writes the samples in one transaction and commits it: all of them become
+  // visible at once, or none. Ids already present are an error (AlreadyExists);
+  // callers skip them first (see Contains). When LMDB's map is full, grows
+  // it and writes the batch again. Unseals a sealed store in the same
+  // transaction.
+  Status WriteBatch(const std::vector<SampleInput>& samples);
+
+  // Writes the metadata alone (e.g. after EnsureField) and commits.
+  Status CommitMeta();
+  // Marks the store sealed (ingest finished) and commits.
+  Status Seal();
+
+ private:
+  Writer() = default;
+  Status TryWrite(const std::vector<SampleInput>& samples, bool* map_full);
+  Status Grow();
+  std::shared_ptr<Env> env_;
+  StoreMeta meta_;
+  std::unordered_set<std::string> ids_;
+  uint64_t map_size_ = 0;
+  int lock_fd_ = -1;
+};
+
+}  // namespace patchstore
