@@ -11,6 +11,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "cli/commands.h"
 #include "ingest/ingest.h"
 #include "reader/reader.h"
 #include "reader/verify.h"
@@ -165,6 +166,8 @@ int main(int argc, char** argv) {
       "      --field depth='{video}/render/depth/{frame}.exr'\n"
       "Running the same command again resumes: complete samples are skipped.");
 
+  auto run_hdf5 = ps::cli::RegisterIngestHdf5(ingest, &quiet);
+
   // ---- info / ls / verify
   auto* info = app.add_subcommand("info", "Describe a store: fields, shapes, samples, bytes, sealed");
   std::string info_store;
@@ -206,6 +209,8 @@ int main(int argc, char** argv) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }
+
+  if (int rc = run_hdf5(); rc >= 0) return rc;
 
   if (images->parsed()) {
     for (const std::string& f : field_specs) {

@@ -1,0 +1,20 @@
+// patchstore/cli/commands.h — subcommands defined in their own files.
+//
+// Each Register* function adds its subcommand (with options and --help text)
+// to `parent` and returns a runner that main() calls when that subcommand was
+// parsed. Runners return the process exit code (0 ok, 1 failure, 2 usage).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace patchstore::cli {
+
+using Runner = std::function<int()>;
+
+// `patchstore ingest hdf5 FILE.h5 [FILE.h5 ...] STORE --group MR ...`
+// `quiet` points at the global --quiet flag.
+Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet);
+
+}  // namespace patchstore::cli

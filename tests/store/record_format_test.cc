@@ -1,0 +1,221 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "store/format.h"
+
+namespace patchstore {
+namespace {
+
+std::vector<uint8_t> MakeRecord(std::vector<uint64_t> shape, uint32_t seed = 1) {
+  RecordHeader h;
+  h.rank = static_cast<uint8_t>(shape.size());
+  for (size_t i = 0; i < shape.size(); ++i) h.shape[i] = shape[i];
+  h.layout = Layout::kCHW;
+  h.source_type = SourceType::kUInt8;
+  h.norm.kind = NormKind::kSymmetric;
+  h.norm.scale = 255;
+  EXPECT_TRUE(FinalizeHeader(&h).ok());
+  std::vector<uint8_t> rec(h.record_bytes(), 0);
+  std::mt19937 rng(seed);
+  auto* body = reinterpret_cast<float*>(rec.data() + kRecordHeaderSize);
+  for (uint64_t i = 0; i < h.elements(); ++i) body[i] = static_cast<float>(rng() % 1000) / 7.0f;
+  h.body_checksum = Checksum64(rec.data() + kRecordHeaderSize, h.body_bytes);
+  EncodeRecordHeader(h, rec.data());
+  return rec;
+}
+
+TEST(RecordFormat, RoundTripsHeader) {
+  auto rec = MakeRecord({3, 5, 7});
+  auto h = ParseRecordHeader(rec.data(), rec.size());
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_EQ(h->rank, 3);
+  EXPECT_EQ(h->shape[0], 3u);
+  EXPECT_EQ(h->shape[1], 5u);
+  EXPECT_EQ(h->shape[2], 7u);
+  EXPECT_EQ(h->shape[3], 0u);
+  EXPECT_EQ(h->payload_bytes, 3u * 5 * 7 * 4);
+  EXPECT_EQ(h->norm.kind, NormKind::kSymmetric);
+  EXPECT_EQ(h->norm.scale, 255.0);
+  EXPECT_EQ(h->source_type, SourceType::kUInt8);
+  EXPECT_TRUE(VerifyRecordBody(*h, rec.data()).ok());
+}
+
+TEST(RecordFormat, SmallRecordsArePaddedToForceOverflowPages) {
+  auto rec = MakeRecord({1, 2, 2});
+  EXPECT_EQ(rec.size(), kMinRecordSize);
+  EXPECT_EQ(BodyBytesFor(1), kMinRecordSize - kRecordHeaderSize);
+  EXPECT_EQ(BodyBytesFor(1 << 20), uint64_t{1} << 20);
+  EXPECT_EQ(BodyBytesFor((1 << 20) + 4), (uint64_t{1} << 20) + 16);
+}
+
+TEST(RecordFormat, EveryHeaderBitFlipIsRejected) {
+  auto rec = MakeRecord({2, 9, 11});
+  int caught = 0;
+  for (size_t byte = 0; byte < kRecordHeaderSize; ++byte) {
+    for (int bit = 0; bit < 8; ++bit) {
+      auto bad = rec;
+      bad[byte] ^= static_cast<uint8_t>(1u << bit);
+      auto h = ParseRecordHeader(bad.data(), bad.size());
+      bool rejected = !h.ok() || !VerifyRecordBody(*h, bad.data()).ok();
+      EXPECT_TRUE(rejected) << "flip at byte " << byte << " bit " << bit;
+      caught += rejected;
+    }
+  }
+  EXPECT_EQ(caught, static_cast<int>(kRecordHeaderSize * 8));
+}
+
+TEST(RecordFormat, EveryBodyBitFlipIsCaughtByVerify) {
+  auto rec = MakeRecord({1, 3, 4});  // small: body is mostly padding, check it all
+  for (size_t byte = kRecordHeaderSize; byte < rec.size(); ++byte) {
+    for (int bit = 0; bit < 8; bit += 3) {
+      auto bad = rec;
+      bad[byte] ^= static_cast<uint8_t>(1u << bit);
+      auto h = ParseRecordHeader(bad.data(), bad.size());
+      ASSERT_TRUE(h.ok());  // header intact
+      EXPECT_FALSE(VerifyRecordBody(*h, bad.data()).ok()) << "flip at byte " << byte;
+    }
+  }
+}
+
+TEST(RecordFormat, WrongLengthIsRejected) {
+  auto rec = MakeRecord({3, 8, 8});
+  for (size_t len : {size_t{0}, size_t{10}, kRecordHeaderSize - 1, kRecordHeaderSize, rec.size() - 1}) {
+    auto h = ParseRecordHeader(rec.data(), len);
+    EXPECT_FALSE(h.ok()) << len;
+    EXPECT_EQ(h.status().code(), Code::kCorruption);
+  }
+  rec.push_back(0);
+  EXPECT_FALSE(ParseRecordHeader(rec.data(), rec.size()).ok());
+  EXPECT_FALSE(ParseRecordHeader(nullptr, 0).ok());
+}
+
+TEST(RecordFormat, HostileShapesDoNotOverflow) {
+  // A header whose own checksum is valid but whose shape multiplies past 2^64.
+  RecordHeader h;
+  h.rank = 4;
+  h.shape = {uint64_t{1} << 20, uint64_t{1} << 20, uint64_t{1} << 20, uint64_t{1} << 20};
+  EXPECT_FALSE(FinalizeHeader(&h).ok());
+  std::vector<uint8_t> rec(kMinRecordSize, 0);
+  h.payload_bytes = 16;
+  h.body_bytes = kMinRecordSize - kRecordHeaderSize;
+  EncodeRecordHeader(h, rec.data());
+  auto parsed = ParseRecordHeader(rec.data(), rec.size());
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_EQ(parsed.status().code(), Code::kCorruption);
+}
+
+TEST(RecordFormat, RandomBytesNeverParseAndNeverCrash) {
+  std::mt19937_64 rng(42);
+  std::vector<uint8_t> buf(8192);
+  for (int i = 0; i < 2000; ++i) {
+    size_t n = rng() % buf.size();
+    for (size_t j = 0; j < n; ++j) buf[j] = static_cast<uint8_t>(rng());
+    if (n >= 4 && (i % 2)) std::memcpy(buf.data(), "PSR1", 4);
+    EXPECT_FALSE(ParseRecordHeader(buf.data(), n).ok());
+  }
+}
+
+TEST(RecordFormat, KeysRoundTripAndSortByIndex) {
+  auto a = RecordKey(1, 2), b = RecordKey(1, 3), c = RecordKey(256, 0);
+  EXPECT_LT(std::memcmp(a.data(), b.data(), kRecordKeySize), 0);
+  EXPECT_LT(std::memcmp(b.data(), c.data(), kRecordKeySize), 0);
+  uint64_t s;
+  uint16_t f;
+  ASSERT_TRUE(DecodeRecordKey(c.data(), c.size(), &s, &f));
+  EXPECT_EQ(s, 256u);
+  EXPECT_EQ(f, 0u);
+  EXPECT_FALSE(DecodeRecordKey(c.data(), 9, &s, &f));
+}
+
+TEST(IdValue, RoundTripsAnyBytesAndDetectsDamage) {
+  std::string id("a/../b\0c\n\xff", 11);
+  std::string v = EncodeIdValue(7, id);
+  auto back = DecodeIdValue(7, v.data(), v.size());
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, id);
+  EXPECT_FALSE(DecodeIdValue(8, v.data(), v.size()).ok());  // wrong index
+  for (size_t i = 0; i < v.size(); ++i) {
+    std::string bad = v;
+    bad[i] ^= 0x10;
+    EXPECT_FALSE(DecodeIdValue(7, bad.data(), bad.size()).ok()) << i;
+  }
+}
+
+TEST(StoreMeta, RoundTripsAndDetectsDamage) {
+  StoreMeta m;
+  m.tool_version = "0.1.0";
+  m.sealed = true;
+  m.sample_count = 12;
+  FieldMeta f;
+  f.name = "rgb";
+  f.channels = 3;
+  f.norm.kind = NormKind::kSymmetric;
+  f.norm.scale = 255;
+  f.channel_names = "R,G,B";
+  f.source_format = "png";
+  m.fields.push_back(f);
+  f.name = "we=ird\nname\\";
+  f.channels = 1;
+  f.is_mask = true;
+  f.norm.clamp = true;
+  f.norm.clamp_lo = -1;
+  f.norm.clamp_hi = 0.5;
+  m.fields.push_back(f);
+  m.attributes["ingest_command"] = "patchstore ingest images x --field a=b\nline2";
+  const std::string text = m.Encode();
+  auto back = StoreMeta::Decode(text);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->Encode(), text);
+  EXPECT_EQ(back->fields[1].name, "we=ird\nname\\");
+  EXPECT_TRUE(back->fields[1].norm == f.norm);
+  EXPECT_EQ(back->attributes["ingest_command"], m.attributes["ingest_command"]);
+  for (size_t i = 0; i < text.size(); i += 7) {
+    std::string bad = text;
+    bad[i] ^= 0x01;
+    EXPECT_FALSE(StoreMeta::Decode(bad).ok()) << "flip at " << i;
+  }
+  EXPECT_FALSE(StoreMeta::Decode("").ok());
+  EXPECT_FALSE(StoreMeta::Decode(text.substr(0, text.size() - 3)).ok());
+}
+
+TEST(Normalization, MatchesTheSeedFormulaBitForBit) {
+  Normalization n;
+  n.kind = NormKind::kSymmetric;
+  n.scale = 255;
+  for (int x = 0; x <= 255; ++x) {
+    // numpy: img.astype(np.float32) / 255 * 2 - 1, all in float32
+    float expect = static_cast<float>(x) / 255.0f * 2.0f - 1.0f;
+    float got = n.Apply(x);
+    EXPECT_EQ(std::memcmp(&expect, &got, 4), 0) << x;
+  }
+  EXPECT_EQ(n.Apply(0), -1.0f);
+  EXPECT_EQ(n.Apply(255), 1.0f);
+}
+
+TEST(Normalization, ParsesSpecsAndRejectsBadOnes) {
+  auto a = ParseNormalization("affine:0.001,-1+clamp:-1,1", 0);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->kind, NormKind::kAffine);
+  EXPECT_EQ(a->scale, 0.001);
+  EXPECT_EQ(a->offset, -1);
+  EXPECT_TRUE(a->clamp);
+  EXPECT_EQ(a->Apply(5000), 1.0f);
+  EXPECT_EQ(a->Apply(-3000), -1.0f);
+  auto c = ParseNormalization("clamp:-1,1", 0);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->kind, NormKind::kNone);
+  EXPECT_EQ(c->Apply(3), 1.0f);
+  EXPECT_TRUE(std::isnan(c->Apply(NAN)));
+  EXPECT_EQ(ParseNormalization("unit", 65535)->Apply(65535), 1.0f);
+  EXPECT_EQ(ParseNormalization("binary", 0)->Apply(7), 1.0f);
+  for (const char* bad : {"", "foo", "affine:1", "affine:a,b", "clamp:1,0", "none+clamp:1", "affine:inf,0"})
+    EXPECT_FALSE(ParseNormalization(bad, 255).ok()) << bad;
+  EXPECT_FALSE(ParseNormalization("symmetric", 0).ok());  // needs an integer source
+}
+
+}  // namespace
+}  // namespace patchstore
