@@ -18,3 +18,11 @@ using Runner = std::function<int()>;
 Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet);
 
 }  // namespace patchstore::cli
+
+namespace patchstore::cli {
+
+// `patchstore bench STORE [--patch P] [--batch B] [--processes 1,2,4] ...`:
+// read throughput of random windows on the user's own store and machine.
+Runner RegisterBench(CLI::App* app, const bool* quiet);
+
+}  // namespace patchstore::cli

@@ -167,6 +167,7 @@ int main(int argc, char** argv) {
       "Running the same command again resumes: complete samples are skipped.");
 
   auto run_hdf5 = ps::cli::RegisterIngestHdf5(ingest, &quiet);
+  auto run_bench = ps::cli::RegisterBench(&app, &quiet);
 
   // ---- info / ls / verify
   auto* info = app.add_subcommand("info", "Describe a store: fields, shapes, samples, bytes, sealed");
@@ -211,6 +212,7 @@ int main(int argc, char** argv) {
   }
 
   if (int rc = run_hdf5(); rc >= 0) return rc;
+  if (int rc = run_bench(); rc >= 0) return rc;
 
   if (images->parsed()) {
     for (const std::string& f : field_specs) {
