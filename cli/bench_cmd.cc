@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <new>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -177,7 +178,7 @@ int Run(const BenchConfig& cfg0) {
     auto* counts = static_cast<Counts*>(
         mmap(nullptr, sizeof(Counts) * procs, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
     if (counts == MAP_FAILED) return 1;
-    std::memset(counts, 0, sizeof(Counts) * procs);
+    for (int p = 0; p < procs; ++p) new (&counts[p]) Counts();
     std::vector<pid_t> pids;
     for (int p = 0; p < procs; ++p) {
       pid_t pid = fork();

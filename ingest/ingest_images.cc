@@ -13,6 +13,7 @@
 #include "ingest/decode.h"
 #include "ingest/ingest.h"
 #include "ingest/sources.h"
+#include "reader/sat.h"
 #include "store/store.h"
 
 namespace patchstore {
@@ -64,6 +65,7 @@ struct FieldPlan {
 
 struct DecodedField {
   BufferPool::Buffer buffer;
+  BufferPool::Buffer sat;  // summed-area table of a mask field, as uint32
   RecordHeader header;
   FieldMeta meta;
   std::string path;
@@ -139,6 +141,14 @@ DecodedSample DecodeSample(const SampleSource& src, const std::vector<FieldPlan>
     d.meta.channel_names = img->channel_names;
     d.meta.is_mask = plans[f].is_mask;
     d.meta.source_format = img->format;
+    if (plans[f].is_mask && img->channels() == 1) {
+      // The valid-window index: (H+1) x (W+1) uint32 counts of non-zero pixels.
+      const size_t sat_n = static_cast<size_t>(H + 1) * (W + 1);
+      d.sat = pool->Acquire(sat_n);
+      static_assert(sizeof(float) == sizeof(uint32_t));
+      ComputeSat(d.buffer.data.get(), 1, H, W, reinterpret_cast<uint32_t*>(d.sat.data.get()));
+      d.meta.has_sat = true;
+    }
     out.bytes += n * sizeof(float);
     out.fields.push_back(std::move(d));
   }
@@ -242,7 +252,10 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
       summary.bytes_written += batch_bytes;
     }
     for (DecodedSample& d : batch_data)
-      for (DecodedField& f : d.fields) pool.Release(std::move(f.buffer));
+      for (DecodedField& f : d.fields) {
+        pool.Release(std::move(f.buffer));
+        pool.Release(std::move(f.sat));
+      }
     batch.clear();
     batch_data.clear();
     batch_bytes = 0;
@@ -281,7 +294,10 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
       }
     }
     if (!d.status.ok()) {
-      for (DecodedField& f : d.fields) pool.Release(std::move(f.buffer));
+      for (DecodedField& f : d.fields) {
+        pool.Release(std::move(f.buffer));
+        pool.Release(std::move(f.sat));
+      }
       if (!o.skip_errors) {
         failure = d.status;
         break;
@@ -307,7 +323,18 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
         r.field = static_cast<uint16_t>(writer->meta().FieldIndex(f.meta.name));
         r.header = f.header;
         r.data = f.buffer.data.get();
+        const uint16_t field_index = r.field;
         in.records.push_back(std::move(r));
+        if (f.sat.data) {
+          RecordInput sat;
+          sat.field = static_cast<uint16_t>(kAuxFieldBase + field_index);
+          sat.header.dtype = DType::kUInt32;
+          sat.header.layout = Layout::kSAT;
+          sat.header.rank = 3;
+          sat.header.shape = {1, f.header.shape[1] + 1, f.header.shape[2] + 1, 0};
+          sat.data = f.sat.data.get();
+          in.records.push_back(std::move(sat));
+        }
       }
       summary.bytes_decoded += d.bytes;
       batch_bytes += d.bytes;

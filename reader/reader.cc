@@ -37,9 +37,14 @@ Status Reader::Index() {
     return Status::OK();
   }));
   records_.assign(n * nf, RecordRef{});
+  aux_.assign(n * nf, RecordRef{});
   PS_RETURN_IF_ERROR(snapshot_->ForEachRecord(
       [&](uint64_t idx, uint16_t field, const uint8_t* data, size_t size) -> Status {
-        if (field >= kAuxFieldBase) return Status::OK();  // auxiliary records are indexed elsewhere
+        if (field >= kAuxFieldBase) {
+          const uint16_t base = static_cast<uint16_t>(field - kAuxFieldBase);
+          if (idx < n && base < nf) aux_[idx * nf + base] = RecordRef{data, size};
+          return Status::OK();  // stray auxiliary records are reported by verify
+        }
         if (idx >= n || field >= nf)
           return Status::Corruption("opening store '" + path_ + "': record for sample " + std::to_string(idx) +
                                     " field " + std::to_string(field) + " has no sample or field");
@@ -207,6 +212,49 @@ Status Reader::CopyPatches(const std::vector<PatchRequest>& requests, int64_t h,
     for (auto& th : pool) th.join();
   }
   return Status::OK();
+}
+
+Result<SatView> Reader::Sat(uint64_t sample, int field) const {
+  PS_ASSIGN_OR_RETURN(TensorView mask, Get(sample, field));
+  if (mask.rank != 3) return Status::InvalidArgument("mask " + Describe(sample, field) + " is not 3-dimensional");
+  const bool volume = field_layout(field) == Layout::kSHW;
+  if (!volume && mask.shape[0] != 1)
+    return Status::InvalidArgument("mask " + Describe(sample, field) + " has " + std::to_string(mask.shape[0]) +
+                                   " channels; a mask must have one");
+  const int64_t planes = mask.shape[0], H = mask.shape[1], W = mask.shape[2];
+  const size_t slot = sample * meta().fields.size() + field;
+  const RecordRef& ref = aux_[slot];
+  if (ref.data != nullptr) {
+    auto h = ParseRecordHeader(ref.data, ref.size);
+    if (!h.ok()) return h.status().WithContext("reading the mask index of " + Describe(sample, field));
+    if (h->dtype != DType::kUInt32 || h->layout != Layout::kSAT || h->rank != 3 ||
+        h->shape[0] != static_cast<uint64_t>(planes) || h->shape[1] != static_cast<uint64_t>(H + 1) ||
+        h->shape[2] != static_cast<uint64_t>(W + 1))
+      return Status::Corruption("reading the mask index of " + Describe(sample, field) +
+                                ": its shape disagrees with the mask");
+    if (reinterpret_cast<uintptr_t>(ref.data + kRecordHeaderSize) % kPayloadAlignment != 0)
+      return Status::Corruption("reading the mask index of " + Describe(sample, field) + ": unaligned");
+    SatView v;
+    v.data = reinterpret_cast<const uint32_t*>(ref.data + kRecordHeaderSize);
+    v.planes = planes;
+    v.H = H;
+    v.W = W;
+    v.owner = snapshot_;
+    return v;
+  }
+  std::lock_guard<std::mutex> lock(sat_mu_);
+  auto it = sat_cache_.find(slot);
+  if (it != sat_cache_.end()) return it->second;
+  auto buf = std::shared_ptr<uint32_t[]>(new uint32_t[static_cast<size_t>(planes * (H + 1) * (W + 1))]);
+  ComputeSat(mask.data, planes, H, W, buf.get());
+  SatView v;
+  v.data = buf.get();
+  v.planes = planes;
+  v.H = H;
+  v.W = W;
+  v.owner = buf;
+  sat_cache_.emplace(slot, v);
+  return v;
 }
 
 Status Reader::Verify(uint64_t sample, int field) const {

@@ -35,6 +35,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "reader/sat.h"
 #include "reader/tensor_view.h"
 #include "store/format.h"
 #include "store/status.h"
@@ -79,6 +80,7 @@ class Reader {
   // Fields.
   int field_count() const { return static_cast<int>(meta().fields.size()); }
   const FieldMeta& field(int f) const { return meta().fields[f]; }
+  Layout field_layout(int f) const { return meta().fields[f].layout; }
   Result<int> FieldIndex(std::string_view name) const;
 
   // The header of one record (shape, normalisation, source type).
@@ -103,6 +105,13 @@ class Reader {
   Status CopyPatches(const std::vector<PatchRequest>& requests, int64_t h, int64_t w, float* dst,
                      int num_threads = 1) const;
 
+  // The summed-area table of mask field `field` for `sample`: the one stored
+  // at ingest (zero-copy), or computed from the mask record and cached in
+  // this Reader when the store has none. One plane per image record, one
+  // per slice for volumes. Errors: as Get(); InvalidArgument when the field
+  // is not 1-channel.
+  Result<SatView> Sat(uint64_t sample, int field) const;
+
   // Recomputes the checksum of one record (VerifyRecordBody).
   Status Verify(uint64_t sample, int field) const;
 
@@ -126,6 +135,9 @@ class Reader {
   std::shared_ptr<Snapshot> snapshot_;
   std::vector<std::string_view> ids_;
   std::vector<RecordRef> records_;  // sample * field_count + field
+  std::vector<RecordRef> aux_;      // summed-area tables, same indexing
+  mutable std::mutex sat_mu_;
+  mutable std::unordered_map<uint64_t, SatView> sat_cache_;  // computed tables
   std::unique_ptr<std::atomic<uint8_t>[]> verified_;  // with verify_checksums
   mutable std::once_flag find_once_;
   mutable std::unordered_map<std::string_view, uint64_t> find_;

@@ -1,0 +1,304 @@
+#include "reader/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <thread>
+
+namespace patchstore {
+namespace {
+
+// SplitMix64 finaliser: a strong 64-bit mix, used as a counter-based
+// generator so every draw is a pure function of its coordinates.
+uint64_t Mix(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+uint64_t Hash(uint64_t a, uint64_t b, uint64_t c = 0, uint64_t d = 0, uint64_t e = 0) {
+  uint64_t h = Mix(a);
+  h = Mix(h ^ b);
+  h = Mix(h ^ c);
+  h = Mix(h ^ d);
+  return Mix(h ^ e);
+}
+
+// Uniform integer in [0, n) from a 64-bit hash (Lemire's multiply-shift; the
+// bias is below 2^-32 for any n used here).
+uint64_t Below(uint64_t h, uint64_t n) { return static_cast<uint64_t>((static_cast<__uint128_t>(h) * n) >> 64); }
+
+double Unit(uint64_t h) { return static_cast<double>(h >> 11) * 0x1.0p-53; }
+
+// Copies one P x P window of C channels from `src` (row stride `W` floats,
+// plane stride `plane` floats) into `dst`, applying flips then rotation.
+void CopyTransformed(const float* src, int64_t C, int64_t plane, int64_t W, int64_t P, uint8_t flip, uint8_t rot,
+                     float* dst) {
+  const bool fv = flip & 1, fh = flip & 2;
+  for (int64_t c = 0; c < C; ++c) {
+    const float* s = src + c * plane;
+    float* d = dst + c * P * P;
+    if (rot == 0 && !fh) {
+      for (int64_t i = 0; i < P; ++i) std::memcpy(d + i * P, s + (fv ? P - 1 - i : i) * W, P * sizeof(float));
+      continue;
+    }
+    // Walk the source row by row (contiguous reads) and scatter into the
+    // output. f = flipped window: f[a][b] = s[fv ? P-1-a : a][fh ? P-1-b : b].
+    // out = rot90(f, rot): k=1: out[i][j] = f[j][P-1-i]  ->  f[a][b] lands at out[P-1-b][a]
+    //                      k=2: out[i][j] = f[P-1-i][P-1-j] -> out[P-1-a][P-1-b]
+    //                      k=3: out[i][j] = f[P-1-j][i]    ->  out[b][P-1-a]
+    for (int64_t a = 0; a < P; ++a) {
+      const float* row = s + (fv ? P - 1 - a : a) * W;
+      for (int64_t b = 0; b < P; ++b) {
+        const float v = row[fh ? P - 1 - b : b];
+        int64_t i, j;
+        switch (rot) {
+          case 0: i = a; j = b; break;
+          case 1: i = P - 1 - b; j = a; break;
+          case 2: i = P - 1 - a; j = P - 1 - b; break;
+          default: i = b; j = P - 1 - a; break;
+        }
+        d[i * P + j] = v;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool PatchSampler::WindowSet::Draw(uint64_t r, int64_t* y, int64_t* x) const {
+  if (total == 0) return false;
+  // The last run whose start is <= r.
+  auto it = std::upper_bound(runs.begin(), runs.end(), r, [](uint64_t v, const Run& run) { return v < run.start; });
+  const Run& run = *(it - 1);
+  *y = run.y;
+  *x = run.x0 + static_cast<int64_t>(r - run.start);
+  return true;
+}
+
+Result<std::unique_ptr<PatchSampler>> PatchSampler::Create(std::shared_ptr<const Reader> reader,
+                                                           const SamplerOptions& o) {
+  auto s = std::unique_ptr<PatchSampler>(new PatchSampler());
+  s->reader_ = reader;
+  s->options_ = o;
+  const std::string where = "creating a sampler on '" + reader->path() + "'";
+  if (reader->meta().kind != "frames")
+    return Status::InvalidArgument(where + ": PatchSampler reads image stores (this one holds " +
+                                   reader->meta().kind + ")");
+  if (o.fields.empty()) return Status::InvalidArgument(where + ": no fields given");
+  if (o.patch_size <= 0) return Status::InvalidArgument(where + ": patch_size must be positive");
+  if (o.patches_per_sample <= 0) return Status::InvalidArgument(where + ": patches_per_sample must be positive");
+  if (o.world_size <= 0 || o.rank < 0 || o.rank >= o.world_size)
+    return Status::InvalidArgument(where + ": need 0 <= rank < world_size");
+  if (o.num_threads <= 0) return Status::InvalidArgument(where + ": num_threads must be positive");
+  if (o.positive_fraction > 1) return Status::InvalidArgument(where + ": positive_fraction must be in [0, 1]");
+  for (const std::string& f : o.fields) {
+    auto fi = reader->FieldIndex(f);
+    if (!fi.ok()) return fi.status().WithContext(where);
+    s->fields_.push_back(*fi);
+    s->channels_.push_back(reader->field(*fi).channels);
+  }
+  const int64_t P = o.patch_size;
+  if (!o.require.empty()) {
+    auto mf = reader->FieldIndex(o.require);
+    if (!mf.ok()) return mf.status().WithContext(where);
+    if (reader->field(*mf).channels != 1)
+      return Status::InvalidArgument(where + ": require='" + o.require + "' must name a 1-channel mask field");
+    s->mask_field_ = *mf;
+    if (!(o.min_valid > 0)) return Status::InvalidArgument(where + ": min_valid must be positive");
+    s->threshold_ = o.min_valid < 1 ? static_cast<uint64_t>(std::ceil(o.min_valid * static_cast<double>(P * P)))
+                                    : static_cast<uint64_t>(std::ceil(o.min_valid));
+    if (s->threshold_ == 0) s->threshold_ = 1;
+  } else if (o.positive_fraction >= 0) {
+    return Status::InvalidArgument(where + ": positive_fraction needs require=<mask field>");
+  }
+  // Eligibility. Sizes come from the first gathered field's headers.
+  for (uint64_t i = 0; i < reader->size(); ++i) {
+    bool ok = true;
+    int64_t H = -1, W = -1;
+    for (int f : s->fields_) {
+      auto h = reader->Header(i, f);
+      if (!h.ok()) return h.status().WithContext(where);
+      if (H < 0) {
+        H = static_cast<int64_t>(h->shape[1]);
+        W = static_cast<int64_t>(h->shape[2]);
+      } else if (static_cast<int64_t>(h->shape[1]) != H || static_cast<int64_t>(h->shape[2]) != W) {
+        return Status::Corruption(where + ": fields of " + reader->Describe(i, f) + " differ in size");
+      }
+    }
+    if (H < P || W < P) ok = false;
+    if (ok && s->mask_field_ >= 0) {
+      if (o.positive_fraction >= 0) {
+        ok = true;  // any window will do: positive or negative
+      } else if (s->threshold_ == 1) {
+        // A window of any size inside the image holds some valid pixel iff
+        // the mask has one: O(1) from the table's last entry.
+        auto sat = reader->Sat(i, s->mask_field_);
+        if (!sat.ok()) return sat.status().WithContext(where);
+        ok = sat->Count(0, 0, 0, sat->H, sat->W) > 0;
+      } else {
+        auto sets = s->Sets(i);
+        if (!sets.ok()) return sets.status().WithContext(where);
+        ok = (*sets)->pos.total > 0;
+      }
+    }
+    if (ok) {
+      s->eligible_.push_back(i);
+    } else {
+      ++s->skipped_count_;
+      if (s->skipped_ids_.size() < 1000) s->skipped_ids_.emplace_back(reader->id(i));
+    }
+  }
+  return s;
+}
+
+Result<std::shared_ptr<const PatchSampler::SampleSets>> PatchSampler::Sets(uint64_t sample) const {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = sets_.find(sample);
+    if (it != sets_.end()) return it->second;
+  }
+  auto sets = std::make_shared<SampleSets>();
+  const int64_t P = options_.patch_size;
+  if (mask_field_ < 0) {
+    auto h = reader_->Header(sample, fields_[0]);
+    if (!h.ok()) return h.status();
+    const int64_t H = static_cast<int64_t>(h->shape[1]), W = static_cast<int64_t>(h->shape[2]);
+    for (int64_t y = 0; y + P <= H; ++y) {
+      sets->pos.runs.push_back({y, 0, sets->pos.total});
+      sets->pos.total += static_cast<uint64_t>(W - P + 1);
+    }
+  } else {
+    PS_ASSIGN_OR_RETURN(SatView sat, reader_->Sat(sample, mask_field_));
+    const int64_t H = sat.H, W = sat.W;
+    for (int64_t y = 0; y + P <= H; ++y) {
+      int64_t x = 0;
+      while (x + P <= W) {
+        const bool q = sat.Count(0, y, x, P, P) >= threshold_;
+        int64_t end = x + 1;
+        while (end + P <= W && (sat.Count(0, y, end, P, P) >= threshold_) == q) ++end;
+        WindowSet& set = q ? sets->pos : sets->neg;
+        set.runs.push_back({y, x, set.total});
+        set.total += static_cast<uint64_t>(end - x);
+        x = end;
+      }
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto [it, inserted] = sets_.emplace(sample, std::move(sets));
+  return it->second;
+}
+
+uint64_t PatchSampler::visits_per_epoch() const {
+  const uint64_t n = eligible_.size(), w = static_cast<uint64_t>(options_.world_size);
+  return (n + w - 1) / w;
+}
+
+std::shared_ptr<const std::vector<uint64_t>> PatchSampler::Permutation(uint64_t epoch) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (perm_ && perm_epoch_ == epoch) return perm_;
+  auto perm = std::make_shared<std::vector<uint64_t>>(eligible_);
+  // Fisher-Yates with a counter-based generator keyed by (seed, epoch).
+  for (uint64_t i = perm->size(); i > 1; --i) {
+    uint64_t j = Below(Hash(options_.seed, epoch, 0x5045524dULL, i), i);
+    std::swap((*perm)[i - 1], (*perm)[j]);
+  }
+  perm_ = perm;
+  perm_epoch_ = epoch;
+  return perm_;
+}
+
+uint64_t PatchSampler::SampleAt(uint64_t epoch, uint64_t p) const {
+  auto perm = Permutation(epoch);
+  const uint64_t global = p * static_cast<uint64_t>(options_.world_size) + static_cast<uint64_t>(options_.rank);
+  return (*perm)[global % perm->size()];  // padding repeats the start, as DistributedSampler does
+}
+
+Result<Window> PatchSampler::WindowAt(uint64_t epoch, uint64_t p, int j) const {
+  if (eligible_.empty())
+    return Status::OutOfRange("sampling from '" + reader_->path() + "': no sample has an admissible window (" +
+                              std::to_string(skipped_count_) + " skipped)");
+  Window w;
+  w.sample = SampleAt(epoch, p);
+  const uint64_t global = p * static_cast<uint64_t>(options_.world_size) + static_cast<uint64_t>(options_.rank);
+  const uint64_t key = Hash(options_.seed, epoch, global, static_cast<uint64_t>(j), 0x57494e44ULL);
+  PS_ASSIGN_OR_RETURN(auto sets, Sets(w.sample));
+  bool want_pos = true;
+  if (options_.positive_fraction >= 0) want_pos = Unit(Mix(key ^ 1)) < options_.positive_fraction;
+  const WindowSet* set = want_pos ? &sets->pos : &sets->neg;
+  if (set->total == 0) set = want_pos ? &sets->neg : &sets->pos;
+  w.positive = set == &sets->pos;
+  if (!set->Draw(Below(Mix(key ^ 2), set->total), &w.y, &w.x))
+    return Status::Internal("sampling " + reader_->Describe(w.sample, fields_[0]) + ": no window");
+  const uint64_t aug = Mix(key ^ 3);
+  if (options_.flip) w.flip = static_cast<uint8_t>(aug & 3);
+  if (options_.rot90) w.rot = static_cast<uint8_t>((aug >> 2) & 3);
+  return w;
+}
+
+Status PatchSampler::Gather(uint64_t epoch, uint64_t first, int64_t n, const std::vector<float*>& outs,
+                            std::vector<Window>* windows) const {
+  if (outs.size() != fields_.size())
+    return Status::InvalidArgument("gather: " + std::to_string(outs.size()) + " buffers for " +
+                                   std::to_string(fields_.size()) + " fields");
+  if (n < 0) return Status::InvalidArgument("gather: negative count");
+  const uint64_t k = static_cast<uint64_t>(options_.patches_per_sample);
+  const int64_t P = options_.patch_size;
+  std::vector<Window> wins(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t w = first + static_cast<uint64_t>(i);
+    PS_ASSIGN_OR_RETURN(wins[i], WindowAt(epoch, w / k, static_cast<int>(w % k)));
+  }
+  // Resolve every record before copying, so an error leaves no half batch.
+  std::vector<std::vector<TensorView>> views(fields_.size(), std::vector<TensorView>(static_cast<size_t>(n)));
+  for (size_t f = 0; f < fields_.size(); ++f)
+    for (int64_t i = 0; i < n; ++i) {
+      PS_ASSIGN_OR_RETURN(views[f][i], reader_->Patch(wins[i].sample, fields_[f], wins[i].y, wins[i].x, P, P));
+    }
+  auto work = [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      for (size_t f = 0; f < fields_.size(); ++f) {
+        const TensorView& v = views[f][i];
+        const int64_t C = channels_[f];
+        CopyTransformed(v.data, C, v.strides[0] / 4, v.strides[1] / 4, P, wins[i].flip, wins[i].rot,
+                        outs[f] + i * C * P * P);
+      }
+  };
+  const int threads = static_cast<int>(std::min<int64_t>(options_.num_threads, std::max<int64_t>(n, 1)));
+  if (threads <= 1) {
+    work(0, n);
+  } else {
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(work, n * t / threads, n * (t + 1) / threads);
+    work(0, n / threads);
+    for (auto& th : pool) th.join();
+  }
+  if (windows) *windows = std::move(wins);
+  return Status::OK();
+}
+
+Status PatchSampler::Next(int64_t n, const std::vector<float*>& outs, std::vector<Window>* windows) {
+  const uint64_t per_epoch = windows_per_epoch();
+  if (per_epoch == 0)
+    return Status::OutOfRange("sampling from '" + reader_->path() + "': no sample has an admissible window");
+  if (windows) windows->clear();
+  int64_t done = 0;
+  std::vector<float*> shifted(outs.size());
+  while (done < n) {
+    const int64_t take = static_cast<int64_t>(std::min<uint64_t>(static_cast<uint64_t>(n - done), per_epoch - cursor_));
+    for (size_t f = 0; f < outs.size(); ++f) shifted[f] = outs[f] + done * channels_[f] * options_.patch_size * options_.patch_size;
+    std::vector<Window> part;
+    PS_RETURN_IF_ERROR(Gather(epoch_, cursor_, take, shifted, windows ? &part : nullptr));
+    if (windows) windows->insert(windows->end(), part.begin(), part.end());
+    done += take;
+    cursor_ += static_cast<uint64_t>(take);
+    if (cursor_ == per_epoch) {
+      ++epoch_;
+      cursor_ = 0;
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace patchstore

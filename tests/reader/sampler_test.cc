@@ -1,0 +1,320 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <random>
+#include <set>
+
+#include "reader/sampler.h"
+#include "store/store.h"
+#include "test_util.h"
+
+namespace patchstore {
+namespace {
+
+using testing::TempDir;
+
+// A store of `masks.size()` samples, H x W: field "img" (2 channels, value =
+// 1000*s + 100*c + y*W + x ... small exact ints) and field "mask" (1 channel).
+// With `with_sat` the summed-area tables are stored as at ingest.
+std::string MakeStore(const TempDir& dir, const std::vector<std::vector<float>>& masks, int64_t H, int64_t W,
+                      bool with_sat) {
+  const std::string path = dir / (with_sat ? "sat.ps" : "nosat.ps");
+  WriterOptions wo;
+  wo.durable = false;
+  auto w = Writer::Open(path, wo).value();
+  FieldMeta img;
+  img.name = "img";
+  img.channels = 2;
+  FieldMeta mask;
+  mask.name = "mask";
+  mask.channels = 1;
+  mask.is_mask = true;
+  mask.has_sat = with_sat;
+  EXPECT_TRUE(w->EnsureField(img).ok());
+  EXPECT_TRUE(w->EnsureField(mask).ok());
+  std::vector<std::vector<float>> keep;
+  std::vector<std::vector<uint32_t>> sats;
+  std::vector<SampleInput> batch;
+  for (size_t s = 0; s < masks.size(); ++s) {
+    std::vector<float> v(2 * H * W);
+    for (int64_t c = 0; c < 2; ++c)
+      for (int64_t i = 0; i < H * W; ++i) v[c * H * W + i] = static_cast<float>(s * 100000 + c * 10000 + i);
+    keep.push_back(std::move(v));
+    SampleInput in;
+    in.id = "s" + std::to_string(s);
+    RecordInput a, m;
+    a.field = 0;
+    a.header.shape = {2, static_cast<uint64_t>(H), static_cast<uint64_t>(W), 0};
+    a.data = keep.back().data();
+    m.field = 1;
+    m.header.shape = {1, static_cast<uint64_t>(H), static_cast<uint64_t>(W), 0};
+    m.data = masks[s].data();
+    in.records = {a, m};
+    if (with_sat) {
+      std::vector<uint32_t> sat((H + 1) * (W + 1));
+      ComputeSat(masks[s].data(), 1, H, W, sat.data());
+      sats.push_back(std::move(sat));
+      RecordInput t;
+      t.field = kAuxFieldBase + 1;
+      t.header.dtype = DType::kUInt32;
+      t.header.layout = Layout::kSAT;
+      t.header.shape = {1, static_cast<uint64_t>(H + 1), static_cast<uint64_t>(W + 1), 0};
+      t.data = sats.back().data();
+      in.records.push_back(t);
+    }
+    batch.push_back(std::move(in));
+  }
+  EXPECT_TRUE(w->WriteBatch(batch).ok());
+  EXPECT_TRUE(w->Seal().ok());
+  return path;
+}
+
+std::vector<float> BlobMask(int64_t H, int64_t W, std::vector<std::pair<int64_t, int64_t>> pixels) {
+  std::vector<float> m(H * W, 0.0f);
+  for (auto [y, x] : pixels) m[y * W + x] = 1.0f;
+  return m;
+}
+
+uint64_t BruteCount(const std::vector<float>& m, int64_t W, int64_t y, int64_t x, int64_t P) {
+  uint64_t n = 0;
+  for (int64_t i = 0; i < P; ++i)
+    for (int64_t j = 0; j < P; ++j) n += m[(y + i) * W + x + j] != 0;
+  return n;
+}
+
+TEST(Sat, StoredAndComputedTablesAgreeWithBruteForce) {
+  TempDir dir;
+  const int64_t H = 13, W = 17;
+  std::mt19937 rng(1);
+  std::vector<float> m(H * W);
+  for (auto& v : m) v = (rng() % 5 == 0) ? 1.0f : 0.0f;
+  auto stored = Reader::Open(MakeStore(dir, {m}, H, W, true)).value();
+  auto computed = Reader::Open(MakeStore(dir, {m}, H, W, false)).value();
+  auto a = stored->Sat(0, 1).value(), b = computed->Sat(0, 1).value();
+  for (int64_t P : {1, 3, 5})
+    for (int64_t y = 0; y + P <= H; ++y)
+      for (int64_t x = 0; x + P <= W; ++x) {
+        ASSERT_EQ(a.Count(0, y, x, P, P), BruteCount(m, W, y, x, P));
+        ASSERT_EQ(b.Count(0, y, x, P, P), BruteCount(m, W, y, x, P));
+      }
+  EXPECT_EQ(stored->Sat(0, 0).status().code(), Code::kInvalidArgument);  // 2-channel field
+}
+
+class SamplerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::mt19937 rng(5);
+    for (int s = 0; s < 7; ++s) {
+      std::vector<float> m(H * W, 0.0f);
+      if (s == 3) {
+        masks_.push_back(m);  // empty: must be skipped
+        continue;
+      }
+      for (int k = 0; k < 3 + s; ++k) m[(rng() % H) * W + rng() % W] = 1.0f;
+      masks_.push_back(m);
+    }
+    reader_ = Reader::Open(MakeStore(dir_, masks_, H, W, true)).value();
+  }
+  std::unique_ptr<PatchSampler> Make(SamplerOptions o) {
+    if (o.fields.empty()) o.fields = {"img", "mask"};
+    auto s = PatchSampler::Create(reader_, o);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return s.ok() ? std::move(s).value() : nullptr;
+  }
+  const int64_t H = 20, W = 24;
+  TempDir dir_;
+  std::vector<std::vector<float>> masks_;
+  std::shared_ptr<Reader> reader_;
+};
+
+TEST_F(SamplerTest, EveryWindowHoldsTheRequiredValidPixels) {
+  for (double min_valid : {1.0, 2.0, 0.02}) {
+    SamplerOptions o;
+    o.patch_size = 7;
+    o.patches_per_sample = 3;
+    o.require = "mask";
+    o.min_valid = min_valid;
+    auto s = Make(o);
+    const uint64_t need = min_valid < 1 ? static_cast<uint64_t>(std::ceil(min_valid * 49)) : static_cast<uint64_t>(min_valid);
+    for (uint64_t e = 0; e < 5; ++e)
+      for (uint64_t p = 0; p < s->visits_per_epoch(); ++p)
+        for (int j = 0; j < 3; ++j) {
+          Window w = s->WindowAt(e, p, j).value();
+          ASSERT_GE(BruteCount(masks_[w.sample], W, w.y, w.x, 7), need) << "sample " << w.sample;
+          ASSERT_NE(w.sample, 3u);
+        }
+    EXPECT_GE(s->skipped_samples(), 1u);
+    EXPECT_EQ(s->skipped_ids()[0], "s3");
+  }
+}
+
+TEST_F(SamplerTest, DrawsAreUniformOverQualifyingWindows) {
+  // One sample, two valid pixels far apart: the qualifying windows are those
+  // covering either pixel. Chi-square over 20000 draws, fixed seed, fixed bound.
+  TempDir dir;
+  const int64_t h = 12, w = 16, P = 4;
+  auto m = BlobMask(h, w, {{2, 3}, {9, 12}});
+  auto reader = Reader::Open(MakeStore(dir, {m}, h, w, false)).value();
+  SamplerOptions o;
+  o.fields = {"img"};
+  o.patch_size = P;
+  o.patches_per_sample = 20000;
+  o.require = "mask";
+  o.seed = 11;
+  auto s = PatchSampler::Create(reader, o).value();
+  std::map<std::pair<int64_t, int64_t>, int> hist;
+  int cells = 0;
+  for (int64_t y = 0; y + P <= h; ++y)
+    for (int64_t x = 0; x + P <= w; ++x)
+      if (BruteCount(m, w, y, x, P) > 0) hist[{y, x}] = 0, ++cells;
+  ASSERT_EQ(cells, 24);  // 3 x 4 windows cover each pixel (clipped by the border), disjoint
+  for (int j = 0; j < 20000; ++j) {
+    Window win = s->WindowAt(0, 0, j).value();
+    ASSERT_TRUE(hist.count({win.y, win.x}));
+    ++hist[{win.y, win.x}];
+  }
+  const double expect = 20000.0 / cells;
+  double chi2 = 0;
+  for (auto& [k, n] : hist) chi2 += (n - expect) * (n - expect) / expect;
+  // 23 degrees of freedom: the 0.999 quantile is 49.7.
+  EXPECT_LT(chi2, 49.7) << "chi2 " << chi2;
+}
+
+TEST_F(SamplerTest, GatherIsDeterministicAcrossThreadsAndChunking) {
+  SamplerOptions o;
+  o.patch_size = 8;
+  o.patches_per_sample = 4;
+  o.require = "mask";
+  o.flip = o.rot90 = true;
+  o.seed = 3;
+  auto one = Make(o);
+  o.num_threads = 2;
+  auto two = Make(o);
+  const int64_t n = static_cast<int64_t>(one->windows_per_epoch());
+  std::vector<float> a0(n * 2 * 64), a1(n * 64), b0(n * 2 * 64), b1(n * 64);
+  ASSERT_TRUE(one->Gather(1, 0, n, {a0.data(), a1.data()}).ok());
+  ASSERT_TRUE(two->Gather(1, 0, 5, {b0.data(), b1.data()}).ok());
+  ASSERT_TRUE(two->Gather(1, 5, n - 5, {b0.data() + 5 * 128, b1.data() + 5 * 64}).ok());
+  EXPECT_EQ(a0, b0);
+  EXPECT_EQ(a1, b1);
+  // Another epoch differs; another seed differs.
+  std::vector<float> c0(n * 2 * 64), c1(n * 64);
+  ASSERT_TRUE(one->Gather(2, 0, n, {c0.data(), c1.data()}).ok());
+  EXPECT_NE(a0, c0);
+}
+
+TEST_F(SamplerTest, NextContinuesIntoTheNextEpoch) {
+  SamplerOptions o;
+  o.patch_size = 8;
+  o.patches_per_sample = 2;
+  auto s = Make(o);
+  const uint64_t per = s->windows_per_epoch();
+  EXPECT_EQ(per, 14u);  // 7 samples, no requirement: none skipped
+  std::vector<float> a(20 * 2 * 64), m(20 * 64);
+  std::vector<Window> wins;
+  ASSERT_TRUE(s->Next(20, {a.data(), m.data()}, &wins).ok());
+  EXPECT_EQ(s->epoch(), 1u);
+  EXPECT_EQ(s->cursor(), 6u);
+  EXPECT_EQ(wins[14].sample, s->WindowAt(1, 0, 0)->sample);
+}
+
+TEST_F(SamplerTest, WindowsCopyExactValuesWithFlipsAndRotations) {
+  SamplerOptions o;
+  o.fields = {"img"};
+  o.patch_size = 6;
+  o.patches_per_sample = 256;
+  o.flip = o.rot90 = true;
+  auto s = Make(o);
+  const int64_t n = 256, P = 6;
+  std::vector<float> out(n * 2 * P * P);
+  std::vector<Window> wins;
+  ASSERT_TRUE(s->Gather(0, 0, n, {out.data()}, &wins).ok());
+  std::set<int> seen;
+  for (int64_t i = 0; i < n; ++i) {
+    const Window& w = wins[i];
+    seen.insert(w.flip * 4 + w.rot);
+    for (int64_t c = 0; c < 2; ++c)
+      for (int64_t a = 0; a < P; ++a)
+        for (int64_t b = 0; b < P; ++b) {
+          // Reference: f = flip(window); out = np.rot90(f, rot): rot90 once maps
+          // out[i][j] = f[j][P-1-i].
+          int64_t ii = a, jj = b;
+          for (int r = 0; r < w.rot; ++r) {
+            int64_t ni = jj, nj = P - 1 - ii;  // out[ii][jj] reads f at (jj, P-1-ii) per quarter turn
+            ii = ni;
+            jj = nj;
+          }
+          if (w.flip & 1) ii = P - 1 - ii;
+          if (w.flip & 2) jj = P - 1 - jj;
+          const float expect = static_cast<float>(w.sample * 100000 + c * 10000 + (w.y + ii) * W + (w.x + jj));
+          ASSERT_EQ(out[((i * 2 + c) * P + a) * P + b], expect) << "flip " << int(w.flip) << " rot " << int(w.rot);
+        }
+  }
+  EXPECT_EQ(seen.size(), 16u);  // every flip x rotation combination occurred
+}
+
+TEST_F(SamplerTest, RankShardsAreDisjointEqualAndCovering) {
+  for (int world : {1, 2, 3, 4}) {
+    std::vector<uint64_t> all;
+    uint64_t per = 0;
+    for (int r = 0; r < world; ++r) {
+      SamplerOptions o;
+      o.patch_size = 8;
+      o.require = "mask";
+      o.rank = r;
+      o.world_size = world;
+      o.seed = 9;
+      auto s = Make(o);
+      if (r == 0) per = s->visits_per_epoch();
+      EXPECT_EQ(s->visits_per_epoch(), per);
+      for (uint64_t p = 0; p < s->visits_per_epoch(); ++p) all.push_back(s->SampleAt(4, p));
+    }
+    std::set<uint64_t> distinct(all.begin(), all.end());
+    EXPECT_EQ(distinct.size(), 6u) << world;  // all eligible (s3 skipped)
+    EXPECT_EQ(all.size(), per * world);
+    EXPECT_LE(all.size() - distinct.size(), static_cast<size_t>(world - 1));  // only the padding repeats
+  }
+}
+
+TEST_F(SamplerTest, PositiveFractionMixesQualifyingAndOtherWindows) {
+  SamplerOptions o;
+  o.patch_size = 5;
+  o.patches_per_sample = 400;
+  o.require = "mask";
+  o.positive_fraction = 0.25;
+  auto s = Make(o);
+  EXPECT_EQ(s->skipped_samples(), 0u);  // with negatives allowed the empty mask is usable
+  int pos = 0, total = 0;
+  for (uint64_t p = 0; p < s->visits_per_epoch(); ++p)
+    for (int j = 0; j < 400; ++j) {
+      Window w = s->WindowAt(0, p, j).value();
+      const bool has = BruteCount(masks_[w.sample], W, w.y, w.x, 5) > 0;
+      EXPECT_EQ(has, w.positive);
+      if (w.sample != 3) {
+        pos += has;
+        ++total;
+      }
+    }
+  EXPECT_NEAR(static_cast<double>(pos) / total, 0.25, 0.03);
+}
+
+TEST_F(SamplerTest, WindowLargerThanTheImageSkipsEverySampleAndSaysSo) {
+  SamplerOptions o;
+  o.patch_size = 30;
+  auto s = Make(o);
+  EXPECT_EQ(s->eligible_samples(), 0u);
+  EXPECT_EQ(s->skipped_samples(), 7u);
+  std::vector<float> a(2 * 900), m(900);
+  Status st = s->Next(1, {a.data(), m.data()});
+  EXPECT_EQ(st.code(), Code::kOutOfRange);
+  SamplerOptions bad;
+  bad.fields = {"img"};
+  bad.require = "img";
+  EXPECT_EQ(PatchSampler::Create(reader_, bad).status().code(), Code::kInvalidArgument);
+  bad.require = "nope";
+  EXPECT_EQ(PatchSampler::Create(reader_, bad).status().code(), Code::kNotFound);
+}
+
+}  // namespace
+}  // namespace patchstore
