@@ -1,0 +1,164 @@
+// The sampling engine: batch gather with mask-aware windows, and the cost of
+// drawing windows as the valid area shrinks.
+//
+//   BM_Memcpy1T           contiguous memcpy of one gathered batch's bytes
+//   BM_SamplerGather/T    PatchSampler::Gather: 64 windows of 256x256 (k=4),
+//                         rgb+mask+depth, require=mask, T threads
+//   BM_SamplerDraw/pm     one window draw (WindowAt) on 1920x1080 masks whose
+//                         valid area is pm per mille of the frame (200 = 20%,
+//                         1 = 0.1%), after the per-sample index is built
+//   BM_SamplerIndex/pm    building that per-sample index (once per sample
+//                         and window size, then cached)
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "reader/sampler.h"
+#include "store/store.h"
+
+namespace ps = patchstore;
+
+namespace {
+
+constexpr int kSamples = 8, kH = 1080, kW = 1920, kP = 256, kBatch = 64;
+
+std::string Dir() {
+  const char* d = std::getenv("PATCHSTORE_BENCH_DIR");
+  return std::string(d && *d ? d : "/tmp");
+}
+
+// A frames store whose masks hold one square blob covering `permille` of
+// the frame (at a random place per sample), with stored summed-area tables.
+std::shared_ptr<ps::Reader> MaskStore(int permille) {
+  static std::map<int, std::shared_ptr<ps::Reader>> cache;
+  auto it = cache.find(permille);
+  if (it != cache.end()) return it->second;
+  const std::string path = Dir() + "/patchstore-bench-mask-" + std::to_string(permille) + ".ps";
+  auto r = ps::Reader::Open(path);
+  if (!r.ok() || (*r)->size() != kSamples) {
+    std::filesystem::remove_all(path);
+    ps::WriterOptions wo;
+    wo.durable = false;
+    auto w = ps::Writer::Open(path, wo).value();
+    const int channels[3] = {3, 1, 1};
+    const char* names[3] = {"rgb", "mask", "depth"};
+    for (int f = 0; f < 3; ++f) {
+      ps::FieldMeta m;
+      m.name = names[f];
+      m.channels = static_cast<uint32_t>(channels[f]);
+      m.is_mask = f == 1;
+      m.has_sat = f == 1;
+      (void)w->EnsureField(m);
+    }
+    std::vector<float> rgb(static_cast<size_t>(3) * kH * kW, 0.5f), mask(static_cast<size_t>(kH) * kW);
+    std::vector<uint32_t> sat(static_cast<size_t>(kH + 1) * (kW + 1));
+    std::mt19937 rng(permille);
+    const int side = std::max(1, static_cast<int>(std::sqrt(permille / 1000.0 * kH * kW)));
+    for (int s = 0; s < kSamples; ++s) {
+      std::fill(mask.begin(), mask.end(), 0.0f);
+      const int y0 = static_cast<int>(rng() % (kH - std::min(side, kH) + 1));
+      const int x0 = static_cast<int>(rng() % (kW - std::min(side, kW) + 1));
+      for (int y = y0; y < std::min(kH, y0 + side); ++y)
+        for (int x = x0; x < std::min(kW, x0 + side); ++x) mask[static_cast<size_t>(y) * kW + x] = 1.0f;
+      ps::ComputeSat(mask.data(), 1, kH, kW, sat.data());
+      ps::SampleInput in;
+      in.id = "frame/" + std::to_string(s);
+      const void* data[3] = {rgb.data(), mask.data(), rgb.data()};
+      for (int f = 0; f < 3; ++f) {
+        ps::RecordInput rec;
+        rec.field = static_cast<uint16_t>(f);
+        rec.header.shape = {static_cast<uint64_t>(channels[f]), kH, kW, 0};
+        rec.data = data[f];
+        in.records.push_back(rec);
+      }
+      ps::RecordInput t;
+      t.field = ps::kAuxFieldBase + 1;
+      t.header.dtype = ps::DType::kUInt32;
+      t.header.layout = ps::Layout::kSAT;
+      t.header.shape = {1, kH + 1, kW + 1, 0};
+      t.data = sat.data();
+      in.records.push_back(t);
+      if (!w->WriteBatch({in}).ok()) std::abort();
+    }
+    if (!w->Seal().ok()) std::abort();
+    w.reset();
+    r = ps::Reader::Open(path);
+  }
+  cache[permille] = r.value();
+  return r.value();
+}
+
+ps::SamplerOptions Options(int threads) {
+  ps::SamplerOptions o;
+  o.fields = {"rgb", "mask", "depth"};
+  o.patch_size = kP;
+  o.patches_per_sample = 4;
+  o.require = "mask";
+  o.num_threads = threads;
+  return o;
+}
+
+constexpr int64_t kBatchBytes = int64_t{kBatch} * 5 * kP * kP * 4;
+
+void BM_Memcpy1T(benchmark::State& state) {
+  std::vector<char> src(size_t{1} << 30, 1), dst(kBatchBytes);
+  std::mt19937_64 rng(1);
+  for (auto _ : state) {
+    size_t off = (rng() % (src.size() - dst.size())) & ~size_t{63};
+    std::memcpy(dst.data(), src.data() + off, dst.size());
+    benchmark::DoNotOptimize(dst.data());
+  }
+  state.SetBytesProcessed(state.iterations() * kBatchBytes);
+  state.SetItemsProcessed(state.iterations() * kBatch);
+}
+BENCHMARK(BM_Memcpy1T)->UseRealTime();
+
+void BM_SamplerGather(benchmark::State& state) {
+  auto reader = MaskStore(200);
+  auto s = ps::PatchSampler::Create(reader, Options(static_cast<int>(state.range(0)))).value();
+  std::vector<float> rgb(static_cast<size_t>(kBatch) * 3 * kP * kP), mask(static_cast<size_t>(kBatch) * kP * kP),
+      depth(mask.size());
+  std::vector<float*> outs = {rgb.data(), mask.data(), depth.data()};
+  if (!s->Next(kBatch, outs).ok()) state.SkipWithError("gather failed");  // warm the per-sample index
+  for (auto _ : state)
+    if (!s->Next(kBatch, outs).ok()) state.SkipWithError("gather failed");
+  state.SetBytesProcessed(state.iterations() * kBatchBytes);
+  state.SetItemsProcessed(state.iterations() * kBatch);
+}
+BENCHMARK(BM_SamplerGather)->Arg(1)->Arg(2)->UseRealTime();
+
+void BM_SamplerDraw(benchmark::State& state) {
+  auto reader = MaskStore(static_cast<int>(state.range(0)));
+  auto s = ps::PatchSampler::Create(reader, Options(1)).value();
+  for (uint64_t p = 0; p < s->visits_per_epoch(); ++p) (void)s->WindowAt(0, p, 0);  // build indexes
+  uint64_t i = 0;
+  for (auto _ : state) {
+    auto w = s->WindowAt(0, i % s->visits_per_epoch(), static_cast<int>(i / s->visits_per_epoch()));
+    benchmark::DoNotOptimize(w);
+    ++i;
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_SamplerDraw)->Arg(200)->Arg(50)->Arg(10)->Arg(1);
+
+void BM_SamplerIndex(benchmark::State& state) {
+  auto reader = MaskStore(static_cast<int>(state.range(0)));
+  for (auto _ : state) {
+    auto s = ps::PatchSampler::Create(reader, Options(1)).value();
+    auto w = s->WindowAt(0, 0, 0);  // builds the index of one sample
+    benchmark::DoNotOptimize(w);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_SamplerIndex)->Arg(200)->Arg(50)->Arg(10)->Arg(1)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
