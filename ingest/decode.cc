@@ -7,6 +7,7 @@
 #include <ImfIO.h>
 #include <ImfStdIO.h>
 #include <ImfTestFile.h>
+#include <openexr.h>
 
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
@@ -73,8 +74,60 @@ class MemoryIStream : public Imf::IStream {
   uint64_t pos_ = 0;
 };
 
+// Reads only the header through OpenEXR's core C API (no pixel or offset
+// table allocation) and checks the declared size against the limit before
+// the C++ library, whose constructor allocates in proportion to the data
+// window, is allowed near the file.
+Status PrecheckExr(const std::string& path, const std::vector<uint8_t>& bytes, uint64_t max_pixels) {
+  exr_context_initializer_t init = EXR_DEFAULT_CONTEXT_INITIALIZER;
+  init.user_data = const_cast<std::vector<uint8_t>*>(&bytes);
+  init.read_fn = [](exr_const_context_t, void* ud, void* buf, uint64_t sz, uint64_t off,
+                    exr_stream_error_func_ptr_t) -> int64_t {
+    const auto* d = static_cast<const std::vector<uint8_t>*>(ud);
+    if (off >= d->size()) return 0;
+    const uint64_t n = std::min<uint64_t>(sz, d->size() - off);
+    std::memcpy(buf, d->data() + off, n);
+    return static_cast<int64_t>(n);
+  };
+  init.size_fn = [](exr_const_context_t, void* ud) -> int64_t {
+    return static_cast<int64_t>(static_cast<const std::vector<uint8_t>*>(ud)->size());
+  };
+  init.error_handler_fn = [](exr_const_context_t, exr_result_t, const char*) {};  // errors come back as codes
+  exr_context_t ctx = nullptr;
+  exr_result_t rc = exr_start_read(&ctx, path.c_str(), &init);
+  if (rc != EXR_ERR_SUCCESS) {
+    if (ctx) exr_finish(&ctx);
+    return Status::Corruption("decoding '" + path + "' as OpenEXR: bad header (" +
+                              exr_get_default_error_message(rc) + ")");
+  }
+  Status st;
+  int parts = 0;
+  exr_attr_box2i_t box{};
+  const exr_attr_chlist_t* chans = nullptr;
+  if (exr_get_count(ctx, &parts) != EXR_ERR_SUCCESS || parts < 1 ||
+      exr_get_data_window(ctx, 0, &box) != EXR_ERR_SUCCESS || exr_get_channels(ctx, 0, &chans) != EXR_ERR_SUCCESS ||
+      chans == nullptr) {
+    st = Status::Corruption("decoding '" + path + "' as OpenEXR: unreadable header");
+  } else {
+    const int64_t w = static_cast<int64_t>(box.max.x) - box.min.x + 1;
+    const int64_t h = static_cast<int64_t>(box.max.y) - box.min.y + 1;
+    const int64_t c = chans->num_channels;
+    if (w <= 0 || h <= 0 || c <= 0) {
+      st = Status::Corruption("decoding '" + path + "' as OpenEXR: empty data window or no channels");
+    } else if (static_cast<uint64_t>(w) * static_cast<uint64_t>(h) > max_pixels ||
+               static_cast<uint64_t>(w) * static_cast<uint64_t>(h) * static_cast<uint64_t>(c) > 4 * max_pixels) {
+      st = Status::InvalidArgument("decoding '" + path + "': declared size " + std::to_string(w) + "x" +
+                                   std::to_string(h) + "x" + std::to_string(c) + " exceeds the limit of " +
+                                   std::to_string(max_pixels) + " values");
+    }
+  }
+  exr_finish(&ctx);
+  return st;
+}
+
 Result<DecodedImage> DecodeExr(const std::string& path, const std::vector<uint8_t>& bytes,
                                const std::string& channel, uint64_t max_pixels) {
+  PS_RETURN_IF_ERROR(PrecheckExr(path, bytes, max_pixels));
   try {
     MemoryIStream stream(path, bytes);
     Imf::InputFile file(stream, 1);

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -159,6 +160,9 @@ DecodedSample DecodeSample(const SampleSource& src, const std::vector<FieldPlan>
 
 Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
   const auto start = Clock::now();
+  // OpenCV checks declared image sizes against this before allocating (read
+  // once, on its first decode; an explicit setting by the user wins).
+  ::setenv("CV_IO_MAX_IMAGE_PIXELS", std::to_string(o.max_pixels).c_str(), 0);
   if (o.store.empty()) return Status::InvalidArgument("ingest: no store path given");
   const bool by_manifest = !o.manifest.empty();
   if (by_manifest == !o.root.empty())
