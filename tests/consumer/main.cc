@@ -1,0 +1,35 @@
+// Builds against the installed headers and libraries: writes a store with the
+// store Writer, reads a patch with the Reader, prints "consumer ok".
+#include <cstdio>
+
+#include "ingest/ingest.h"
+#include "reader/reader.h"
+#include "store/store.h"
+
+int main(int argc, char** argv) {
+  if (argc != 2) return 2;
+  patchstore::WriterOptions wo;
+  wo.durable = false;
+  auto w = patchstore::Writer::Open(argv[1], wo);
+  if (!w.ok()) return 1;
+  patchstore::FieldMeta f;
+  f.name = "x";
+  f.channels = 1;
+  if (!(*w)->EnsureField(f).ok()) return 1;
+  float data[16];
+  for (int i = 0; i < 16; ++i) data[i] = static_cast<float>(i);
+  patchstore::SampleInput s;
+  s.id = "a";
+  patchstore::RecordInput r;
+  r.header.shape = {1, 4, 4, 0};
+  r.data = data;
+  s.records.push_back(r);
+  if (!(*w)->WriteBatch({s}).ok() || !(*w)->Seal().ok()) return 1;
+  w->reset();
+  auto reader = patchstore::Reader::Open(argv[1]);
+  if (!reader.ok()) return 1;
+  auto p = (*reader)->Patch(0, 0, 1, 1, 2, 2);
+  if (!p.ok() || p->data[0] != 5.0f) return 1;
+  std::printf("consumer ok (%s)\n", patchstore::SafeRelativePath("../a").c_str());
+  return 0;
+}
