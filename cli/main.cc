@@ -156,6 +156,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"stop", "skip"}));
   images->add_option("--report", io.report_path, "Where --on-error skip writes failures (default "
                                                  "STORE/ingest-errors.tsv)");
+  images->add_option("--commit-every", io.batch_samples,
+                     "Commit after this many samples (default 256, or every 256 MiB)")
+      ->check(CLI::Range(1, 1 << 30));
   images->add_flag("--no-sync", no_sync, "Do not fsync commits (faster; a crash may lose recent batches)");
   images->footer(
       "Examples:\n"

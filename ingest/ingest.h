@@ -69,6 +69,7 @@ struct ImageIngestOptions {
   bool skip_errors = false;   // --on-error skip
   std::string report_path;    // failures as TSV; default <store>/ingest-errors.tsv
   uint64_t batch_bytes = uint64_t{256} << 20;  // commit after this many bytes
+  uint64_t batch_samples = 256;                // ... or this many samples
   bool durable = true;        // fsync each commit
   uint64_t max_pixels = uint64_t{1} << 28;     // refuse larger declared images
   std::string command_line;   // recorded in the metadata
@@ -98,6 +99,9 @@ struct ExportOptions {
   std::string format;               // "" (by source: png for integer, exr for float), "png", "exr", "h5"
   bool has_window = false;          // --window LO,HI for float data written as PNG
   double window_lo = 0, window_hi = 1;
+  // Volumes written as h5: "source" or "" (the slice axis back where it was
+  // in the HDF5 input) or "shw" (slices first, as stored).
+  std::string axis_order;
   ProgressCallback progress;
 };
 

@@ -350,7 +350,7 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
       consumed = pos + 1;
     }
     cv_room.notify_all();
-    if (batch_bytes >= o.batch_bytes || batch.size() >= 256) {
+    if (batch_bytes >= o.batch_bytes || batch.size() >= std::max<uint64_t>(o.batch_samples, 1)) {
       Status st = flush();
       if (!st.ok()) {
         failure = st;

@@ -143,6 +143,19 @@ Result<std::shared_ptr<Snapshot>> Snapshot::Open(const std::string& path, const 
       return Status::IOError("opening store '" + path + "': LMDB reader table full (" +
                              std::to_string(kMaxReaders) + " slots); too many concurrent readers");
     if (rc != 0) return LmdbError("starting read transaction on", path, rc);
+    {
+      // An environment in which no ingest has committed yet (the writer was
+      // stopped between creating data.mdb and its first commit) holds no
+      // databases at all: that is an empty store, not a damaged one.
+      MDB_stat main_stat;
+      MDB_dbi main_dbi;
+      if (mdb_dbi_open(snap->txn_, nullptr, 0, &main_dbi) == 0 && mdb_stat(snap->txn_, main_dbi, &main_stat) == 0 &&
+          main_stat.ms_entries == 0) {
+        snap->empty_ = true;
+        snap->meta_.tool_version = ToolVersion();
+        return snap;
+      }
+    }
     PS_RETURN_IF_ERROR(OpenDbis(env, snap->txn_, 0));
     PS_ASSIGN_OR_RETURN(snap->meta_, ReadMeta(snap->txn_, env->meta_dbi, path));
     if (snap->meta_.sealed && !no_lock && options.auto_no_lock) {
@@ -169,6 +182,7 @@ Snapshot::~Snapshot() {
 }
 
 Status Snapshot::ForEachId(const std::function<Status(uint64_t, std::string_view)>& visit) const {
+  if (empty_) return Status::OK();
   MDB_cursor* cur = nullptr;
   int rc = mdb_cursor_open(txn_, env_->ids_dbi, &cur);
   if (rc != 0) return LmdbError("reading ids of", path(), rc);
@@ -196,6 +210,7 @@ Status Snapshot::ForEachId(const std::function<Status(uint64_t, std::string_view
 
 Status Snapshot::ForEachRecord(
     const std::function<Status(uint64_t, uint16_t, const uint8_t*, size_t)>& visit) const {
+  if (empty_) return Status::OK();
   MDB_cursor* cur = nullptr;
   int rc = mdb_cursor_open(txn_, env_->records_dbi, &cur);
   if (rc != 0) return LmdbError("reading records of", path(), rc);
@@ -218,6 +233,7 @@ Status Snapshot::ForEachRecord(
 }
 
 Result<std::string_view> Snapshot::GetRecord(uint64_t sample, uint16_t field) const {
+  if (empty_) return Status::NotFound("record not found");
   auto key = RecordKey(sample, field);
   MDB_val k = Val(key.data(), key.size()), v;
   int rc = mdb_get(txn_, env_->records_dbi, &k, &v);
@@ -276,6 +292,12 @@ Result<std::unique_ptr<Writer>> Writer::Open(const std::string& path, const Writ
     if (rc == MDB_NOTFOUND) {
       w->meta_.kind = options.kind;
       w->meta_.tool_version = ToolVersion();
+      // Commit the (empty) metadata with the databases, so the store is a
+      // valid empty store from its first commit on.
+      const std::string text = w->meta_.Encode();
+      MDB_val mv = Val(text.data(), text.size());
+      rc = mdb_put(txn, env->meta_dbi, &k, &mv, 0);
+      if (rc != 0) st = LmdbError("writing metadata to", path, rc);
     } else if (rc != 0) {
       st = LmdbError("reading metadata of", path, rc);
     } else {

@@ -112,6 +112,7 @@ class Snapshot {
   MDB_txn* txn_ = nullptr;
   StoreMeta meta_;
   uint64_t id_count_ = 0;
+  bool empty_ = false;  // an environment without databases: a store with nothing committed
 };
 
 // One record to write: a header (shape, layout, normalisation, source type)
