@@ -1,8 +1,23 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, and runs every test (GoogleTest and
-# pytest, both through CTest). Usage: bash scripts/test.sh [ctest args...]
+# Installs what is missing, builds, and runs every test: GoogleTest, pytest,
+# the installed-package consumer and a short libFuzzer session (all through
+# CTest), then the GoogleTest suites again in a build with AddressSanitizer and
+# UndefinedBehaviorSanitizer, failing on any report.
+# Usage: bash scripts/test.sh [ctest args...]
+# Environment: PATCHSTORE_SKIP_SANITIZERS=1 skips the sanitizer pass;
+# PATCHSTORE_LONG=1 runs the long variants (more kills, readers, fuzzing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
-cd "${PATCHSTORE_BUILD_DIR:-build}"
-ctest --output-on-failure -j2 "$@"
+ROOT=$PWD
+(cd "${PATCHSTORE_BUILD_DIR:-build}" && ctest --output-on-failure -j2 "$@")
+
+if [ "${PATCHSTORE_SKIP_SANITIZERS:-0}" != 1 ]; then
+  echo "== GoogleTest suites under AddressSanitizer + UndefinedBehaviorSanitizer"
+  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPATCHSTORE_SANITIZE=ON \
+    -DPATCHSTORE_BUILD_PYTHON=OFF -DPATCHSTORE_BUILD_BENCH=OFF >/dev/null
+  cmake --build build-asan -j2
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:halt_on_error=1
+  export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  (cd build-asan && ctest --output-on-failure -j2 -E 'python_tests|install_consumer|fuzz_record_parsers')
+fi
