@@ -100,6 +100,11 @@ Result<RecordHeader> Reader::CheckedHeader(uint64_t sample, int field) const {
                               std::to_string(kPayloadAlignment) + "-byte aligned in the map");
   if (h->dtype != DType::kFloat32)
     return Status::Corruption("reading " + Describe(sample, field) + ": record is not float32");
+  // The record must agree with what the metadata says of its field.
+  const FieldMeta& fm = meta().fields[field];
+  if (h->layout != fm.layout || h->rank != 3 || (fm.layout == Layout::kCHW && h->shape[0] != fm.channels))
+    return Status::Corruption("reading " + Describe(sample, field) + ": record shape or layout disagrees with the "
+                              "store metadata");
   if (verified_ && verified_[slot].load(std::memory_order_acquire) == 0) {
     Status st = VerifyRecordBody(*h, ref.data);
     if (!st.ok()) return st.WithContext("reading " + Describe(sample, field));
