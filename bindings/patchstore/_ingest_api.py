@@ -1,0 +1,212 @@
+"""patchstore.ingest_images and patchstore.export: the command line's ingest and export, from Python.
+
+The compiled module (``patchstore._ingest``, which links OpenCV, OpenEXR and
+HDF5) is imported on first use, so processes that only read never load it.
+Both calls release the GIL while they run.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+from ._store import Store, _encode_id
+
+__all__ = ["ingest_images", "export", "IngestSummary", "ExportSummary"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+@dataclass(frozen=True)
+class IngestSummary:
+    """What an ingest did (patchstore::IngestSummary)."""
+
+    samples_total: int  #: samples found in the input
+    samples_written: int  #: newly committed
+    samples_present: int  #: already in the store (resume)
+    samples_failed: int  #: skipped because of errors (on_error="skip")
+    bytes_written: int  #: float32 payload bytes committed
+    bytes_decoded: int
+    seconds: float
+    report_path: str  #: where failures were written, if any
+    errors: List[str] = field(default_factory=list)  #: one message per failed sample (first 100)
+
+
+@dataclass(frozen=True)
+class ExportSummary:
+    """What an export wrote (patchstore::ExportSummary)."""
+
+    files_written: int
+    bytes_written: int
+    paths: List[str] = field(default_factory=list)  #: the first 1000 files written
+
+
+def _native():
+    from . import _ingest
+
+    return _ingest
+
+
+def _field_templates(fields: Any) -> List[Tuple[str, str]]:
+    """dict {name: template}, pairs, or "name=template" strings -> [(name, template)]."""
+    if fields is None:
+        return []
+    if isinstance(fields, Mapping):
+        items = list(fields.items())
+    else:
+        items = []
+        for f in fields:
+            if isinstance(f, str):
+                name, sep, tmpl = f.partition("=")
+                if not sep:
+                    raise ValueError(f"field template {f!r} is not NAME=TEMPLATE")
+                items.append((name, tmpl))
+            else:
+                name, tmpl = f
+                items.append((name, tmpl))
+    out = []
+    for name, tmpl in items:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"field name must be a non-empty str, got {name!r}")
+        out.append((name, os.fspath(tmpl)))
+    return out
+
+
+def ingest_images(
+    store: PathLike,
+    manifest: Optional[PathLike] = None,
+    root: Optional[PathLike] = None,
+    fields: Union[Mapping[str, str], Iterable[Union[str, Tuple[str, str]]], None] = None,
+    masks: Iterable[str] = (),
+    norm: Optional[Mapping[str, str]] = None,
+    threads: int = 0,
+    on_error: str = "stop",
+    *,
+    report: Optional[PathLike] = None,
+    batch_bytes: int = 256 << 20,
+    durable: bool = True,
+    max_pixels: int = 1 << 28,
+    progress: Optional[Callable[[Any], None]] = None,
+) -> IngestSummary:
+    """Decodes images once into the store at `store` (created if missing).
+
+    Same options as ``patchstore ingest images``. Give either
+
+    * ``manifest``: a CSV file with header ``id,<field>,<field>,...`` whose
+      cells are paths relative to the manifest's folder (``path.exr:Z`` picks
+      an EXR channel), or
+    * ``root`` and ``fields``: a folder and one path template per field, in
+      order, e.g. ``{"rgb": "{video}/render/rgb/{frame}.png",
+      "mask": "{video}/render/masks/{frame}.png",
+      "depth": "{video}/render/depth/{frame}.exr"}``. Files matching the
+      first template define the samples; the id joins the placeholder values
+      with '/' ("video03/0042").
+
+    masks: fields stored as {0,1} (a field named "mask" always is).
+    norm: {field: spec}, spec "none" | "symmetric" | "unit" | "binary" |
+    "affine:SCALE,OFFSET", optionally "+clamp:LO,HI". Defaults: 8/16-bit
+    images to [-1,1] (x/maxval*2-1), masks to {0,1}, float data unchanged.
+    threads: decoder threads (0 = all cores).
+    on_error: "stop" (default; everything committed before the bad file
+    stays) or "skip" (record the failure in `report`, default
+    <store>/ingest-errors.tsv, and go on).
+    durable: fsync each commit (False is faster for scratch stores).
+    progress: called as progress(p) from the writer thread with the GIL
+    held; p has done, total, failed, skipped, bytes, seconds. If it raises,
+    it is not called again and the exception is raised at the end.
+
+    Running the same ingest again resumes (samples present are skipped). A
+    finished ingest seals the store. The GIL is released while it runs.
+
+    Raises FileNotFoundError for a missing input, ValueError for bad options,
+    OSError for I/O failures (the message names the file and the sample).
+    """
+    if on_error not in ("stop", "skip"):
+        raise ValueError(f"on_error must be 'stop' or 'skip', not {on_error!r}")
+    if (manifest is None) == (root is None):
+        raise ValueError("ingest_images needs either manifest= or root= (with fields=)")
+    templates = _field_templates(fields)
+    if root is not None and not templates:
+        raise ValueError("ingest_images with root= needs fields={name: template, ...}")
+    if manifest is not None and templates:
+        raise ValueError("ingest_images takes fields= only with root=; a manifest names its fields in its header")
+    masks = [masks] if isinstance(masks, str) else list(masks)
+    norm = dict(norm or {})
+    args = [repr(os.fspath(store))]
+    if manifest is not None:
+        args.append(f"manifest={os.fspath(manifest)!r}")
+    if root is not None:
+        args.append(f"root={os.fspath(root)!r}, fields={dict(templates)!r}")
+    if masks:
+        args.append(f"masks={masks!r}")
+    if norm:
+        args.append(f"norm={norm!r}")
+    if on_error != "stop":
+        args.append(f"on_error={on_error!r}")
+    command_line = "patchstore.ingest_images(" + ", ".join(args) + ")"
+    d = _native().ingest_images(
+        os.fspath(store),
+        "" if manifest is None else os.fspath(manifest),
+        "" if root is None else os.fspath(root),
+        templates,
+        masks,
+        {str(k): str(v) for k, v in norm.items()},
+        int(threads),
+        on_error == "skip",
+        "" if report is None else os.fspath(report),
+        int(batch_bytes),
+        bool(durable),
+        int(max_pixels),
+        command_line,
+        progress,
+    )
+    return IngestSummary(**d)
+
+
+def export(
+    store: Union[PathLike, Store],
+    outdir: PathLike,
+    ids: Optional[Iterable[Union[str, bytes]]] = None,
+    fields: Optional[Iterable[str]] = None,
+    format: Optional[str] = None,
+    window: Optional[Tuple[float, float]] = None,
+    *,
+    progress: Optional[Callable[[Any], None]] = None,
+) -> ExportSummary:
+    """Writes records back to files: OUTDIR/<safe id>/<field>.<ext>.
+
+    Same options as ``patchstore export``. ids / fields: a selection (None:
+    all). format: None (by source: png for integer sources, exr for float),
+    "png", "exr" or "h5". window: (lo, hi) for float data written as PNG.
+    PNG output inverts the stored normalisation and keeps the source bit
+    depth and channels; EXR output is float32, bit-exact. Ids are made safe as
+    paths (each '/'-part a folder; other bytes percent-encoded).
+
+    Raises FileNotFoundError for a missing store, KeyError for an unknown id
+    or field, OSError when writing fails. The GIL is released while it runs.
+    """
+    if isinstance(store, Store):
+        path = store.path
+    else:
+        path = Store(store).path  # FileNotFoundError here, before any output is written
+    if window is not None:
+        lo, hi = (float(v) for v in window)
+    else:
+        lo, hi = 0.0, 1.0
+    if isinstance(ids, (str, bytes)):
+        ids = [ids]
+    if isinstance(fields, str):
+        fields = [fields]
+    d = _native().export(
+        path,
+        os.fspath(outdir),
+        [] if ids is None else [_encode_id(i) for i in ids],
+        [] if fields is None else list(fields),
+        "" if format is None else str(format),
+        window is not None,
+        lo,
+        hi,
+        progress,
+    )
+    return ExportSummary(**d)

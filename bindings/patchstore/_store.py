@@ -1,0 +1,442 @@
+"""patchstore.Store: zero-copy, fork-safe access to a store from Python.
+
+Everything here is a thin layer over the compiled ``patchstore._patchstore``
+module: ids are decoded, fork is detected, ``out`` buffers are checked, and
+views are wrapped in NumPy arrays without copying.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple, Union, overload
+
+import numpy as np
+
+from . import _patchstore as _C
+
+CorruptRecordError = _C.CorruptRecordError
+
+#: A sample key: its index (negative counts from the end) or its id.
+Key = Union[int, str, bytes]
+
+__all__ = ["Store", "FieldInfo", "Ids", "open", "CorruptRecordError"]
+
+
+def _encode_id(id: Union[str, bytes]) -> bytes:
+    """Ids are bytes in the store; str ids are encoded with UTF-8 + surrogateescape."""
+    if isinstance(id, bytes):
+        return id
+    return id.encode("utf-8", "surrogateescape")
+
+
+def _decode_id(raw: bytes) -> str:
+    """Inverse of _encode_id: non-UTF-8 bytes become lone surrogates."""
+    return raw.decode("utf-8", "surrogateescape")
+
+
+class FieldInfo(NamedTuple):
+    """What a store holds for one field (from the store metadata).
+
+    ``shape`` is the shape of the first sample's record, e.g. ``(3, 1080, 1920)``
+    (None for an empty store); samples may differ, ``Store.shape(key, field)``
+    gives one sample's shape.
+    """
+
+    name: str
+    channels: int
+    shape: Optional[Tuple[int, ...]]
+    layout: str  #: "CHW" for images, "SHW" for volumes
+    norm: str  #: how source values were mapped, e.g. "symmetric/255", "binary", "none"
+    source_type: str  #: e.g. "uint8", "float32"
+    is_mask: bool
+    channel_names: Tuple[str, ...]
+    source_format: str  #: "png", "exr", ...
+
+
+class Ids(Sequence):
+    """The sample ids of a store, in index order, as ``str``.
+
+    Ids are bytes in the store; bytes that are not UTF-8 are decoded with
+    ``surrogateescape`` (so ``id.encode("utf-8", "surrogateescape")`` gives the
+    stored bytes back, and either form is accepted by ``store[...]``).
+    ``id in store.ids`` is O(1).
+    """
+
+    __slots__ = ("_store",)
+
+    def __init__(self, store: "Store") -> None:
+        self._store = store
+
+    def __len__(self) -> int:
+        return len(self._store._r())
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> List[str]: ...
+    def __getitem__(self, i):  # type: ignore[override]
+        r = self._store._r()
+        if isinstance(i, slice):
+            return [_decode_id(r.id(j)) for j in range(*i.indices(len(r)))]
+        return _decode_id(r.id(self._store._index(r, i)))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([_decode_id(b) for b in self._store._r().ids()])
+
+    def __contains__(self, id: object) -> bool:
+        return isinstance(id, (str, bytes)) and id in self._store
+
+    def index(self, id: Union[str, bytes], start: int = 0, stop: Optional[int] = None) -> int:  # type: ignore[override]
+        i = self._store.index(id)
+        if i < start or (stop is not None and i >= stop):
+            raise ValueError(f"{id!r} is not in the ids [{start}:{stop}]")
+        return i
+
+    def __repr__(self) -> str:
+        n = len(self)
+        head = ", ".join(repr(x) for x in self[:5])
+        return f"<patchstore.Ids [{head}{', ...' if n > 5 else ''}] ({n} ids)>"
+
+
+def _array(view: "_C.View") -> np.ndarray:
+    """A read-only NumPy array over `view` (no copy; the array's base chain holds `view`)."""
+    return np.asarray(view)
+
+
+class Store:
+    """A patchstore store, opened read-only.
+
+    ``Store(path)`` (or :func:`patchstore.open`) opens the store at once, so a
+    missing store raises ``FileNotFoundError`` here.
+
+    Access::
+
+        len(store)                      # number of samples
+        store.ids                       # sequence of str ids
+        store.fields                    # {name: FieldInfo}
+        store["video03/0042"]           # {field: float32 array (C,H,W)}; also store[i]
+        store.get(key, "depth")         # one field
+        store.patch(key, "rgb", y, x, h, w)           # (C,h,w) view
+        store.read_patches(keys, "rgb", ys, xs, h, w, out=None)   # (N,C,h,w) copy
+
+    Arrays from ``store[...]``, ``get`` and ``patch`` are read-only views into
+    the store's memory map (no copy). Each keeps the LMDB read transaction it
+    came from alive for as long as it lives, also after ``store.close()`` or
+    ``del store``. A store sees the data as it was when opened.
+
+    Processes: a Store pickles as its path and options and reopens lazily in
+    the receiving process (DataLoader workers under fork, spawn, forkserver).
+    Used in a forked child, a Store opened in the parent notices the new
+    process id and reopens; it never touches the parent's LMDB handles.
+
+    Threads: all reads may run from many threads at once.
+
+    Errors: unknown id or field -> ``KeyError``; index or window outside the
+    data -> ``IndexError``; bad argument -> ``ValueError``; OS or LMDB failure
+    -> ``OSError`` (``FileNotFoundError`` for a missing store); a record that
+    fails validation -> :class:`patchstore.CorruptRecordError` (an ``OSError``).
+    Messages name the store, the sample id and the field.
+    """
+
+    def __init__(
+        self,
+        path: Union[str, "os.PathLike[str]"],
+        *,
+        verify_checksums: bool = False,
+        no_lock: bool = False,
+        _lazy: bool = False,
+    ) -> None:
+        self._path = os.path.abspath(os.fspath(path))
+        self._options = {"verify_checksums": bool(verify_checksums), "no_lock": bool(no_lock)}
+        self._reader: Optional[_C.Reader] = None
+        self._pid = -1
+        self._closed = False
+        self._fields: Optional[Dict[str, FieldInfo]] = None
+        if not _lazy:
+            self._reopen()
+
+    # -- process handling -------------------------------------------------
+
+    def _r(self) -> "_C.Reader":
+        """The reader of this process, reopening after fork or unpickling."""
+        r = self._reader
+        if r is not None and self._pid == os.getpid():
+            return r
+        return self._reopen()
+
+    def _reopen(self) -> "_C.Reader":
+        if self._closed:
+            raise ValueError(f"store '{self._path}' is closed")
+        # In a forked child the parent's reader is dropped unused: its C++
+        # destructors make no LMDB call outside the process that opened it.
+        self._reader = None
+        self._fields = None
+        r = _C.Reader.open(self._path, **self._options)
+        self._reader, self._pid = r, os.getpid()
+        return r
+
+    def __reduce__(self):
+        return (_unpickle_store, (self._path, dict(self._options)))
+
+    def close(self) -> None:
+        """Drops this object's reader. Arrays handed out stay valid."""
+        self._closed = True
+        self._reader = None
+        self._fields = None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- metadata ---------------------------------------------------------
+
+    @property
+    def path(self) -> str:
+        """The absolute path of the store directory."""
+        return self._path
+
+    @property
+    def options(self) -> Dict[str, bool]:
+        """The options the store was opened with (what pickling keeps)."""
+        return dict(self._options)
+
+    @property
+    def sealed(self) -> bool:
+        """True when the ingest finished (a sealed store is read without LMDB's lock table)."""
+        return self._r().sealed
+
+    @property
+    def no_lock(self) -> bool:
+        """True when this process reads without LMDB's lock table."""
+        return self._r().no_lock
+
+    @property
+    def kind(self) -> str:
+        """"frames" (images) or "volumes"."""
+        return self._r().kind
+
+    @property
+    def attributes(self) -> Dict[str, str]:
+        """Free-form ingest settings recorded in the metadata (e.g. the command line)."""
+        return dict(self._r().attributes)
+
+    def __len__(self) -> int:
+        return len(self._r())
+
+    @property
+    def ids(self) -> Ids:
+        """The sample ids (a sequence of str)."""
+        return Ids(self)
+
+    @property
+    def fields(self) -> Dict[str, FieldInfo]:
+        """{field name: FieldInfo}, in field order."""
+        r = self._r()
+        if self._fields is None:
+            out: Dict[str, FieldInfo] = {}
+            for f in r.fields():
+                shape = None
+                if len(r) > 0:
+                    try:
+                        shape = tuple(r.header(0, f["name"])["shape"])
+                    except (KeyError, OSError):  # record missing or damaged for sample 0
+                        shape = None
+                names = tuple(x for x in f["channel_names"].split(",") if x)
+                out[f["name"]] = FieldInfo(
+                    f["name"], int(f["channels"]), shape, f["layout"], f["norm"], f["source_type"],
+                    bool(f["is_mask"]), names, f["source_format"],
+                )
+            self._fields = out
+        return dict(self._fields)
+
+    def __repr__(self) -> str:
+        if self._closed:
+            return f"<patchstore.Store '{self._path}' (closed)>"
+        r = self._r()
+        names = ", ".join(f["name"] for f in r.fields())
+        return (f"<patchstore.Store '{self._path}' {len(r)} samples, fields [{names}]"
+                f"{', sealed' if r.sealed else ''}>")
+
+    # -- lookup -----------------------------------------------------------
+
+    @staticmethod
+    def _index(r: "_C.Reader", key: Key) -> int:
+        if isinstance(key, (str, bytes)):
+            return r.find(_encode_id(key))
+        try:
+            i = operator.index(key)
+        except TypeError:
+            raise TypeError(f"sample key must be an int, str or bytes, not {type(key).__name__}") from None
+        n = len(r)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"sample index {operator.index(key)} out of range [0, {n}) in '{r.path}'")
+        return i
+
+    def index(self, key: Key) -> int:
+        """The sample index of `key` (an id or an index). KeyError / IndexError when absent."""
+        return self._index(self._r(), key)
+
+    def __contains__(self, id: object) -> bool:
+        if not isinstance(id, (str, bytes)):
+            return False
+        try:
+            self._r().find(_encode_id(id))
+            return True
+        except KeyError:
+            return False
+
+    def __getitem__(self, key: Key) -> Dict[str, np.ndarray]:
+        """{field: read-only float32 array (C,H,W)} of one sample (no copy)."""
+        r = self._r()
+        views = r.sample(self._index(r, key))
+        return {f["name"]: _array(v) for f, v in zip(r.fields(), views)}
+
+    def __iter__(self) -> Iterator[Dict[str, np.ndarray]]:
+        """Yields every sample (as ``store[i]``) in index order."""
+        for i in range(len(self)):
+            yield self[i]
+
+    def get(self, key: Key, field: str) -> np.ndarray:
+        """The whole record of one field: a read-only float32 (C,H,W) array (no copy)."""
+        r = self._r()
+        return _array(r.get(self._index(r, key), field))
+
+    def header(self, key: Key, field: str) -> Dict[str, Any]:
+        """The record header: shape, layout, source_type, norm, payload_bytes, checksum."""
+        r = self._r()
+        return r.header(self._index(r, key), field)
+
+    def shape(self, key: Key, field: str) -> Tuple[int, ...]:
+        """The (C,H,W) shape of one record."""
+        return tuple(self.header(key, field)["shape"])
+
+    def patch(self, key: Key, field: str, y: int, x: int, h: int, w: int) -> np.ndarray:
+        """The (C,h,w) window at (y, x) of one record: a read-only view, no copy.
+
+        IndexError when the window leaves the record, ValueError when h or w < 1.
+        """
+        r = self._r()
+        return _array(r.patch(self._index(r, key), field, int(y), int(x), int(h), int(w)))
+
+    def verify(self, keys: Optional[Iterable[Key]] = None, fields: Optional[Iterable[str]] = None) -> int:
+        """Recomputes record checksums; raises CorruptRecordError at the first bad record.
+
+        Returns the number of records checked. The GIL is released per record.
+        """
+        r = self._r()
+        idx = range(len(r)) if keys is None else [self._index(r, k) for k in keys]
+        names = [f["name"] for f in r.fields()] if fields is None else list(fields)
+        n = 0
+        for i in idx:
+            for f in names:
+                r.verify(i, f)
+                n += 1
+        return n
+
+    # -- batch copies -------------------------------------------------------
+
+    def _indices(self, r: "_C.Reader", keys: Any) -> np.ndarray:
+        if isinstance(keys, (str, bytes, int, np.integer)):
+            return np.array([self._index(r, keys)], dtype=np.int64)
+        arr = np.asarray(keys) if not isinstance(keys, (list, tuple)) else None
+        if arr is not None and arr.dtype.kind in "iu":
+            a = arr.astype(np.int64, copy=True).reshape(-1)
+            n = len(r)
+            neg = a < 0
+            if neg.any():
+                a[neg] += n
+            bad = (a < 0) | (a >= n)
+            if bad.any():
+                raise IndexError(f"sample index {int(arr.reshape(-1)[np.argmax(bad)])} out of range "
+                                 f"[0, {n}) in '{r.path}'")
+            return a
+        return np.fromiter((self._index(r, k) for k in keys), dtype=np.int64)
+
+    def read_patches(
+        self,
+        keys: Any,
+        field: str,
+        ys: Any,
+        xs: Any,
+        h: int,
+        w: int,
+        out: Any = None,
+        *,
+        num_threads: int = 1,
+    ) -> Any:
+        """Copies N windows of one field into a contiguous (N,C,h,w) float32 batch.
+
+        keys: sample ids or indices (a sequence, an integer array, or one key
+        used for every window); ys, xs: top-left corners (sequences or scalars,
+        broadcast against each other). The gather runs in C++ with the GIL
+        released, on `num_threads` threads (0 = all cores).
+
+        out: where to write. None allocates a NumPy array. Otherwise any
+        writable C-contiguous float32 buffer of N*C*h*w elements (a NumPy array,
+        anything with the buffer protocol) or a contiguous float32 CPU torch
+        tensor, pinned or not. Returns `out` (or the new array).
+
+        Every window is checked before anything is copied (IndexError when one
+        leaves its record, KeyError for an unknown key or field).
+        """
+        r = self._r()
+        idx = self._indices(r, keys)
+        ya = np.asarray(ys, dtype=np.int64).reshape(-1)
+        xa = np.asarray(xs, dtype=np.int64).reshape(-1)
+        try:
+            idx, ya, xa = (np.ascontiguousarray(a) for a in np.broadcast_arrays(idx, ya, xa))
+        except ValueError:
+            raise ValueError(f"read_patches on '{self._path}': {idx.size} keys, {ya.size} ys and {xa.size} xs "
+                             f"do not broadcast") from None
+        if out is None:
+            n = idx.shape[0]
+            c = r.header(int(idx[0]), field)["shape"][0] if n else self.fields[field].channels
+            out = np.empty((n, c, int(h), int(w)), dtype=np.float32)
+            target = out
+        else:
+            target = _writable_buffer(out, self._path)
+        r.copy_patches(idx, field, ya, xa, int(h), int(w), target, int(num_threads))
+        return out
+
+
+def _writable_buffer(out: Any, path: str) -> Any:
+    """A buffer-protocol object sharing memory with `out` (torch tensors via .numpy())."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(out, torch.Tensor):
+        if out.device.type != "cpu":
+            raise ValueError(f"read_patches on '{path}': out must be a CPU tensor (got device '{out.device}')")
+        if out.dtype != torch.float32:
+            raise ValueError(f"read_patches on '{path}': out must be float32 (got {out.dtype})")
+        if not out.is_contiguous():
+            raise ValueError(f"read_patches on '{path}': out must be contiguous")
+        return out.detach().numpy()  # shares memory, pinned or not
+    return out
+
+
+def _unpickle_store(path: str, options: Dict[str, bool]) -> Store:
+    return Store(path, _lazy=True, **options)
+
+
+def open(path: Union[str, "os.PathLike[str]"], *, verify_checksums: bool = False, no_lock: bool = False) -> Store:
+    """Opens the store at `path` read-only.
+
+    verify_checksums: recompute each record's checksum on first access (one
+    pass over the record; CorruptRecordError on mismatch).
+    no_lock: read without LMDB's lock table even if the store is not sealed
+    (sealed stores are always read that way).
+
+    Raises FileNotFoundError when there is no store at `path`,
+    CorruptRecordError when its metadata is damaged, OSError otherwise.
+    """
+    return Store(path, verify_checksums=verify_checksums, no_lock=no_lock)

@@ -1,0 +1,174 @@
+// patchstore/bindings/src/ingest_module.cc — patchstore._ingest, the
+// writing half of the Python binding: image ingest and export.
+//
+// A separate extension module so that reading processes (DataLoader
+// workers) never load OpenCV, OpenEXR or HDF5: `import patchstore` loads
+// only _patchstore; _ingest is imported on the first ingest/export call.
+//
+// Both calls run with the GIL released. A Python progress callable, when
+// given, is called from the ingest's writer thread with the GIL taken; if it
+// raises, it is not called again and its exception is raised when the
+// operation returns.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ingest/ingest.h"
+#include "status_py.h"
+
+namespace py = pybind11;
+using patchstore::ExportOptions;
+using patchstore::ExportSummary;
+using patchstore::ImageIngestOptions;
+using patchstore::IngestSummary;
+using patchstore::Progress;
+using patchstore::ProgressCallback;
+using patchstore_py::RaiseStatus;
+using patchstore_py::Where;
+
+namespace {
+
+// Adapts a Python callable (or None) to a ProgressCallback. Lives on the
+// calling thread's stack for the whole operation.
+class ProgressBridge {
+ public:
+  explicit ProgressBridge(py::object fn) : fn_(std::move(fn)) {}
+  ~ProgressBridge() {
+    py::gil_scoped_acquire gil;  // fn_ may be released only with the GIL
+    fn_ = py::object();
+  }
+
+  ProgressCallback callback() {
+    if (fn_.is_none()) return nullptr;
+    return [this](const Progress& p) {
+      py::gil_scoped_acquire gil;
+      if (error_) return;
+      try {
+        fn_(p);
+      } catch (py::error_already_set& e) {
+        error_ = std::move(e);
+      }
+    };
+  }
+
+  // REQUIRES: the GIL is held. Raises the callback's exception, if any.
+  void RethrowIfFailed() {
+    if (error_) {
+      py::error_already_set e = std::move(*error_);
+      error_.reset();
+      throw e;
+    }
+  }
+
+ private:
+  py::object fn_;
+  std::optional<py::error_already_set> error_;
+};
+
+py::dict IngestImages(const std::string& store, const std::string& manifest, const std::string& root,
+                      const std::vector<std::pair<std::string, std::string>>& fields,
+                      const std::vector<std::string>& masks, const std::map<std::string, std::string>& norm,
+                      int threads, bool skip_errors, const std::string& report_path, uint64_t batch_bytes,
+                      bool durable, uint64_t max_pixels, const std::string& command_line, py::object progress) {
+  ImageIngestOptions o;
+  o.store = store;
+  o.manifest = manifest;
+  o.root = root;
+  o.field_templates = fields;
+  o.mask_fields = masks;
+  o.norm = norm;
+  o.threads = threads;
+  o.skip_errors = skip_errors;
+  o.report_path = report_path;
+  o.batch_bytes = batch_bytes;
+  o.durable = durable;
+  o.max_pixels = max_pixels;
+  o.command_line = command_line;
+  ProgressBridge bridge(std::move(progress));
+  o.progress = bridge.callback();
+  patchstore::Result<IngestSummary> r = patchstore::Status::Internal("ingest did not run");
+  {
+    py::gil_scoped_release nogil;
+    r = patchstore::IngestImages(o);
+  }
+  bridge.RethrowIfFailed();
+  if (!r.ok()) RaiseStatus(r.status(), Where::kFiles);
+  const IngestSummary& s = r.value();
+  py::dict d;
+  d["samples_total"] = s.samples_total;
+  d["samples_written"] = s.samples_written;
+  d["samples_present"] = s.samples_present;
+  d["samples_failed"] = s.samples_failed;
+  d["bytes_written"] = s.bytes_written;
+  d["bytes_decoded"] = s.bytes_decoded;
+  d["seconds"] = s.seconds;
+  d["report_path"] = s.report_path;
+  d["errors"] = s.errors;
+  return d;
+}
+
+py::dict Export(const std::string& store, const std::string& outdir, const std::vector<py::bytes>& ids,
+                const std::vector<std::string>& fields, const std::string& format, bool has_window, double lo,
+                double hi, py::object progress) {
+  ExportOptions o;
+  o.store = store;
+  o.outdir = outdir;
+  for (const py::bytes& id : ids) o.ids.push_back(std::string(id));
+  o.fields = fields;
+  o.format = format;
+  o.has_window = has_window;
+  o.window_lo = lo;
+  o.window_hi = hi;
+  ProgressBridge bridge(std::move(progress));
+  o.progress = bridge.callback();
+  patchstore::Result<ExportSummary> r = patchstore::Status::Internal("export did not run");
+  {
+    py::gil_scoped_release nogil;
+    r = patchstore::Export(o);
+  }
+  bridge.RethrowIfFailed();
+  // Unknown ids or fields in an export are lookups, not missing files.
+  if (!r.ok()) RaiseStatus(r.status(), Where::kLookup);
+  const ExportSummary& s = r.value();
+  py::dict d;
+  d["files_written"] = s.files_written;
+  d["bytes_written"] = s.bytes_written;
+  d["paths"] = s.paths;
+  return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_ingest, m) {
+  m.doc() = "patchstore._ingest: compiled image ingest and export. Use patchstore.ingest_images / patchstore.export.";
+
+  py::class_<Progress>(m, "Progress", "Progress of an ingest or export: done of total items, plus bytes.")
+      .def_readonly("done", &Progress::done)
+      .def_readonly("total", &Progress::total)
+      .def_readonly("failed", &Progress::failed)
+      .def_readonly("skipped", &Progress::skipped)
+      .def_readonly("bytes", &Progress::bytes)
+      .def_readonly("seconds", &Progress::seconds)
+      .def("__repr__", [](const Progress& p) {
+        return "Progress(done=" + std::to_string(p.done) + ", total=" + std::to_string(p.total) +
+               ", failed=" + std::to_string(p.failed) + ", skipped=" + std::to_string(p.skipped) +
+               ", bytes=" + std::to_string(p.bytes) + ", seconds=" + std::to_string(p.seconds) + ")";
+      });
+
+  m.def("ingest_images", &IngestImages, py::arg("store"), py::arg("manifest"), py::arg("root"),
+        py::arg("fields"), py::arg("masks"), py::arg("norm"), py::arg("threads"), py::arg("skip_errors"),
+        py::arg("report_path"), py::arg("batch_bytes"), py::arg("durable"), py::arg("max_pixels"),
+        py::arg("command_line"), py::arg("progress"),
+        "patchstore::IngestImages with the GIL released. Returns the IngestSummary as a dict.");
+  m.def("export", &Export, py::arg("store"), py::arg("outdir"), py::arg("ids"), py::arg("fields"),
+        py::arg("format"), py::arg("has_window"), py::arg("window_lo"), py::arg("window_hi"),
+        py::arg("progress"), "patchstore::Export with the GIL released. Returns the ExportSummary as a dict.");
+  m.def(
+      "safe_relative_path", [](const py::bytes& id) { return py::bytes(patchstore::SafeRelativePath(id)); },
+      py::arg("id"), "The relative path export writes sample `id` (bytes) under.");
+}

@@ -1,0 +1,362 @@
+// patchstore/bindings/src/reader_module.cc — patchstore._patchstore, the
+// reading half of the Python binding (no OpenCV, OpenEXR or HDF5 here).
+//
+// A thin skin over patchstore::Reader. The Python package (patchstore/
+// _store.py) builds the public API on top: id decoding, fork detection,
+// pickling, NumPy/torch `out` handling.
+//
+// Zero copy: Reader::Get/Patch return TensorViews whose `owner` holds the
+// LMDB snapshot. They are wrapped in a View object that exports the buffer
+// protocol read-only; NumPy keeps the View (and so the snapshot) alive
+// through the array's .base chain (array -> memoryview -> View).
+//
+// The GIL is released for opening (indexing), batch copies and checksum
+// verification; everything else is O(1).
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "reader/reader.h"
+#include "status_py.h"
+
+namespace py = pybind11;
+using patchstore::FieldMeta;
+using patchstore::PatchRequest;
+using patchstore::Reader;
+using patchstore::ReaderOptions;
+using patchstore::RecordHeader;
+using patchstore::Status;
+using patchstore::TensorView;
+using patchstore_py::Check;
+using patchstore_py::Unwrap;
+using patchstore_py::Where;
+
+namespace {
+
+// A read-only float32 view into the store's memory map.
+struct View {
+  TensorView v;
+};
+
+const char* LayoutName(patchstore::Layout l) {
+  switch (l) {
+    case patchstore::Layout::kCHW: return "CHW";
+    case patchstore::Layout::kSHW: return "SHW";
+    case patchstore::Layout::kSAT: return "SAT";
+  }
+  return "unknown";
+}
+
+py::tuple Shape(const TensorView& v) {
+  py::tuple t(v.rank);
+  for (int i = 0; i < v.rank; ++i) t[i] = py::int_(v.shape[i]);
+  return t;
+}
+
+// A Py_buffer released on scope exit.
+class BufferHold {
+ public:
+  BufferHold() { std::memset(&view_, 0, sizeof(view_)); }
+  ~BufferHold() {
+    if (held_) PyBuffer_Release(&view_);
+  }
+  BufferHold(const BufferHold&) = delete;
+  BufferHold& operator=(const BufferHold&) = delete;
+  // Returns false (with the Python error cleared) when `obj` does not export
+  // a buffer with these flags.
+  bool Get(PyObject* obj, int flags) {
+    if (PyObject_GetBuffer(obj, &view_, flags) != 0) {
+      PyErr_Clear();
+      return false;
+    }
+    held_ = true;
+    return true;
+  }
+  Py_buffer& view() { return view_; }
+
+ private:
+  Py_buffer view_;
+  bool held_ = false;
+};
+
+// "f", "<f", "=f", "@f" (and the int64 codes) in native little-endian order.
+bool FormatIs(const char* format, const char* codes) {
+  if (format == nullptr) return false;
+  if (*format == '@' || *format == '=' || *format == '<') ++format;
+  return format[0] != '\0' && format[1] == '\0' && std::strchr(codes, format[0]) != nullptr;
+}
+
+// Reads a 1-D int64 buffer (NumPy int64 array, array('q'), ...) into a vector.
+std::vector<int64_t> Int64s(const py::object& obj, const char* what) {
+  BufferHold b;
+  if (!b.Get(obj.ptr(), PyBUF_ND | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS))
+    throw py::value_error(std::string(what) + " must be a contiguous 1-D int64 buffer");
+  const Py_buffer& v = b.view();
+  if (v.itemsize != 8 || !FormatIs(v.format, "qlQL") || v.ndim > 1)
+    throw py::value_error(std::string(what) + " must be a contiguous 1-D int64 buffer (got format '" +
+                          (v.format ? v.format : "B") + "', " + std::to_string(v.ndim) + " dimensions)");
+  std::vector<int64_t> out(static_cast<size_t>(v.len / 8));
+  if (!out.empty()) std::memcpy(out.data(), v.buf, static_cast<size_t>(v.len));
+  return out;
+}
+
+int FieldOf(const Reader& r, const std::string& name) { return Unwrap(r.FieldIndex(name)); }
+
+uint64_t SampleOf(const Reader& r, int64_t sample) {
+  if (sample < 0 || static_cast<uint64_t>(sample) >= r.size())
+    throw py::index_error("sample index " + std::to_string(sample) + " out of range [0, " +
+                          std::to_string(r.size()) + ") in '" + r.path() + "'");
+  return static_cast<uint64_t>(sample);
+}
+
+py::dict FieldInfo(const FieldMeta& f) {
+  py::dict d;
+  d["name"] = f.name;
+  d["channels"] = f.channels;
+  d["layout"] = LayoutName(f.layout);
+  d["source_type"] = patchstore::SourceTypeName(f.source_type);
+  d["norm"] = f.norm.ToString();
+  d["channel_names"] = f.channel_names;
+  d["is_mask"] = f.is_mask;
+  d["has_sat"] = f.has_sat;
+  d["source_format"] = f.source_format;
+  return d;
+}
+
+py::dict HeaderInfo(const RecordHeader& h) {
+  py::tuple shape(h.rank);
+  for (int i = 0; i < h.rank; ++i) shape[i] = py::int_(h.shape[i]);
+  py::dict d;
+  d["shape"] = shape;
+  d["layout"] = LayoutName(h.layout);
+  d["source_type"] = patchstore::SourceTypeName(h.source_type);
+  d["norm"] = h.norm.ToString();
+  d["payload_bytes"] = h.payload_bytes;
+  d["checksum"] = h.body_checksum;
+  return d;
+}
+
+// Copies `n` windows of field `field` into `out` (see the docstring below).
+void CopyPatches(const Reader& r, const py::object& samples_obj, const std::string& field,
+                 const py::object& ys_obj, const py::object& xs_obj, int64_t h, int64_t w,
+                 const py::object& out, int num_threads) {
+  const int f = FieldOf(r, field);
+  const std::vector<int64_t> samples = Int64s(samples_obj, "ids");
+  const std::vector<int64_t> ys = Int64s(ys_obj, "ys");
+  const std::vector<int64_t> xs = Int64s(xs_obj, "xs");
+  const size_t n = samples.size();
+  if (ys.size() != n || xs.size() != n)
+    throw py::value_error("read_patches on '" + r.path() + "': " + std::to_string(n) + " ids but " +
+                          std::to_string(ys.size()) + " ys and " + std::to_string(xs.size()) + " xs");
+  std::vector<PatchRequest> reqs(n);
+  for (size_t i = 0; i < n; ++i) reqs[i] = PatchRequest{SampleOf(r, samples[i]), f, ys[i], xs[i]};
+  // The first request decides the channel count (and reports bad sizes in
+  // the Reader's words); CopyPatches checks that the others agree.
+  if (n == 0) {
+    if (h <= 0 || w <= 0)
+      throw py::value_error("read_patches on '" + r.path() + "': height and width must be positive");
+    return;
+  }
+  const int64_t channels = Unwrap(r.Patch(reqs[0].sample, f, reqs[0].y, reqs[0].x, h, w)).shape[0];
+
+  BufferHold b;
+  if (!b.Get(out.ptr(), PyBUF_STRIDES | PyBUF_FORMAT | PyBUF_WRITABLE))
+    throw py::value_error("read_patches on '" + r.path() + "': out must be a writable buffer (got " +
+                          std::string(py::str(py::type::of(out).attr("__name__"))) + ")");
+  Py_buffer& v = b.view();
+  if (v.itemsize != 4 || !FormatIs(v.format, "f"))
+    throw py::value_error("read_patches on '" + r.path() + "': out must hold float32 (got format '" +
+                          (v.format ? v.format : "B") + "')");
+  if (!PyBuffer_IsContiguous(&v, 'C'))
+    throw py::value_error("read_patches on '" + r.path() + "': out must be C-contiguous");
+  const int64_t want = static_cast<int64_t>(n) * channels * h * w;
+  const int64_t have = static_cast<int64_t>(v.len / 4);
+  std::string want_shape = "(" + std::to_string(n) + "," + std::to_string(channels) + "," + std::to_string(h) +
+                           "," + std::to_string(w) + ")";
+  if (have != want)
+    throw py::value_error("read_patches on '" + r.path() + "' field '" + field + "': out holds " +
+                          std::to_string(have) + " floats, " + want_shape + " needs " + std::to_string(want));
+  if (v.ndim == 4 && (v.shape[0] != static_cast<Py_ssize_t>(n) || v.shape[1] != channels || v.shape[2] != h ||
+                      v.shape[3] != w))
+    throw py::value_error("read_patches on '" + r.path() + "' field '" + field + "': out has shape (" +
+                          std::to_string(v.shape[0]) + "," + std::to_string(v.shape[1]) + "," +
+                          std::to_string(v.shape[2]) + "," + std::to_string(v.shape[3]) + "), expected " +
+                          want_shape);
+  if (num_threads <= 0) num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  float* dst = static_cast<float*>(v.buf);
+  Status st;
+  {
+    py::gil_scoped_release nogil;
+    st = r.CopyPatches(reqs, h, w, dst, num_threads);
+  }
+  Check(st);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_patchstore, m) {
+  m.doc() =
+      "patchstore._patchstore: the compiled reader behind the patchstore package.\n\n"
+      "Use the Python API (patchstore.open, patchstore.Store); this module is an implementation detail.";
+
+  // patchstore.CorruptRecordError: stored bytes fail validation. A subclass
+  // of OSError, so `except OSError` also catches damaged stores.
+  PyObject* corrupt = PyErr_NewExceptionWithDoc(
+      "patchstore.CorruptRecordError",
+      "A record or the store's metadata failed validation (bad checksum, impossible header, truncated file).\n\n"
+      "Subclass of OSError. The message names the store, the sample id and the field.",
+      PyExc_OSError, nullptr);
+  if (corrupt == nullptr) throw py::error_already_set();
+  m.add_object("CorruptRecordError", py::handle(corrupt));  // add_object takes its own reference
+  patchstore_py::CorruptRecordErrorSlot() = corrupt;          // and the slot keeps ours
+
+  py::class_<View>(m, "View", py::buffer_protocol(),
+                   "A read-only float32 view into the store's memory map (buffer protocol).\n\n"
+                   "Holds the LMDB read transaction: the memory stays valid while this object lives.\n"
+                   "Wrap it with numpy.asarray(view) (no copy).")
+      .def_buffer([](View& self) -> py::buffer_info {
+        const TensorView& t = self.v;
+        std::vector<py::ssize_t> shape(t.rank), strides(t.rank);
+        for (int i = 0; i < t.rank; ++i) {
+          shape[i] = t.shape[i];
+          strides[i] = t.strides[i];
+        }
+        return py::buffer_info(const_cast<float*>(t.data), sizeof(float), py::format_descriptor<float>::format(),
+                               t.rank, std::move(shape), std::move(strides), /*readonly=*/true);
+      })
+      .def_property_readonly("shape", [](const View& self) { return Shape(self.v); })
+      .def_property_readonly("strides",
+                             [](const View& self) {
+                               py::tuple t(self.v.rank);
+                               for (int i = 0; i < self.v.rank; ++i) t[i] = py::int_(self.v.strides[i]);
+                               return t;
+                             })
+      .def_property_readonly("address",
+                             [](const View& self) { return reinterpret_cast<uintptr_t>(self.v.data); })
+      .def("__repr__", [](const View& self) {
+        std::string s = "<patchstore View float32 (";
+        for (int i = 0; i < self.v.rank; ++i) s += (i ? "," : "") + std::to_string(self.v.shape[i]);
+        return s + ")>";
+      });
+
+  py::class_<Reader, std::shared_ptr<Reader>>(
+      m, "Reader",
+      "patchstore::Reader: a read snapshot of one store, indexed once. Safe to share between threads;\n"
+      "never use it in a forked child (in_opening_process() tells).")
+      .def_static(
+          "open",
+          [](const std::string& path, bool verify_checksums, bool no_lock) {
+            ReaderOptions o;
+            o.verify_checksums = verify_checksums;
+            o.no_lock = no_lock;
+            patchstore::Result<std::shared_ptr<Reader>> r = Status::Internal("not opened");
+            {
+              py::gil_scoped_release nogil;
+              r = Reader::Open(path, o);
+            }
+            return Unwrap(std::move(r), Where::kFiles);
+          },
+          py::arg("path"), py::arg("verify_checksums") = false, py::arg("no_lock") = false,
+          "Opens the store at `path`. FileNotFoundError when there is none.")
+      .def_property_readonly("path", &Reader::path)
+      .def_property_readonly("sealed", &Reader::sealed)
+      .def_property_readonly("no_lock", &Reader::no_lock)
+      .def_property_readonly("kind", [](const Reader& r) { return r.meta().kind; })
+      .def_property_readonly("tool_version", [](const Reader& r) { return r.meta().tool_version; })
+      .def_property_readonly("format_version", [](const Reader& r) { return r.meta().format_version; })
+      .def_property_readonly("attributes", [](const Reader& r) { return r.meta().attributes; })
+      .def("in_opening_process", &Reader::InOpeningProcess)
+      .def("__len__", &Reader::size)
+      .def(
+          "id", [](const Reader& r, int64_t i) { return py::bytes(std::string(r.id(SampleOf(r, i)))); },
+          py::arg("index"), "The id bytes of sample `index`.")
+      .def(
+          "ids",
+          [](const Reader& r) {
+            py::list out(r.size());
+            for (uint64_t i = 0; i < r.size(); ++i) {
+              std::string_view s = r.id(i);
+              out[i] = py::bytes(s.data(), s.size());
+            }
+            return out;
+          },
+          "All ids as bytes, in index order.")
+      .def(
+          "find", [](const Reader& r, const py::bytes& id) { return Unwrap(r.Find(std::string(id))); },
+          py::arg("id"), "The index of sample `id` (bytes). KeyError when absent.")
+      .def(
+          "field_index", [](const Reader& r, const std::string& name) { return FieldOf(r, name); },
+          py::arg("name"))
+      .def(
+          "fields",
+          [](const Reader& r) {
+            py::list out;
+            for (const FieldMeta& f : r.meta().fields) out.append(FieldInfo(f));
+            return out;
+          },
+          "Field descriptions in field-index order.")
+      .def(
+          "header",
+          [](const Reader& r, int64_t sample, const std::string& field) {
+            return HeaderInfo(Unwrap(r.Header(SampleOf(r, sample), FieldOf(r, field))));
+          },
+          py::arg("sample"), py::arg("field"))
+      .def(
+          "get",
+          [](const Reader& r, int64_t sample, const std::string& field) {
+            return View{Unwrap(r.Get(SampleOf(r, sample), FieldOf(r, field)))};
+          },
+          py::arg("sample"), py::arg("field"), "A View of the whole record.")
+      .def(
+          "sample",
+          [](const Reader& r, int64_t sample) {
+            const uint64_t s = SampleOf(r, sample);
+            py::list out;
+            for (int f = 0; f < r.field_count(); ++f) out.append(View{Unwrap(r.Get(s, f))});
+            return out;
+          },
+          py::arg("sample"), "Views of every field of one sample, in field order.")
+      .def(
+          "patch",
+          [](const Reader& r, int64_t sample, const std::string& field, int64_t y, int64_t x, int64_t h,
+             int64_t w) { return View{Unwrap(r.Patch(SampleOf(r, sample), FieldOf(r, field), y, x, h, w))}; },
+          py::arg("sample"), py::arg("field"), py::arg("y"), py::arg("x"), py::arg("h"), py::arg("w"),
+          "A View of the (C,h,w) window at (y, x). No copy.")
+      .def("copy_patches", &CopyPatches, py::arg("samples"), py::arg("field"), py::arg("ys"), py::arg("xs"),
+           py::arg("h"), py::arg("w"), py::arg("out"), py::arg("num_threads") = 1,
+           "Copies N windows into `out`, a writable C-contiguous float32 buffer of N*C*h*w elements.\n"
+           "samples, ys, xs: 1-D int64 buffers of length N. The GIL is released during the copy.")
+      .def(
+          "verify",
+          [](const Reader& r, int64_t sample, const std::string& field) {
+            const uint64_t s = SampleOf(r, sample);
+            const int f = FieldOf(r, field);
+            Status st;
+            {
+              py::gil_scoped_release nogil;
+              st = r.Verify(s, f);
+            }
+            Check(st);
+          },
+          py::arg("sample"), py::arg("field"), "Recomputes one record's checksum; CorruptRecordError on mismatch.")
+      .def(
+          "describe",
+          [](const Reader& r, int64_t sample, const std::string& field) {
+            return r.Describe(static_cast<uint64_t>(sample), r.meta().FieldIndex(field));
+          },
+          py::arg("sample"), py::arg("field"));
+
+  // For tests of the Status -> exception table: raises what a Status with
+  // this code and message raises (files: the FileNotFoundError context).
+  m.def(
+      "_raise_status",
+      [](int code, const std::string& message, bool files) {
+        patchstore_py::RaiseStatus(Status(static_cast<patchstore::Code>(code), message),
+                                   files ? Where::kFiles : Where::kLookup);
+      },
+      py::arg("code"), py::arg("message"), py::arg("files") = false);
+}
