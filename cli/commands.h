@@ -26,3 +26,11 @@ namespace patchstore::cli {
 Runner RegisterBench(CLI::App* app, const bool* quiet);
 
 }  // namespace patchstore::cli
+
+namespace patchstore::cli {
+
+// `patchstore montage STORE OUT.png --count 64 [--patch 256] [--field rgb]
+// [--overlay mask] [--seed S]`: a contact sheet of the sampler's windows.
+Runner RegisterMontage(CLI::App* app, const bool* quiet);
+
+}  // namespace patchstore::cli

@@ -7,12 +7,14 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
 
 #include "cli/commands.h"
 #include "ingest/ingest.h"
+#include "ingest/montage.h"
 #include "reader/reader.h"
 #include "reader/verify.h"
 #include "store/store.h"
@@ -171,6 +173,7 @@ int main(int argc, char** argv) {
 
   auto run_hdf5 = ps::cli::RegisterIngestHdf5(ingest, &quiet);
   auto run_bench = ps::cli::RegisterBench(&app, &quiet);
+  auto run_montage = ps::cli::RegisterMontage(&app, &quiet);
 
   // ---- info / ls / verify
   auto* info = app.add_subcommand("info", "Describe a store: fields, shapes, samples, bytes, sealed");
@@ -203,6 +206,15 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"png", "exr"}));
   exp->add_option("--window", window, "LO,HI: map [LO,HI] to the PNG range (float data)")->delimiter(',')
       ->expected(2);
+  bool boxes = false;
+  ps::MontageOptions bo;
+  exp->add_flag("--boxes", boxes, "Instead of the records, draw the windows the sampler takes from each frame "
+                                  "(OUTDIR/<id>/boxes.png)");
+  exp->add_option("--patch", bo.patch_size, "With --boxes: window size")->check(CLI::Range(1, 1 << 16));
+  exp->add_option("--overlay", bo.overlay, "With --boxes: mask field to overlay and require");
+  exp->add_option("--seed", bo.seed, "With --boxes: sampler seed");
+  exp->add_option("-k,--patches-per-sample", bo.patches_per_sample, "With --boxes: windows per visit")
+      ->check(CLI::Range(1, 4096));
   exp->footer("PNG output inverts the stored normalisation: an 8/16-bit PNG ingested and exported is "
               "pixel-identical.\nEXR output is float32, bit-exact. Ids become folders; unsafe bytes are "
               "percent-encoded.");
@@ -216,6 +228,7 @@ int main(int argc, char** argv) {
 
   if (int rc = run_hdf5(); rc >= 0) return rc;
   if (int rc = run_bench(); rc >= 0) return rc;
+  if (int rc = run_montage(); rc >= 0) return rc;
 
   if (images->parsed()) {
     for (const std::string& f : field_specs) {
@@ -370,6 +383,28 @@ int main(int argc, char** argv) {
       eo.has_window = true;
       eo.window_lo = window[0];
       eo.window_hi = window[1];
+    }
+    if (boxes) {
+      bo.store = eo.store;
+      bo.field = eo.fields.empty() ? "" : eo.fields[0];
+      bo.count = 4096;
+      std::vector<std::string> ids = eo.ids;
+      if (ids.empty()) {
+        auto r = ps::Reader::Open(eo.store);
+        if (!r.ok()) return Fail(r.status());
+        for (uint64_t i = 0; i < (*r)->size(); ++i) ids.emplace_back((*r)->id(i));
+      }
+      for (const std::string& id : ids) {
+        auto img = ps::RenderBoxes(bo, id);
+        if (!img.ok()) return Fail(img.status());
+        const std::string dir = eo.outdir + "/" + ps::SafeRelativePath(id);
+        std::error_code ec;
+        std::filesystem::create_directories(dir, ec);
+        ps::Status st = ps::WritePng(*img, dir + "/boxes.png");
+        if (!st.ok()) return Fail(st);
+      }
+      std::printf("drew sampled windows on %zu frames in '%s'\n", ids.size(), eo.outdir.c_str());
+      return 0;
     }
     auto r = ps::Export(eo);
     if (!r.ok()) return Fail(r.status());

@@ -1,0 +1,214 @@
+#include "ingest/montage.h"
+
+#include <unistd.h>
+
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cerrno>
+#include <cstdio>
+#include <fstream>
+
+#include "reader/sampler.h"
+
+namespace patchstore {
+namespace {
+
+// Maps a (C,h,w) float tile to 8-bit RGB.
+cv::Mat ToDisplay(const float* data, int64_t C, int64_t h, int64_t w, const RecordHeader& hdr,
+                  const MontageOptions& o) {
+  const bool integer = hdr.source_type == SourceType::kUInt8 || hdr.source_type == SourceType::kUInt16;
+  double lo = o.window_lo, hi = o.window_hi;
+  const int64_t n = C * h * w;
+  if (!o.has_window && !integer) {
+    lo = INFINITY;
+    hi = -INFINITY;
+    for (int64_t i = 0; i < n; ++i)
+      if (std::isfinite(data[i])) {
+        lo = std::min(lo, static_cast<double>(data[i]));
+        hi = std::max(hi, static_cast<double>(data[i]));
+      }
+    if (!(lo < hi)) {
+      lo = std::isfinite(lo) ? lo : 0;
+      hi = lo + 1;
+    }
+  }
+  const double maxval = hdr.source_type == SourceType::kUInt16 ? 65535.0 : 255.0;
+  auto to8 = [&](float v) -> uint8_t {
+    double x;
+    if (integer && !o.has_window) {
+      const Normalization& nm = hdr.norm;
+      switch (nm.kind) {
+        case NormKind::kSymmetric: x = (v + 1.0) / 2.0; break;
+        case NormKind::kUnit: x = v; break;
+        case NormKind::kAffine: x = nm.scale != 0 ? (v - nm.offset) / nm.scale / maxval : 0; break;
+        case NormKind::kBinary: x = v != 0 ? 1 : 0; break;
+        default: x = v / maxval;
+      }
+    } else {
+      x = (v - lo) / (hi - lo);
+    }
+    if (!std::isfinite(x)) x = 0;
+    return static_cast<uint8_t>(std::nearbyint(std::min(std::max(x, 0.0), 1.0) * 255.0));
+  };
+  cv::Mat out(static_cast<int>(h), static_cast<int>(w), CV_8UC3);
+  const int64_t plane = h * w;
+  for (int64_t y = 0; y < h; ++y)
+    for (int64_t x = 0; x < w; ++x) {
+      cv::Vec3b& px = out.at<cv::Vec3b>(static_cast<int>(y), static_cast<int>(x));
+      for (int c = 0; c < 3; ++c) {
+        const int64_t src = C >= 3 ? c : 0;
+        px[c] = to8(data[src * plane + y * w + x]);
+      }
+    }
+  return out;
+}
+
+void Overlay(cv::Mat* rgb, const float* mask, int64_t h, int64_t w) {
+  for (int64_t y = 0; y < h; ++y)
+    for (int64_t x = 0; x < w; ++x) {
+      const float m = mask[y * w + x];
+      if (m != 0 && !std::isnan(m)) {
+        cv::Vec3b& px = rgb->at<cv::Vec3b>(static_cast<int>(y), static_cast<int>(x));
+        px[0] = static_cast<uint8_t>((px[0] + 255) / 2);  // translucent red (RGB order)
+        px[1] = static_cast<uint8_t>(px[1] / 2);
+        px[2] = static_cast<uint8_t>(px[2] / 2);
+      }
+    }
+}
+
+void Label(cv::Mat* img, const std::string& text, int x, int y) {
+  const double scale = 0.4;
+  int base = 0;
+  cv::Size sz = cv::getTextSize(text, cv::FONT_HERSHEY_SIMPLEX, scale, 1, &base);
+  cv::rectangle(*img, cv::Rect(x, y, std::min(sz.width + 4, img->cols - x), sz.height + base + 4), cv::Scalar(0, 0, 0),
+                cv::FILLED);
+  cv::putText(*img, text, cv::Point(x + 2, y + sz.height + 2), cv::FONT_HERSHEY_SIMPLEX, scale,
+              cv::Scalar(255, 255, 255), 1, cv::LINE_AA);
+}
+
+struct Setup {
+  std::shared_ptr<Reader> reader;
+  std::unique_ptr<PatchSampler> sampler;
+  int field = 0, overlay = -1;
+};
+
+Result<Setup> MakeSampler(const MontageOptions& o) {
+  Setup s;
+  PS_ASSIGN_OR_RETURN(s.reader, Reader::Open(o.store));
+  if (s.reader->field_count() == 0) return Status::InvalidArgument("montage of '" + o.store + "': store is empty");
+  SamplerOptions so;
+  const std::string field = o.field.empty() ? s.reader->field(0).name : o.field;
+  so.fields = {field};
+  if (!o.overlay.empty()) so.fields.push_back(o.overlay);
+  so.patch_size = o.patch_size;
+  so.patches_per_sample = o.patches_per_sample;
+  so.require = !o.require.empty() ? o.require : (o.require_overlay ? o.overlay : "");
+  so.seed = o.seed;
+  so.flip = o.flip;
+  so.rot90 = o.rot90;
+  PS_ASSIGN_OR_RETURN(s.sampler, PatchSampler::Create(s.reader, so));
+  return s;
+}
+
+Image8 FromMat(const cv::Mat& m) {
+  Image8 img;
+  img.height = m.rows;
+  img.width = m.cols;
+  img.rgb.assign(m.data, m.data + m.total() * 3);
+  return img;
+}
+
+}  // namespace
+
+Result<Image8> RenderMontage(const MontageOptions& o) {
+  if (o.count <= 0 || o.count > 4096) return Status::InvalidArgument("montage: --count must be 1..4096");
+  PS_ASSIGN_OR_RETURN(Setup s, MakeSampler(o));
+  const int64_t P = o.patch_size;
+  const uint64_t per_epoch = s.sampler->windows_per_epoch();
+  if (per_epoch == 0)
+    return Status::OutOfRange("montage of '" + o.store + "': no sample has an admissible " + std::to_string(P) + "x" +
+                              std::to_string(P) + " window (" + std::to_string(s.sampler->skipped_samples()) +
+                              " skipped)");
+  const int64_t n = std::min<int64_t>(o.count, static_cast<int64_t>(per_epoch));
+  const auto& ch = s.sampler->channels();
+  std::vector<std::vector<float>> bufs;
+  std::vector<float*> outs;
+  for (int64_t c : ch) {
+    bufs.emplace_back(static_cast<size_t>(n * c * P * P));
+    outs.push_back(bufs.back().data());
+  }
+  std::vector<Window> wins;
+  PS_RETURN_IF_ERROR(s.sampler->Gather(o.epoch, 0, n, outs, &wins));
+  const int tile = o.tile > 0 ? o.tile : static_cast<int>(std::min<int64_t>(P, 256));
+  const int cols = static_cast<int>(std::ceil(std::sqrt(static_cast<double>(n))));
+  const int rows = static_cast<int>((n + cols - 1) / cols);
+  const int gap = 2;
+  cv::Mat sheet(rows * (tile + gap) + gap, cols * (tile + gap) + gap, CV_8UC3, cv::Scalar(32, 32, 32));
+  const int field = s.sampler->field_indices()[0];
+  for (int64_t i = 0; i < n; ++i) {
+    PS_ASSIGN_OR_RETURN(RecordHeader hdr, s.reader->Header(wins[i].sample, field));
+    cv::Mat t = ToDisplay(bufs[0].data() + i * ch[0] * P * P, ch[0], P, P, hdr, o);
+    if (outs.size() > 1) Overlay(&t, bufs[1].data() + i * P * P, P, P);
+    if (t.rows != tile) cv::resize(t, t, cv::Size(tile, tile), 0, 0, cv::INTER_AREA);
+    std::string label = std::string(s.reader->id(wins[i].sample)) + " y" + std::to_string(wins[i].y) + " x" +
+                        std::to_string(wins[i].x);
+    if (wins[i].flip || wins[i].rot) label += " f" + std::to_string(wins[i].flip) + "r" + std::to_string(wins[i].rot);
+    Label(&t, label, 0, 0);
+    const int r = static_cast<int>(i / cols), c = static_cast<int>(i % cols);
+    t.copyTo(sheet(cv::Rect(gap + c * (tile + gap), gap + r * (tile + gap), tile, tile)));
+  }
+  return FromMat(sheet);
+}
+
+Result<Image8> RenderBoxes(const MontageOptions& o, const std::string& id) {
+  PS_ASSIGN_OR_RETURN(Setup s, MakeSampler(o));
+  PS_ASSIGN_OR_RETURN(uint64_t sample, s.reader->Find(id));
+  const int field = s.sampler->field_indices()[0];
+  PS_ASSIGN_OR_RETURN(TensorView v, s.reader->Get(sample, field));
+  PS_ASSIGN_OR_RETURN(RecordHeader hdr, s.reader->Header(sample, field));
+  cv::Mat frame = ToDisplay(v.data, v.shape[0], v.shape[1], v.shape[2], hdr, o);
+  if (s.sampler->field_indices().size() > 1) {
+    PS_ASSIGN_OR_RETURN(TensorView m, s.reader->Get(sample, s.sampler->field_indices()[1]));
+    Overlay(&frame, m.data, m.shape[1], m.shape[2]);
+  }
+  // Windows of this sample: the visit positions where the epoch's
+  // permutation reaches it, k windows each, up to `count`.
+  int drawn = 0;
+  for (uint64_t p = 0; p < s.sampler->visits_per_epoch() && drawn < o.count; ++p) {
+    if (s.sampler->SampleAt(o.epoch, p) != sample) continue;
+    for (int j = 0; j < o.patches_per_sample && drawn < o.count; ++j, ++drawn) {
+      PS_ASSIGN_OR_RETURN(Window w, s.sampler->WindowAt(o.epoch, p, j));
+      cv::rectangle(frame, cv::Rect(static_cast<int>(w.x), static_cast<int>(w.y), static_cast<int>(o.patch_size),
+                                    static_cast<int>(o.patch_size)),
+                    cv::Scalar(255, 255, 0), 2);
+      Label(&frame, "y" + std::to_string(w.y) + " x" + std::to_string(w.x), static_cast<int>(w.x),
+            static_cast<int>(w.y));
+    }
+  }
+  return FromMat(frame);
+}
+
+Status WritePng(const Image8& image, const std::string& path) {
+  cv::Mat rgb(image.height, image.width, CV_8UC3, const_cast<uint8_t*>(image.rgb.data())), bgr;
+  cv::cvtColor(rgb, bgr, cv::COLOR_RGB2BGR);
+  std::vector<uint8_t> buf;
+  try {
+    if (!cv::imencode(".png", bgr, buf)) return Status::IOError("encoding '" + path + "' as PNG failed");
+  } catch (const cv::Exception& e) {
+    return Status::IOError("encoding '" + path + "' as PNG: " + e.what());
+  }
+  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    if (!f) return Status::IOError("writing '" + tmp + "': cannot open");
+    f.write(reinterpret_cast<const char*>(buf.data()), static_cast<std::streamsize>(buf.size()));
+    if (!f) return Status::IOError("writing '" + tmp + "': write failed");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) return Status::FromErrno("renaming to '" + path + "'", errno);
+  return Status::OK();
+}
+
+}  // namespace patchstore
