@@ -132,7 +132,7 @@ Result<Image8> RenderMontage(const MontageOptions& o) {
     return Status::OutOfRange("montage of '" + o.store + "': no sample has an admissible " + std::to_string(P) + "x" +
                               std::to_string(P) + " window (" + std::to_string(s.sampler->skipped_samples()) +
                               " skipped)");
-  const int64_t n = std::min<int64_t>(o.count, static_cast<int64_t>(per_epoch));
+  const int64_t n = o.count;  // continues into later epochs when one holds fewer windows
   const auto& ch = s.sampler->channels();
   std::vector<std::vector<float>> bufs;
   std::vector<float*> outs;
@@ -141,7 +141,8 @@ Result<Image8> RenderMontage(const MontageOptions& o) {
     outs.push_back(bufs.back().data());
   }
   std::vector<Window> wins;
-  PS_RETURN_IF_ERROR(s.sampler->Gather(o.epoch, 0, n, outs, &wins));
+  s.sampler->SetEpoch(o.epoch);
+  PS_RETURN_IF_ERROR(s.sampler->Next(n, outs, &wins));
   const int tile = o.tile > 0 ? o.tile : static_cast<int>(std::min<int64_t>(P, 256));
   const int cols = static_cast<int>(std::ceil(std::sqrt(static_cast<double>(n))));
   const int rows = static_cast<int>((n + cols - 1) / cols);
