@@ -143,6 +143,7 @@ Result<std::unique_ptr<PatchSampler>> PatchSampler::Create(std::shared_ptr<const
         ok = (*sets)->pos.total > 0;
       }
     }
+    s->is_eligible_.push_back(ok);
     if (ok) {
       s->eligible_.push_back(i);
     } else {
@@ -215,14 +216,9 @@ uint64_t PatchSampler::SampleAt(uint64_t epoch, uint64_t p) const {
   return (*perm)[global % perm->size()];  // padding repeats the start, as DistributedSampler does
 }
 
-Result<Window> PatchSampler::WindowAt(uint64_t epoch, uint64_t p, int j) const {
-  if (eligible_.empty())
-    return Status::OutOfRange("sampling from '" + reader_->path() + "': no sample has an admissible window (" +
-                              std::to_string(skipped_count_) + " skipped)");
+Result<Window> PatchSampler::Draw(uint64_t sample, uint64_t key) const {
   Window w;
-  w.sample = SampleAt(epoch, p);
-  const uint64_t global = p * static_cast<uint64_t>(options_.world_size) + static_cast<uint64_t>(options_.rank);
-  const uint64_t key = Hash(options_.seed, epoch, global, static_cast<uint64_t>(j), 0x57494e44ULL);
+  w.sample = sample;
   PS_ASSIGN_OR_RETURN(auto sets, Sets(w.sample));
   bool want_pos = true;
   if (options_.positive_fraction >= 0) want_pos = Unit(Mix(key ^ 1)) < options_.positive_fraction;
@@ -230,11 +226,32 @@ Result<Window> PatchSampler::WindowAt(uint64_t epoch, uint64_t p, int j) const {
   if (set->total == 0) set = want_pos ? &sets->neg : &sets->pos;
   w.positive = set == &sets->pos;
   if (!set->Draw(Below(Mix(key ^ 2), set->total), &w.y, &w.x))
-    return Status::Internal("sampling " + reader_->Describe(w.sample, fields_[0]) + ": no window");
+    return Status::OutOfRange("sampling " + reader_->Describe(w.sample, fields_[0]) + ": no admissible window");
   const uint64_t aug = Mix(key ^ 3);
   if (options_.flip) w.flip = static_cast<uint8_t>(aug & 3);
   if (options_.rot90) w.rot = static_cast<uint8_t>((aug >> 2) & 3);
   return w;
+}
+
+Result<Window> PatchSampler::WindowAt(uint64_t epoch, uint64_t p, int j) const {
+  if (eligible_.empty())
+    return Status::OutOfRange("sampling from '" + reader_->path() + "': no sample has an admissible window (" +
+                              std::to_string(skipped_count_) + " skipped)");
+  const uint64_t global = p * static_cast<uint64_t>(options_.world_size) + static_cast<uint64_t>(options_.rank);
+  const uint64_t key = Hash(options_.seed, epoch, global, static_cast<uint64_t>(j), 0x57494e44ULL);
+  return Draw(SampleAt(epoch, p), key);
+}
+
+bool PatchSampler::eligible(uint64_t sample) const {
+  return sample < is_eligible_.size() && is_eligible_[sample];
+}
+
+Result<Window> PatchSampler::WindowOfSample(uint64_t epoch, uint64_t sample, int j) const {
+  if (!eligible(sample))
+    return Status::OutOfRange("sampling " + reader_->Describe(sample, fields_[0]) +
+                              ": the sample has no admissible window");
+  const uint64_t key = Hash(options_.seed, epoch, sample, static_cast<uint64_t>(j), 0x53414d50ULL);
+  return Draw(sample, key);
 }
 
 Status PatchSampler::Gather(uint64_t epoch, uint64_t first, int64_t n, const std::vector<float*>& outs,
@@ -244,16 +261,27 @@ Status PatchSampler::Gather(uint64_t epoch, uint64_t first, int64_t n, const std
                                    std::to_string(fields_.size()) + " fields");
   if (n < 0) return Status::InvalidArgument("gather: negative count");
   const uint64_t k = static_cast<uint64_t>(options_.patches_per_sample);
-  const int64_t P = options_.patch_size;
   std::vector<Window> wins(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     const uint64_t w = first + static_cast<uint64_t>(i);
     PS_ASSIGN_OR_RETURN(wins[i], WindowAt(epoch, w / k, static_cast<int>(w % k)));
   }
+  PS_RETURN_IF_ERROR(GatherWindows(wins, outs));
+  if (windows) *windows = std::move(wins);
+  return Status::OK();
+}
+
+Status PatchSampler::GatherWindows(const std::vector<Window>& wins, const std::vector<float*>& outs) const {
+  if (outs.size() != fields_.size())
+    return Status::InvalidArgument("gather: " + std::to_string(outs.size()) + " buffers for " +
+                                   std::to_string(fields_.size()) + " fields");
+  const int64_t P = options_.patch_size;
+  const int64_t n = static_cast<int64_t>(wins.size());
   // Resolve every record before copying, so an error leaves no half batch.
   std::vector<std::vector<TensorView>> views(fields_.size(), std::vector<TensorView>(static_cast<size_t>(n)));
   for (size_t f = 0; f < fields_.size(); ++f)
     for (int64_t i = 0; i < n; ++i) {
+      if (wins[i].rot > 3) return Status::InvalidArgument("gather: rotation must be 0..3");
       PS_ASSIGN_OR_RETURN(views[f][i], reader_->Patch(wins[i].sample, fields_[f], wins[i].y, wins[i].x, P, P));
     }
   auto work = [&](int64_t begin, int64_t end) {
@@ -274,7 +302,6 @@ Status PatchSampler::Gather(uint64_t epoch, uint64_t first, int64_t n, const std
     work(0, n / threads);
     for (auto& th : pool) th.join();
   }
-  if (windows) *windows = std::move(wins);
   return Status::OK();
 }
 

@@ -95,6 +95,16 @@ class PatchSampler {
   // Window j of that visit.
   Result<Window> WindowAt(uint64_t epoch, uint64_t p, int j) const;
 
+  // Window j for sample index `sample` itself (not a permutation position),
+  // a function of (seed, epoch, sample, j): for map-style datasets whose
+  // item i is sample i. OutOfRange if the sample is not eligible.
+  Result<Window> WindowOfSample(uint64_t epoch, uint64_t sample, int j) const;
+  bool eligible(uint64_t sample) const;
+
+  // Copies the given windows (from WindowAt/WindowOfSample) into outs[f],
+  // (n, C_f, P, P) per field, on num_threads threads.
+  Status GatherWindows(const std::vector<Window>& windows, const std::vector<float*>& outs) const;
+
   // Gathers windows [first, first + n) of `epoch` on this rank (window w is
   // visit w / k, j = w % k) into outs[f], a contiguous (n, C_f, P, P)
   // float32 buffer per field. REQUIRES: first + n <= windows_per_epoch().
@@ -128,6 +138,7 @@ class PatchSampler {
 
   PatchSampler() = default;
   Result<std::shared_ptr<const SampleSets>> Sets(uint64_t sample) const;
+  Result<Window> Draw(uint64_t sample, uint64_t key) const;
   std::shared_ptr<const std::vector<uint64_t>> Permutation(uint64_t epoch) const;
 
   std::shared_ptr<const Reader> reader_;
@@ -137,6 +148,7 @@ class PatchSampler {
   int mask_field_ = -1;
   uint64_t threshold_ = 0;
   std::vector<uint64_t> eligible_;
+  std::vector<bool> is_eligible_;
   uint64_t skipped_count_ = 0;
   std::vector<std::string> skipped_ids_;
   uint64_t epoch_ = 0, cursor_ = 0;

@@ -318,3 +318,41 @@ TEST_F(SamplerTest, WindowLargerThanTheImageSkipsEverySampleAndSaysSo) {
 
 }  // namespace
 }  // namespace patchstore
+
+namespace patchstore {
+namespace {
+
+TEST_F(SamplerTest, WindowOfSampleDependsOnlyOnSeedEpochSampleAndJ) {
+  SamplerOptions o;
+  o.patch_size = 7;
+  o.patches_per_sample = 2;
+  o.require = "mask";
+  o.seed = 21;
+  auto a = Make(o);
+  o.num_threads = 2;
+  o.world_size = 3;  // sharding does not affect per-sample draws
+  o.rank = 2;
+  auto b = Make(o);
+  for (uint64_t s = 0; s < 7; ++s) {
+    if (s == 3) {
+      EXPECT_FALSE(a->eligible(3));
+      EXPECT_EQ(a->WindowOfSample(0, 3, 0).status().code(), Code::kOutOfRange);
+      continue;
+    }
+    for (int j = 0; j < 2; ++j) {
+      Window wa = a->WindowOfSample(5, s, j).value(), wb = b->WindowOfSample(5, s, j).value();
+      EXPECT_EQ(wa.sample, s);
+      EXPECT_EQ(wa.y, wb.y);
+      EXPECT_EQ(wa.x, wb.x);
+      EXPECT_GE(BruteCount(masks_[s], W, wa.y, wa.x, 7), 1u);
+    }
+  }
+  std::vector<Window> wins = {a->WindowOfSample(1, 0, 0).value(), a->WindowOfSample(1, 6, 1).value()};
+  std::vector<float> img(2 * 2 * 49), m(2 * 49);
+  ASSERT_TRUE(a->GatherWindows(wins, {img.data(), m.data()}).ok());
+  EXPECT_EQ(img[49 + 8], static_cast<float>(0 * 100000 + 1 * 10000 + (wins[0].y + 1) * W + wins[0].x + 1));
+  EXPECT_EQ(a->GatherWindows(wins, {img.data()}).code(), Code::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace patchstore
