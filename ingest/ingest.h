@@ -74,6 +74,9 @@ struct ImageIngestOptions {
   uint64_t max_pixels = uint64_t{1} << 28;     // refuse larger declared images
   std::string command_line;   // recorded in the metadata
   ProgressCallback progress;  // called from the writer thread
+  // Polled between samples; returning true stops the ingest after committing
+  // what was decoded so far (Status code kAborted). E.g. a Ctrl-C flag.
+  std::function<bool()> cancelled;
 };
 
 struct IngestSummary {

@@ -278,6 +278,10 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
   };
 
   for (size_t pos = 0; pos < todo.size(); ++pos) {
+    if (o.cancelled && o.cancelled()) {
+      failure = Status::Aborted("cancelled");
+      break;
+    }
     DecodedSample d;
     {
       std::unique_lock<std::mutex> lock(mu);
