@@ -1,12 +1,15 @@
 // patchstore — the command-line program: ingest, inspect, verify, export.
 //
 // Exit codes: 0 success; 1 an operation failed (the message says which file,
-// sample and cause); 2 bad usage; 3 `verify` found damaged records.
+// sample and cause); 2 bad usage; 3 `verify` found damaged records; 130
+// ingest interrupted by Ctrl-C (committed samples kept; rerun to resume).
 #include <CLI/CLI.hpp>
 #include <malloc.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <cstdio>
 #include <iostream>
@@ -22,6 +25,16 @@
 namespace ps = patchstore;
 
 namespace {
+
+// Ctrl-C during ingest: the first one stops cleanly after committing what
+// was decoded; a second one kills the process (committed data stays safe).
+std::atomic<bool> g_interrupted{false};
+void OnInterrupt(int) {
+  if (g_interrupted.exchange(true)) {
+    std::signal(SIGINT, SIG_DFL);
+    std::raise(SIGINT);
+  }
+}
 
 std::string JsonString(std::string_view s) {
   std::string out = "\"";
@@ -128,7 +141,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("patchstore ") + ps::ToolVersion());
   app.require_subcommand(1);
   app.footer("Exit codes: 0 success, 1 failure (the message names file, sample and cause), 2 bad usage, "
-             "3 verify found damage.\nRun 'patchstore SUBCOMMAND --help' for each subcommand.");
+             "3 verify found damage, 130 interrupted (rerun to resume).\nRun 'patchstore SUBCOMMAND --help' for each subcommand.");
   bool quiet = false;
   app.add_flag("-q,--quiet", quiet, "No progress output");
 
@@ -264,7 +277,14 @@ int main(int argc, char** argv) {
     // record's pages with malloc, and fresh pages cost more than the copy.
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
     mallopt(M_TRIM_THRESHOLD, 1 << 30);
+    io.cancelled = [] { return g_interrupted.load(); };
+    std::signal(SIGINT, OnInterrupt);
     auto r = ps::IngestImages(io);
+    if (!r.ok() && r.status().code() == ps::Code::kAborted) {
+      std::cerr << "patchstore: interrupted: " << r.status().message()
+                << "\nrun the same command again to resume\n";
+      return 130;
+    }
     if (!r.ok()) return Fail(r.status());
     const ps::IngestSummary& s = *r;
     std::printf("ingested %llu new samples (%llu already present, %llu failed) of %llu into '%s'\n",
