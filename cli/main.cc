@@ -174,6 +174,12 @@ int main(int argc, char** argv) {
   images->add_option("--commit-every", io.batch_samples,
                      "Commit after this many samples (default 256, or every 256 MiB)")
       ->check(CLI::Range(1, 1 << 30));
+  bool in_process = false;
+  images->add_flag("--in-process", in_process,
+                   "Decode in this process instead of in isolated child processes (a hostile file can then "
+                   "crash or stall the ingest)");
+  images->add_option("--decode-timeout", io.decode_timeout_s, "Seconds one file may take to decode (default 60)")
+      ->check(CLI::Range(0.1, 86400.0));
   images->add_flag("--no-sync", no_sync, "Do not fsync commits (faster; a crash may lose recent batches)");
   images->footer(
       "Examples:\n"
@@ -269,6 +275,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     io.skip_errors = on_error == "skip";
+    io.isolate_decoders = !in_process;
     io.durable = !no_sync;
     io.command_line = CommandLine(argc, argv);
     ProgressPrinter printer("ingest", quiet);

@@ -245,7 +245,10 @@ Result<DecodedImage> DecodeWithOpenCV(const std::string& path, const std::vector
     }
     if (!img.pixels.isContinuous()) img.pixels = img.pixels.clone();
   } catch (const cv::Exception& e) {
-    return Status::Corruption("decoding '" + path + "': " + e.what());
+    if (std::string(e.what()).find("validateInputImageSize") != std::string::npos)
+      return Status::InvalidArgument("decoding '" + path + "': declared image size exceeds the limit of " +
+                                     std::to_string(max_pixels) + " pixels");
+    return Status::Corruption("decoding '" + path + "': " + e.err);
   }
   img.format = format.empty() ? "image" : format;
   return img;

@@ -72,6 +72,10 @@ struct ImageIngestOptions {
   uint64_t batch_samples = 256;                // ... or this many samples
   bool durable = true;        // fsync each commit
   uint64_t max_pixels = uint64_t{1} << 28;     // refuse larger declared images
+  // Decode in child processes with a memory limit and a per-file watchdog,
+  // so a hostile file can neither crash nor stall the ingest.
+  bool isolate_decoders = true;
+  double decode_timeout_s = 60;
   std::string command_line;   // recorded in the metadata
   ProgressCallback progress;  // called from the writer thread
   // Polled between samples; returning true stops the ingest after committing

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "ingest/decode.h"
+#include "ingest/decode_pool.h"
 #include "ingest/ingest.h"
 #include "ingest/sources.h"
 #include "reader/sat.h"
@@ -92,14 +93,16 @@ Result<Normalization> ResolveNorm(const FieldPlan& plan, SourceType type) {
   return n;
 }
 
-DecodedSample DecodeSample(const SampleSource& src, const std::vector<FieldPlan>& plans, uint64_t max_pixels,
+using DecodeFn = std::function<Result<DecodedImage>(const std::string& path, const std::string& channel)>;
+
+DecodedSample DecodeSample(const SampleSource& src, const std::vector<FieldPlan>& plans, const DecodeFn& decode,
                            BufferPool* pool) {
   DecodedSample out;
   int H = -1, W = -1;
   std::string first_path;
   for (size_t f = 0; f < plans.size(); ++f) {
     const FileRef& file = src.files[f];
-    auto img = DecodeFile(file.path, file.channel, max_pixels);
+    auto img = decode(file.path, file.channel);
     if (!img.ok()) {
       out.status = img.status().WithContext("sample '" + src.id + "' field '" + plans[f].name + "'");
       out.failed_file = file.path;
@@ -219,7 +222,20 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
   size_t consumed = 0;  // guarded by mu
   std::atomic<bool> stop{false};
 
-  auto worker = [&] {
+  const size_t nthreads = std::min<size_t>(static_cast<size_t>(threads), std::max<size_t>(todo.size(), 1));
+  std::unique_ptr<DecodePool> decoders;
+  if (o.isolate_decoders && !todo.empty()) {
+    DecodePoolOptions po;
+    po.slots = static_cast<int>(nthreads);
+    po.max_pixels = o.max_pixels;
+    po.timeout_s = o.decode_timeout_s;
+    PS_ASSIGN_OR_RETURN(decoders, DecodePool::Start(po));
+  }
+  auto worker = [&](int slot) {
+    DecodeFn decode = [&](const std::string& path, const std::string& channel) -> Result<DecodedImage> {
+      if (decoders) return decoders->Decode(slot, path, channel);
+      return DecodeFile(path, channel, o.max_pixels);
+    };
     for (;;) {
       size_t pos;
       {
@@ -229,7 +245,7 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
         pos = next.fetch_add(1);
       }
       if (pos >= todo.size()) return;
-      DecodedSample d = DecodeSample(*todo[pos], plans, o.max_pixels, &pool);
+      DecodedSample d = DecodeSample(*todo[pos], plans, decode, &pool);
       {
         std::lock_guard<std::mutex> lock(mu);
         ready.emplace(pos, std::move(d));
@@ -238,8 +254,7 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
     }
   };
   std::vector<std::thread> pool_threads;
-  const size_t nthreads = std::min<size_t>(static_cast<size_t>(threads), std::max<size_t>(todo.size(), 1));
-  for (size_t t = 0; t < nthreads && !todo.empty(); ++t) pool_threads.emplace_back(worker);
+  for (size_t t = 0; t < nthreads && !todo.empty(); ++t) pool_threads.emplace_back(worker, static_cast<int>(t));
 
   FILE* report = nullptr;
   std::string report_path = o.report_path.empty() ? o.store + "/ingest-errors.tsv" : o.report_path;
