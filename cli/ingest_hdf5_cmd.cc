@@ -1,17 +1,192 @@
-// `patchstore ingest hdf5` — placeholder until HDF5 ingest lands.
+// `patchstore ingest hdf5` — 3D volumes from HDF5 files (see ingest/ingest_hdf5.h).
+#include <malloc.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
 #include <iostream>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
+#include "ingest/ingest_hdf5.h"
 
 namespace patchstore::cli {
+namespace {
+
+// Ctrl-C: the first stops after the current commit (rerun resumes); a second
+// one kills the process (committed volumes stay safe).
+std::atomic<bool> g_hdf5_interrupted{false};
+void OnInterrupt(int) {
+  if (g_hdf5_interrupted.exchange(true)) {
+    std::signal(SIGINT, SIG_DFL);
+    std::raise(SIGINT);
+  }
+}
+
+std::string HumanBytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
+  return buf;
+}
+
+// Progress on stderr, as for images: a redrawn bar on a terminal, a plain
+// line every few seconds in logs, nothing with --quiet.
+class ProgressPrinter {
+ public:
+  ProgressPrinter(std::string what, bool quiet) : what_(std::move(what)), quiet_(quiet), tty_(isatty(2)) {}
+  void operator()(const Progress& p) {
+    if (quiet_) return;
+    auto now = std::chrono::steady_clock::now();
+    const double every = tty_ ? 0.2 : 5.0;
+    if (p.done < p.total && std::chrono::duration<double>(now - last_).count() < every) return;
+    last_ = now;
+    const double mbs = p.seconds > 0 ? p.bytes / p.seconds / 1e6 : 0;
+    char line[256];
+    if (tty_) {
+      const int width = 30;
+      int filled = p.total ? static_cast<int>(width * p.done / p.total) : width;
+      std::string bar(filled, '#');
+      bar += std::string(width - filled, '.');
+      std::snprintf(line, sizeof line, "\r%s [%s] %llu/%llu  %.0f MB/s  %llu failed ", what_.c_str(), bar.c_str(),
+                    static_cast<unsigned long long>(p.done), static_cast<unsigned long long>(p.total), mbs,
+                    static_cast<unsigned long long>(p.failed));
+      std::cerr << line << (p.done >= p.total ? "\n" : "") << std::flush;
+    } else {
+      std::snprintf(line, sizeof line, "%s: %llu/%llu volumes, %.0f MB/s, %llu failed, %.1f s\n", what_.c_str(),
+                    static_cast<unsigned long long>(p.done), static_cast<unsigned long long>(p.total), mbs,
+                    static_cast<unsigned long long>(p.failed), p.seconds);
+      std::cerr << line << std::flush;
+    }
+  }
+
+ private:
+  std::string what_;
+  bool quiet_, tty_;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+struct Hdf5Args {
+  std::vector<std::string> paths;  // FILE.h5 ... STORE
+  std::vector<std::string> norm_specs;
+  std::string on_error = "stop";
+  bool no_sync = false;
+  Hdf5IngestOptions options;
+};
+
+}  // namespace
 
 Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet) {
-  auto* cmd = ingest->add_subcommand("hdf5", "Ingest 3D volumes from HDF5 files (not yet available)");
-  cmd->allow_extras();
-  return [cmd]() -> int {
+  auto* cmd = ingest->add_subcommand("hdf5", "Ingest 3D volumes (one dataset per patient and group) from HDF5 files")
+                  ->fallthrough();
+  auto args = std::make_shared<Hdf5Args>();
+  Hdf5IngestOptions& o = args->options;
+  cmd->add_option("PATHS", args->paths, "FILE.h5 [FILE.h5 ...] STORE: the HDF5 files, then the store directory "
+                                        "(created if missing)")
+      ->required()
+      ->expected(2, -1);
+  cmd->add_option("--group", o.groups,
+                  "GROUP or GROUP=FIELD (repeat): a group holding one 3D dataset per patient; each group becomes a "
+                  "field. Datasets present in every group become volumes")
+      ->required();
+  cmd->add_option("--slice-axis", o.slice_axis,
+                  "Source axis that indexes slices: 0, 1, 2 or negative (default -1: the last, for (H,W,S) data)");
+  cmd->add_option("--ids", o.ids,
+                  "Sample ids: auto (dataset name; FILESTEM/name when several files are given), stem (always "
+                  "FILESTEM/name), name (never prefixed)")
+      ->check(CLI::IsMember({"auto", "stem", "name"}));
+  cmd->add_option("--mask", o.mask_fields,
+                  "Treat FIELD as a mask: marked as such and stored as {0,1} unless --norm says otherwise. A group "
+                  "merely named MASK keeps its values (labels) without this");
+  cmd->add_option("--norm", args->norm_specs,
+                  "FIELD=SPEC: none (default: values unchanged, a CT keeps its HU) | unit | symmetric (uint8/16 "
+                  "sources) | binary | affine:SCALE,OFFSET, optionally +clamp:LO,HI");
+  cmd->add_flag("--allow-external", o.allow_external,
+                "Follow HDF5 external links and read external/virtual storage (refused by default: they can read "
+                "arbitrary files)");
+  cmd->add_option("--on-error", args->on_error,
+                  "stop (default): stop at the first bad volume, keeping what was committed; skip: record failures "
+                  "in the report and go on")
+      ->check(CLI::IsMember({"stop", "skip"}));
+  cmd->add_option("--report", o.report_path, "Where --on-error skip writes failures (default STORE/ingest-errors.tsv)");
+  cmd->add_flag("--no-sync", args->no_sync, "Do not fsync commits (faster; a crash may lose recent batches)");
+  cmd->footer(
+      "Every (volume, group) becomes one float32 record of shape (S,H,W), slice axis first, so a slice or a stack\n"
+      "of neighbouring slices is one contiguous zero-copy view. Chunked and compressed (gzip, shuffle) datasets\n"
+      "are streamed chunk by chunk; memory stays bounded.\n"
+      "\n"
+      "Examples:\n"
+      "  patchstore ingest hdf5 synthrad.h5 synthrad.ps --group MR --group CT --group MASK\n"
+      "  patchstore ingest hdf5 train.h5 val.h5 ct.ps --group MR --group CT \\\n"
+      "      --norm CT=affine:0.0005,0+clamp:-1,1        # ids train/patient001, val/patient042, ...\n"
+      "  patchstore ingest hdf5 vols.h5 vols.ps --group /data/img=image --group /data/seg=mask \\\n"
+      "      --mask mask --slice-axis 0                   # (S,H,W) sources\n"
+      "Running the same command again resumes: complete volumes are skipped.\n"
+      "Exit codes: 0 done (volumes skipped with --on-error skip are listed), 1 failure, 2 bad usage,\n"
+      "130 interrupted by Ctrl-C (what was committed stays; rerun to resume).");
+
+  return [cmd, args, quiet]() -> int {
     if (!cmd->parsed()) return -1;
-    std::cerr << "patchstore: error: 'ingest hdf5' is not available in this build yet\n";
-    return 1;
+    Hdf5IngestOptions& o = args->options;
+    o.files.assign(args->paths.begin(), args->paths.end() - 1);
+    o.store = args->paths.back();
+    for (const std::string& n : args->norm_specs) {
+      size_t eq = n.find('=');
+      if (eq == std::string::npos || eq == 0) {
+        std::cerr << "patchstore: error: --norm takes FIELD=SPEC, got '" << n << "'\n";
+        return 2;
+      }
+      o.norm[n.substr(0, eq)] = n.substr(eq + 1);
+    }
+    o.skip_errors = args->on_error == "skip";
+    o.durable = !args->no_sync;
+    std::string command = "patchstore ingest hdf5";
+    for (const std::string& p : args->paths) command += " " + p;
+    for (const std::string& g : o.groups) command += " --group " + g;
+    command += " --slice-axis " + std::to_string(o.slice_axis);
+    o.command_line = command;
+    ProgressPrinter printer("ingest", *quiet);
+    o.progress = [&](const Progress& p) { printer(p); };
+    // Large records are malloc'd by LMDB per commit: keep them out of mmap
+    // churn, as the image ingest does.
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    o.cancelled = [] { return g_hdf5_interrupted.load(); };
+    std::signal(SIGINT, OnInterrupt);
+    auto r = IngestHdf5(o);
+    std::signal(SIGINT, SIG_DFL);
+    if (!r.ok() && r.status().code() == Code::kAborted) {
+      std::cerr << "patchstore: interrupted: " << r.status().message() << "\nrun the same command again to resume\n";
+      return 130;
+    }
+    if (!r.ok()) {
+      const Status& st = r.status();
+      std::cerr << "patchstore: error: " << st.message() << "\n";
+      return st.code() == Code::kInvalidArgument && st.message().rfind("ingest: ", 0) == 0 ? 2 : 1;
+    }
+    const IngestSummary& s = *r;
+    std::printf("ingested %llu new volumes (%llu already present, %llu failed) of %llu into '%s'\n",
+                static_cast<unsigned long long>(s.samples_written), static_cast<unsigned long long>(s.samples_present),
+                static_cast<unsigned long long>(s.samples_failed), static_cast<unsigned long long>(s.samples_total),
+                o.store.c_str());
+    std::printf("wrote %s of float32 in %.2f s (%.0f MB/s)\n", HumanBytes(static_cast<double>(s.bytes_written)).c_str(),
+                s.seconds, s.seconds > 0 ? s.bytes_decoded / s.seconds / 1e6 : 0.0);
+    if (s.samples_failed) {
+      std::printf("failures written to %s; fix the files and run the same command again to finish\n",
+                  s.report_path.c_str());
+      for (size_t i = 0; i < s.errors.size() && i < 5; ++i) std::printf("  %s\n", s.errors[i].c_str());
+    } else {
+      std::printf("store sealed\n");
+    }
+    return 0;
   };
 }
 

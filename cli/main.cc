@@ -221,9 +221,12 @@ int main(int argc, char** argv) {
   exp->add_option("OUTDIR", eo.outdir)->required();
   exp->add_option("--id", eo.ids, "Sample ids to export (default: all)");
   exp->add_option("--field", eo.fields, "Fields to export (default: all)");
-  exp->add_option("--format", eo.format, "png or exr (default: png for 8/16-bit sources, exr for float)")
-      ->check(CLI::IsMember({"png", "exr"}));
-  exp->add_option("--window", window, "LO,HI: map [LO,HI] to the PNG range (float data)")->delimiter(',')
+  exp->add_option("--format", eo.format, "Images: png or exr (default: png for 8/16-bit sources, exr for float). "
+                  "Volumes: png (default; OUTDIR/<id>/<field>/<slice:04>.png, 8-bit) or h5 (OUTDIR/volumes.h5)")
+      ->check(CLI::IsMember({"png", "exr", "h5"}));
+  exp->add_option("--axis-order", eo.axis_order, "Volumes as h5: source (default: slice axis back where it was in "
+                  "the HDF5 input) or shw (slices first, as stored)")->check(CLI::IsMember({"source", "shw"}));
+  exp->add_option("--window", window, "LO,HI: map [LO,HI] to the PNG range (float data; volume slices default to each volume's min..max)")->delimiter(',')
       ->expected(2);
   bool boxes = false;
   ps::MontageOptions bo;

@@ -16,8 +16,10 @@
 #include <random>
 
 #include "ingest/decode.h"
+#include "ingest/hdf5_internal.h"
 #include "ingest/ingest.h"
 #include "reader/reader.h"
+#include "reader/volume.h"
 
 namespace patchstore {
 namespace fs = std::filesystem;
@@ -206,11 +208,69 @@ Status ExportExr(const TensorView& v, const std::string& channel_names, const st
   return Status::OK();
 }
 
+// Writes every slice of one (S,H,W) volume as OUTDIR/<id>/<field>/<slice:04>.png,
+// 8-bit gray, with the window [lo, hi] mapped to [0, 255].
+Status ExportVolumePng(const TensorView& v, const ExportOptions& o, const fs::path& dir, ExportSummary* summary,
+                       Progress* progress) {
+  const int64_t S = v.shape[0], H = v.shape[1], W = v.shape[2];
+  double lo = o.window_lo, hi = o.window_hi;
+  if (!o.has_window) {  // the finite range of this volume
+    lo = INFINITY;
+    hi = -INFINITY;
+    for (int64_t i = 0; i < v.elements(); ++i) {
+      const float x = v.data[i];
+      if (std::isfinite(x)) {
+        lo = std::min(lo, static_cast<double>(x));
+        hi = std::max(hi, static_cast<double>(x));
+      }
+    }
+    if (!(lo < hi)) {
+      lo = std::isfinite(lo) ? lo : 0;
+      hi = lo + 1;
+    }
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return Status::IOError("creating '" + dir.string() + "': " + ec.message());
+  const double scale = 255.0 / (hi - lo);
+  cv::Mat img(static_cast<int>(H), static_cast<int>(W), CV_8UC1);
+  std::vector<uint8_t> buf;
+  for (int64_t s = 0; s < S; ++s) {
+    const float* plane = v.data + s * H * W;
+    for (int64_t y = 0; y < H; ++y) {
+      uint8_t* row = img.ptr<uint8_t>(static_cast<int>(y));
+      for (int64_t x = 0; x < W; ++x) {
+        double r = (static_cast<double>(plane[y * W + x]) - lo) * scale;
+        if (!(r > 0)) r = 0;  // also NaN
+        row[x] = static_cast<uint8_t>(std::nearbyint(std::min(r, 255.0)));
+      }
+    }
+    char name[32];
+    std::snprintf(name, sizeof name, "%04lld.png", static_cast<long long>(s));
+    const std::string path = (dir / name).string();
+    buf.clear();
+    try {
+      if (!cv::imencode(".png", img, buf)) return Status::IOError("encoding '" + path + "' as PNG failed");
+    } catch (const cv::Exception& e) {
+      return Status::IOError("encoding '" + path + "' as PNG: " + e.what());
+    }
+    PS_RETURN_IF_ERROR(WriteFileAtomic(path, buf.data(), buf.size()));
+    summary->bytes_written += buf.size();
+    ++summary->files_written;
+    if (summary->paths.size() < 1000) summary->paths.push_back(path);
+  }
+  ++progress->done;
+  if (o.progress) o.progress(*progress);
+  return Status::OK();
+}
+
 }  // namespace
 
 Result<ExportSummary> Export(const ExportOptions& o) {
-  if (!o.format.empty() && o.format != "png" && o.format != "exr")
-    return Status::InvalidArgument("export: unknown format '" + o.format + "' (png or exr)");
+  if (!o.format.empty() && o.format != "png" && o.format != "exr" && o.format != "h5")
+    return Status::InvalidArgument("export: unknown format '" + o.format + "' (png, exr or h5)");
+  if (!o.axis_order.empty() && o.axis_order != "source" && o.axis_order != "shw")
+    return Status::InvalidArgument("export: unknown axis order '" + o.axis_order + "' (source or shw)");
   if (o.has_window && !(o.window_lo < o.window_hi))
     return Status::InvalidArgument("export: --window needs LO < HI");
   PS_ASSIGN_OR_RETURN(auto reader, Reader::Open(o.store));
@@ -232,9 +292,15 @@ Result<ExportSummary> Export(const ExportOptions& o) {
       fields.push_back(f);
     }
   }
+  const bool volumes = reader->meta().kind == "volumes";
+  if (volumes && o.format == "exr")
+    return Status::Unsupported("export of '" + o.store + "': volumes are written as png slices or h5, not exr");
+  if (!volumes && o.format == "h5")
+    return Status::Unsupported("export of '" + o.store + "': h5 output is for volume stores; use png or exr");
   std::error_code ec;
   fs::create_directories(o.outdir, ec);
   if (ec) return Status::IOError("export: creating '" + o.outdir + "': " + ec.message());
+  if (volumes && o.format == "h5") return ExportVolumesHdf5(o, *reader, samples, fields);
   ExportSummary summary;
   Progress progress;
   progress.total = samples.size() * fields.size();
@@ -244,6 +310,12 @@ Result<ExportSummary> Export(const ExportOptions& o) {
     fs::create_directories(dir, ec);
     if (ec) return Status::IOError("export: creating '" + dir.string() + "': " + ec.message());
     for (int f : fields) {
+      if (volumes) {
+        PS_ASSIGN_OR_RETURN(TensorView v, Volume(*reader, s, f));
+        Status st = ExportVolumePng(v, o, dir / SafeRelativePath(reader->field(f).name), &summary, &progress);
+        if (!st.ok()) return st.WithContext("export of " + reader->Describe(s, f));
+        continue;
+      }
       PS_ASSIGN_OR_RETURN(RecordHeader h, reader->Header(s, f));
       PS_ASSIGN_OR_RETURN(TensorView v, reader->Get(s, f));
       if (h.layout != Layout::kCHW)

@@ -1,0 +1,844 @@
+// HDF5 volume ingest: list every file first (cheap metadata only), then
+// stream each volume straight into the record LMDB reserves for it. All HDF5
+// calls run on the calling thread under hdf5::Hdf5Lock.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <set>
+#include <utility>
+
+#include "ingest/hdf5_internal.h"
+#include "ingest/ingest_hdf5.h"
+#include "store/store.h"
+
+namespace patchstore {
+namespace {
+
+using hdf5::Hid;
+using hdf5::NumericType;
+using hdf5::TakeErrorStack;
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
+
+std::string ShapeString(const std::array<hsize_t, 3>& d, int rank = 3) {
+  std::string s;
+  for (int i = 0; i < rank; ++i) s += (i ? "x" : "") + std::to_string(d[i]);
+  return s;
+}
+
+struct GroupSpec {
+  std::string path;   // as given, e.g. "MR" or "/data/MR"
+  std::string field;  // field name in the store
+};
+
+// Refuses (or allows) traversal of external links; remembers the target so
+// the error can name it.
+struct ElinkGuard {
+  bool allow = false;
+  std::string target;
+};
+
+herr_t ElinkCallback(const char* /*parent_file*/, const char* /*parent_group*/, const char* child_file,
+                     const char* child_object, unsigned* /*acc_flags*/, hid_t /*fapl*/, void* op_data) {
+  auto* g = static_cast<ElinkGuard*>(op_data);
+  g->target = std::string(child_file ? child_file : "?") + ":" + (child_object ? child_object : "?");
+  return g->allow ? 0 : -1;
+}
+
+// What one dataset of one group looks like (metadata only).
+struct DatasetInfo {
+  Status status;  // why it cannot be ingested
+  std::array<hsize_t, 3> dims{};
+  std::array<hsize_t, 3> chunk{};  // all 0 when not chunked
+  SourceType source = SourceType::kUnknown;
+  std::string type_name;
+};
+
+// One volume to ingest (or the failure found while listing it).
+struct Item {
+  size_t file = 0;
+  std::string name;  // dataset name; empty for a file-level failure
+  std::string id;
+  Status status;
+  std::array<uint64_t, 3> shw{};
+  std::vector<DatasetInfo> fields;  // one per group
+  std::vector<Normalization> norms;
+  uint64_t bytes = 0;  // float32 payload of all fields
+};
+
+double MaxValueOf(SourceType t) {
+  switch (t) {
+    case SourceType::kUInt8: return 255.0;
+    case SourceType::kUInt16: return 65535.0;
+    default: return 0.0;
+  }
+}
+
+class Hdf5Ingest {
+ public:
+  explicit Hdf5Ingest(const Hdf5IngestOptions& o) : o_(o) {}
+  Result<IngestSummary> Run();
+
+ private:
+  Status ParseOptions();
+  std::string DescribeDataset(size_t file, size_t group, const std::string& name) const {
+    return "dataset '" + name + "' in group '" + groups_[group].path + "' of '" + o_.files[file] + "'";
+  }
+  Result<Hid> OpenFile(size_t file);
+  Result<Hid> OpenGroup(hid_t file_id, size_t file, size_t group);
+  DatasetInfo Inspect(hid_t ds, const std::string& what);
+  void ScanFile(size_t file, std::vector<Item>* items);
+  Status ResolveNorms(Item* item);
+
+  // Streaming.
+  struct VolumeSource {
+    std::shared_ptr<Hid> file;
+    Hid group, dataset;
+    NumericType type;
+    std::array<hsize_t, 3> dims{}, chunk{};
+    int axis = 2;
+    Normalization norm;
+    std::string describe;
+  };
+  struct PendingState {
+    Status fill_error;
+    bool counted = false;
+  };
+  struct Pending {
+    size_t item = 0;
+    SampleInput input;
+    std::shared_ptr<PendingState> state;
+  };
+  Result<std::vector<std::shared_ptr<VolumeSource>>> OpenVolume(const Item& item);
+  Status ReadVolume(const VolumeSource& v, float* dst);
+  Status Flush();
+  void RecordFailure(const Item& item, const Status& st);
+  void ReportProgress();
+
+  const Hdf5IngestOptions& o_;
+  std::vector<GroupSpec> groups_;
+  int axis_ = 2;
+  bool prefix_ids_ = false;
+  Hid lapl_;  // link access: external-link guard
+  Hid dapl_;  // dataset access: guard + chunk cache
+  ElinkGuard guard_;
+
+  std::unique_ptr<Writer> writer_;
+  std::vector<Item> items_;
+  std::vector<size_t> todo_;
+  IngestSummary summary_;
+  Clock::time_point start_;
+  uint64_t done_ = 0;
+  std::vector<Pending> batch_;
+  uint64_t batch_bytes_ = 0;
+  std::shared_ptr<Hid> open_file_;
+  size_t open_file_index_ = SIZE_MAX;
+  std::vector<uint64_t> slab_;  // source slab buffer (uint64 for alignment)
+  FILE* report_ = nullptr;
+  std::string report_path_;
+};
+
+Status Hdf5Ingest::ParseOptions() {
+  if (o_.store.empty()) return Status::InvalidArgument("ingest: no store path given");
+  if (o_.files.empty()) return Status::InvalidArgument("ingest: no HDF5 file given");
+  if (o_.groups.empty()) return Status::InvalidArgument("ingest: no --group given (e.g. --group MR --group CT)");
+  for (const std::string& spec : o_.groups) {
+    GroupSpec g;
+    const size_t eq = spec.rfind('=');
+    g.path = eq == std::string::npos ? spec : spec.substr(0, eq);
+    if (eq != std::string::npos) {
+      g.field = spec.substr(eq + 1);
+    } else {
+      g.field = g.path;
+      while (!g.field.empty() && g.field.front() == '/') g.field.erase(0, 1);
+      while (!g.field.empty() && g.field.back() == '/') g.field.pop_back();
+    }
+    if (g.path.empty() || g.field.empty())
+      return Status::InvalidArgument("ingest: --group takes PATH or PATH=FIELD, got '" + spec + "'");
+    for (const GroupSpec& h : groups_)
+      if (h.field == g.field)
+        return Status::InvalidArgument("ingest: two --group options give field '" + g.field + "'");
+    groups_.push_back(g);
+  }
+  if (o_.slice_axis < -3 || o_.slice_axis > 2)
+    return Status::InvalidArgument("ingest: --slice-axis " + std::to_string(o_.slice_axis) +
+                                   " is not an axis of a 3D dataset (0, 1, 2 or -1, -2, -3)");
+  axis_ = o_.slice_axis < 0 ? o_.slice_axis + 3 : o_.slice_axis;
+  if (o_.ids == "auto") prefix_ids_ = o_.files.size() > 1;
+  else if (o_.ids == "stem") prefix_ids_ = true;
+  else if (o_.ids == "name") prefix_ids_ = false;
+  else return Status::InvalidArgument("ingest: --ids must be auto, stem or name, got '" + o_.ids + "'");
+  if (prefix_ids_) {
+    std::map<std::string, std::string> stems;
+    for (const std::string& f : o_.files) {
+      const std::string stem = std::filesystem::path(f).stem().string();
+      auto [it, fresh] = stems.emplace(stem, f);
+      if (!fresh)
+        return Status::InvalidArgument("ingest: files '" + it->second + "' and '" + f + "' have the same stem '" +
+                                       stem + "', so their sample ids would collide");
+    }
+  }
+  auto has_field = [&](const std::string& f) {
+    return std::any_of(groups_.begin(), groups_.end(), [&](const GroupSpec& g) { return g.field == f; });
+  };
+  for (const std::string& m : o_.mask_fields)
+    if (!has_field(m)) return Status::InvalidArgument("ingest: --mask names field '" + m + "', which no --group gives");
+  for (const auto& [f, spec] : o_.norm) {
+    if (!has_field(f)) return Status::InvalidArgument("ingest: --norm names field '" + f + "', which no --group gives");
+    auto check = ParseNormalization(spec, 255.0);
+    if (!check.ok()) return check.status().WithContext("ingest: --norm for field '" + f + "'");
+  }
+  if (o_.slab_bytes == 0 || o_.batch_bytes == 0)
+    return Status::InvalidArgument("ingest: slab_bytes and batch_bytes must be positive");
+  return Status::OK();
+}
+
+Result<Hid> Hdf5Ingest::OpenFile(size_t file) {
+  const std::string& path = o_.files[file];
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return Status::NotFound("opening HDF5 file '" + path + "': no such file");
+    return Status::FromErrno("opening HDF5 file '" + path + "'", errno);
+  }
+  if (S_ISDIR(st.st_mode)) return Status::InvalidArgument("opening HDF5 file '" + path + "': is a directory");
+  Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+#if H5_VERSION_GE(1, 10, 7)
+  // Keep HDF5's file locking, but do not fail on file systems without locks.
+  H5Pset_file_locking(fapl.get(), true, true);
+#endif
+  hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get());
+  if (id < 0) return Status::Corruption("opening HDF5 file '" + path + "': " + TakeErrorStack());
+  return Hid(id, H5Fclose);
+}
+
+Result<Hid> Hdf5Ingest::OpenGroup(hid_t file_id, size_t file, size_t group) {
+  const std::string& path = groups_[group].path;
+  const std::string what = "opening group '" + path + "' in '" + o_.files[file] + "'";
+  guard_.target.clear();
+  hid_t id = H5Oopen(file_id, path.c_str(), lapl_.get());
+  if (id < 0) {
+    std::string cause = TakeErrorStack();
+    if (!guard_.target.empty())
+      return Status::Unsupported(what + ": it is reached through an external link to '" + guard_.target +
+                                 "'; refused (pass --allow-external to follow external links)");
+    // Walk the path to tell a missing group from a damaged one.
+    std::string prefix;
+    size_t pos = 0;
+    bool missing = false;
+    while (pos <= path.size()) {
+      size_t slash = path.find('/', pos);
+      if (slash == std::string::npos) slash = path.size();
+      std::string part = path.substr(pos, slash - pos);
+      if (!part.empty()) {
+        prefix += "/" + part;
+        htri_t e = H5Lexists(file_id, prefix.c_str(), lapl_.get());
+        if (e == 0) {
+          missing = true;
+          break;
+        }
+        if (e < 0) break;
+      }
+      pos = slash + 1;
+    }
+    H5Eclear2(H5E_DEFAULT);
+    if (missing) return Status::NotFound(what + ": no such group");
+    return Status::Corruption(what + ": " + cause);
+  }
+  Hid obj(id, H5Oclose);
+  if (H5Iget_type(obj.get()) != H5I_GROUP) return Status::InvalidArgument(what + ": not a group");
+  return obj;
+}
+
+DatasetInfo Hdf5Ingest::Inspect(hid_t ds, const std::string& what) {
+  DatasetInfo info;
+  auto fail = [&](Status st) {
+    info.status = std::move(st);
+    return info;
+  };
+  Hid space(H5Dget_space(ds), H5Sclose);
+  if (!space.valid()) return fail(Status::Corruption("reading " + what + ": " + TakeErrorStack()));
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  if (rank < 0) return fail(Status::Corruption("reading " + what + ": " + TakeErrorStack()));
+  if (rank != 3) {
+    std::string shape;
+    if (rank > 0 && rank <= 32) {
+      std::vector<hsize_t> d(rank);
+      H5Sget_simple_extent_dims(space.get(), d.data(), nullptr);
+      for (int i = 0; i < rank; ++i) shape += (i ? "x" : "") + std::to_string(d[i]);
+    } else {
+      shape = "scalar";
+    }
+    return fail(Status::InvalidArgument("reading " + what + ": rank " + std::to_string(rank) + " (shape " + shape +
+                                        "), expected 3 (a volume)"));
+  }
+  H5Sget_simple_extent_dims(space.get(), info.dims.data(), nullptr);
+  for (hsize_t d : info.dims)
+    if (d == 0) return fail(Status::InvalidArgument("reading " + what + ": empty (shape " + ShapeString(info.dims) + ")"));
+  Hid type(H5Dget_type(ds), H5Tclose);
+  if (!type.valid()) return fail(Status::Corruption("reading " + what + ": " + TakeErrorStack()));
+  auto nt = hdf5::MapNumericType(type.get());
+  if (!nt.ok()) return fail(nt.status().WithContext("reading " + what));
+  info.source = nt->source;
+  info.type_name = nt->describe;
+  Hid dcpl(H5Dget_create_plist(ds), H5Pclose);
+  if (!dcpl.valid()) return fail(Status::Corruption("reading " + what + ": " + TakeErrorStack()));
+  const H5D_layout_t layout = H5Pget_layout(dcpl.get());
+  if (layout == H5D_VIRTUAL && !o_.allow_external)
+    return fail(Status::Unsupported("reading " + what +
+                                    ": a virtual dataset (its data lives in other files); refused (pass "
+                                    "--allow-external to read it)"));
+  const int external = H5Pget_external_count(dcpl.get());
+  if (external > 0 && !o_.allow_external) {
+    char name[512] = {0};
+    off_t offset = 0;
+    hsize_t size = 0;
+    H5Pget_external(dcpl.get(), 0, sizeof name - 1, name, &offset, &size);
+    return fail(Status::Unsupported("reading " + what + ": its data is stored in external raw file(s) ('" +
+                                    std::string(name) + "'); refused (pass --allow-external to read it)"));
+  }
+  if (layout == H5D_CHUNKED) {
+    if (H5Pget_chunk(dcpl.get(), 3, info.chunk.data()) != 3)
+      return fail(Status::Corruption("reading " + what + ": bad chunk layout: " + TakeErrorStack()));
+  }
+  const int nfilters = H5Pget_nfilters(dcpl.get());
+  for (int i = 0; i < nfilters; ++i) {
+    unsigned flags = 0, config = 0;
+    size_t nelem = 0;
+    char name[128] = {0};
+    H5Z_filter_t id = H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &nelem, nullptr, sizeof name - 1,
+                                     name, &config);
+    if (id < 0) return fail(Status::Corruption("reading " + what + ": " + TakeErrorStack()));
+    if (H5Zfilter_avail(id) <= 0) {
+      H5Eclear2(H5E_DEFAULT);
+      std::string n = name[0] ? name : "unnamed";
+      if (id == 32000) n = "lzf";
+      return fail(Status::Unsupported("reading " + what + ": compressed with filter '" + n + "' (id " +
+                                      std::to_string(id) +
+                                      "), which this HDF5 library cannot decode (install its plugin and set "
+                                      "HDF5_PLUGIN_PATH, or rewrite the file with gzip)"));
+    }
+  }
+  // Size: S*H*W float32 values must fit one record.
+  uint64_t n = 1;
+  for (hsize_t d : info.dims) {
+    if (__builtin_mul_overflow(n, static_cast<uint64_t>(d), &n) || n > kMaxPayloadBytes / 4)
+      return fail(Status::InvalidArgument("reading " + what + ": shape " + ShapeString(info.dims) +
+                                          " is too large for one record"));
+  }
+  return info;
+}
+
+struct LinkEntry {
+  std::string name;
+  H5L_type_t type;
+  size_t val_size;
+};
+
+herr_t ListLink(hid_t /*group*/, const char* name, const H5L_info_t* info, void* data) {
+  static_cast<std::vector<LinkEntry>*>(data)->push_back(
+      LinkEntry{name, info->type, info->type == H5L_TYPE_HARD ? 0 : info->u.val_size});
+  return 0;
+}
+
+// Lists the datasets of every group of one file and turns them into items.
+void Hdf5Ingest::ScanFile(size_t file, std::vector<Item>* items) {
+  auto file_failure = [&](Status st) {
+    Item it;
+    it.file = file;
+    it.status = std::move(st);
+    items->push_back(std::move(it));
+  };
+  auto fh = OpenFile(file);
+  if (!fh.ok()) return file_failure(fh.status());
+  std::vector<std::map<std::string, DatasetInfo>> found(groups_.size());
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    auto gh = OpenGroup(fh->get(), file, g);
+    if (!gh.ok()) return file_failure(gh.status());
+    std::vector<LinkEntry> links;
+    hsize_t idx = 0;
+    if (H5Literate(gh->get(), H5_INDEX_NAME, H5_ITER_INC, &idx, ListLink, &links) < 0)
+      return file_failure(Status::Corruption("listing group '" + groups_[g].path + "' in '" + o_.files[file] +
+                                             "': " + TakeErrorStack()));
+    for (const LinkEntry& l : links) {
+      const std::string what = DescribeDataset(file, g, l.name);
+      if (l.type == H5L_TYPE_EXTERNAL && !o_.allow_external) {
+        std::string target = "?";
+        std::vector<char> buf(l.val_size + 1, 0);
+        const char* efile = nullptr;
+        const char* eobj = nullptr;
+        unsigned flags = 0;
+        if (H5Lget_val(gh->get(), l.name.c_str(), buf.data(), buf.size(), H5P_DEFAULT) >= 0 &&
+            H5Lunpack_elink_val(buf.data(), l.val_size, &flags, &efile, &eobj) >= 0 && efile && eobj)
+          target = std::string(efile) + ":" + eobj;
+        H5Eclear2(H5E_DEFAULT);
+        DatasetInfo info;
+        info.status = Status::Unsupported("reading " + what + ": an external link to '" + target +
+                                          "'; refused (pass --allow-external to follow external links)");
+        found[g][l.name] = info;
+        continue;
+      }
+      guard_.target.clear();
+      hid_t id = H5Oopen(gh->get(), l.name.c_str(), lapl_.get());
+      if (id < 0) {
+        std::string cause = TakeErrorStack();
+        DatasetInfo info;
+        if (!guard_.target.empty())
+          info.status = Status::Unsupported("reading " + what + ": reached through an external link to '" +
+                                            guard_.target +
+                                            "'; refused (pass --allow-external to follow external links)");
+        else if (l.type == H5L_TYPE_SOFT)
+          info.status = Status::NotFound("reading " + what + ": a soft link to nothing (" + cause + ")");
+        else
+          info.status = Status::Corruption("reading " + what + ": " + cause);
+        found[g][l.name] = info;
+        continue;
+      }
+      Hid obj(id, H5Oclose);
+      if (H5Iget_type(obj.get()) != H5I_DATASET) continue;  // subgroups, named types: not volumes
+      found[g][l.name] = Inspect(obj.get(), what);
+    }
+  }
+  std::set<std::string> names;
+  for (const auto& m : found)
+    for (const auto& [n, info] : m) names.insert(n);
+  const std::string prefix = prefix_ids_ ? std::filesystem::path(o_.files[file]).stem().string() + "/" : "";
+  for (const std::string& name : names) {
+    Item it;
+    it.file = file;
+    it.name = name;
+    it.id = prefix + name;
+    for (size_t g = 0; g < groups_.size() && it.status.ok(); ++g) {
+      auto f = found[g].find(name);
+      if (f == found[g].end()) {
+        // Name a group that has it, so the message says where it was seen.
+        std::string seen;
+        for (size_t h = 0; h < groups_.size(); ++h)
+          if (found[h].count(name)) seen += (seen.empty() ? "'" : ", '") + groups_[h].path + "'";
+        it.status = Status::NotFound("reading " + DescribeDataset(file, g, name) + ": missing (present in group " +
+                                     seen + ")");
+        break;
+      }
+      if (!f->second.status.ok()) {
+        it.status = f->second.status;
+        break;
+      }
+      if (!it.fields.empty() && f->second.dims != it.fields[0].dims) {
+        it.status = Status::InvalidArgument("reading " + DescribeDataset(file, g, name) + ": shape " +
+                                            ShapeString(f->second.dims) + " differs from " +
+                                            ShapeString(it.fields[0].dims) + " in group '" + groups_[0].path + "'");
+        break;
+      }
+      it.fields.push_back(f->second);
+    }
+    if (it.status.ok()) it.status = ResolveNorms(&it);
+    if (it.status.ok()) {
+      const auto& d = it.fields[0].dims;
+      int other[2], k = 0;
+      for (int i = 0; i < 3; ++i)
+        if (i != axis_) other[k++] = i;
+      it.shw = {d[axis_], d[other[0]], d[other[1]]};
+      it.bytes = it.shw[0] * it.shw[1] * it.shw[2] * sizeof(float) * groups_.size();
+    }
+    items->push_back(std::move(it));
+  }
+}
+
+Status Hdf5Ingest::ResolveNorms(Item* item) {
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const std::string& field = groups_[g].field;
+    const bool mask = std::find(o_.mask_fields.begin(), o_.mask_fields.end(), field) != o_.mask_fields.end();
+    auto it = o_.norm.find(field);
+    const std::string spec = it != o_.norm.end() ? it->second : mask ? "binary" : "none";
+    const SourceType src = item->fields[g].source;
+    const double maxval = MaxValueOf(src);
+    const std::string base = spec.substr(0, spec.find('+'));
+    if ((base == "unit" || base == "symmetric") && maxval == 0)
+      return Status::InvalidArgument("reading " + DescribeDataset(item->file, g, item->name) + ": normalisation '" +
+                                     base + "' of field '" + field + "' needs a uint8 or uint16 source, not " +
+                                     item->fields[g].type_name + " (use affine:SCALE,OFFSET)");
+    auto n = ParseNormalization(spec, maxval);
+    if (!n.ok())
+      return n.status().WithContext("reading " + DescribeDataset(item->file, g, item->name) + " for field '" +
+                                    field + "'");
+    item->norms.push_back(*n);
+  }
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------
+// Streaming one dataset into its (S, H, W) float32 record.
+
+// Writes a slab of `ns` slices into dst (ns, H, W). The source element of
+// (slice k, row h, column w) is src[k*sk + h*sh + w*sw].
+template <typename T, typename F>
+void ScatterSlab(const T* src, int64_t ns, int64_t H, int64_t W, int64_t sk, int64_t sh, int64_t sw, F conv,
+                 float* dst) {
+  if (sw == 1) {
+    for (int64_t k = 0; k < ns; ++k)
+      for (int64_t h = 0; h < H; ++h) {
+        const T* s = src + k * sk + h * sh;
+        float* d = dst + (k * H + h) * W;
+        for (int64_t w = 0; w < W; ++w) d[w] = conv(s[w]);
+      }
+    return;
+  }
+  // Columns are strided (the slice axis was last): transpose in blocks so
+  // the block of source rows stays in cache while every slice takes its part.
+  constexpr int64_t kBlock = 64;
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t w0 = 0; w0 < W; w0 += kBlock) {
+      const int64_t wn = std::min(kBlock, W - w0);
+      for (int64_t k = 0; k < ns; ++k) {
+        const T* s = src + h * sh + w0 * sw + k * sk;
+        float* d = dst + (k * H + h) * W + w0;
+        for (int64_t w = 0; w < wn; ++w) d[w] = conv(s[w * sw]);
+      }
+    }
+}
+
+template <typename T>
+void ConvertSlab(const void* src, int64_t ns, int64_t H, int64_t W, int64_t sk, int64_t sh, int64_t sw,
+                 const Normalization& norm, float* dst) {
+  const T* s = static_cast<const T*>(src);
+  if (norm.kind == NormKind::kNone && !norm.clamp) {
+    ScatterSlab(s, ns, H, W, sk, sh, sw, [](T x) { return static_cast<float>(x); }, dst);
+  } else {
+    ScatterSlab(s, ns, H, W, sk, sh, sw, [&norm](T x) { return norm.Apply(static_cast<double>(x)); }, dst);
+  }
+}
+
+Status Hdf5Ingest::ReadVolume(const VolumeSource& v, float* dst) {
+  const int a = v.axis;
+  int o1 = -1, o2 = -1;
+  for (int i = 0; i < 3; ++i)
+    if (i != a) (o1 < 0 ? o1 : o2) = i;
+  const uint64_t S = v.dims[a], H = v.dims[o1], W = v.dims[o2];
+  const uint64_t per_slice = H * W * v.type.mem_size;
+  // Slabs of whole chunks along the slice axis: each chunk is decompressed
+  // by exactly one H5Dread.
+  const uint64_t unit = v.chunk[a] > 0 ? v.chunk[a] : 1;
+  uint64_t n = std::max<uint64_t>(1, o_.slab_bytes / std::max<uint64_t>(1, unit * per_slice)) * unit;
+  n = std::min(n, S);
+  Hid filespace(H5Dget_space(v.dataset.get()), H5Sclose);
+  if (!filespace.valid()) return Status::Corruption("reading " + v.describe + ": " + TakeErrorStack());
+  for (uint64_t s0 = 0; s0 < S; s0 += n) {
+    const uint64_t ns = std::min(n, S - s0);
+    std::array<hsize_t, 3> start{0, 0, 0}, count = v.dims;
+    start[a] = s0;
+    count[a] = ns;
+    if (H5Sselect_hyperslab(filespace.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr) < 0)
+      return Status::Internal("selecting slices of " + v.describe + ": " + TakeErrorStack());
+    Hid memspace(H5Screate_simple(3, count.data(), nullptr), H5Sclose);
+    const uint64_t bytes = ns * per_slice;
+    if (slab_.size() * sizeof(uint64_t) < bytes) {
+      slab_.clear();
+      slab_.shrink_to_fit();
+      slab_.resize((bytes + 7) / 8);
+    }
+    if (H5Dread(v.dataset.get(), v.type.memtype.get(), memspace.get(), filespace.get(), H5P_DEFAULT, slab_.data()) <
+        0)
+      return Status::Corruption("reading slices [" + std::to_string(s0) + ", " + std::to_string(s0 + ns) + ") of " +
+                                v.describe + ": " + TakeErrorStack());
+    // Element strides of the slab (C order over `count`).
+    std::array<int64_t, 3> stride{static_cast<int64_t>(count[1] * count[2]), static_cast<int64_t>(count[2]), 1};
+    const int64_t sk = stride[a], sh = stride[o1], sw = stride[o2];
+    float* out = dst + s0 * H * W;
+    const int64_t nsi = static_cast<int64_t>(ns), Hi = static_cast<int64_t>(H), Wi = static_cast<int64_t>(W);
+    using M = NumericType::Mem;
+    switch (v.type.mem) {
+      case M::kInt8: ConvertSlab<int8_t>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, out); break;
+      case M::kUInt8: ConvertSlab<uint8_t>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, out); break;
+      case M::kInt16: ConvertSlab<int16_t>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, out); break;
+      case M::kUInt16: ConvertSlab<uint16_t>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, out); break;
+      case M::kInt32: ConvertSlab<int32_t>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, out); break;
+      case M::kUInt32: ConvertSlab<uint32_t>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, out); break;
+      case M::kInt64: ConvertSlab<int64_t>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, out); break;
+      case M::kUInt64: ConvertSlab<uint64_t>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, out); break;
+      case M::kFloat: ConvertSlab<float>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, out); break;
+      case M::kDouble: ConvertSlab<double>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, out); break;
+    }
+  }
+  return Status::OK();
+}
+
+Result<std::vector<std::shared_ptr<Hdf5Ingest::VolumeSource>>> Hdf5Ingest::OpenVolume(const Item& item) {
+  if (open_file_index_ != item.file) {
+    open_file_.reset();
+    open_file_index_ = SIZE_MAX;
+    PS_ASSIGN_OR_RETURN(Hid f, OpenFile(item.file));
+    open_file_ = std::make_shared<Hid>(std::move(f));
+    open_file_index_ = item.file;
+  }
+  std::vector<std::shared_ptr<VolumeSource>> out;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    auto v = std::make_shared<VolumeSource>();
+    v->file = open_file_;
+    v->describe = DescribeDataset(item.file, g, item.name);
+    PS_ASSIGN_OR_RETURN(v->group, OpenGroup(open_file_->get(), item.file, g));
+    guard_.target.clear();
+    hid_t id = H5Dopen2(v->group.get(), item.name.c_str(), dapl_.get());
+    if (id < 0) return Status::Corruption("opening " + v->describe + ": " + TakeErrorStack());
+    v->dataset = Hid(id, H5Dclose);
+    // The file may have changed since it was listed: check again.
+    DatasetInfo now = Inspect(v->dataset.get(), v->describe);
+    if (!now.status.ok()) return now.status;
+    if (now.dims != item.fields[g].dims || now.source != item.fields[g].source)
+      return Status::IOError("reading " + v->describe + ": the file changed during the ingest");
+    Hid type(H5Dget_type(v->dataset.get()), H5Tclose);
+    PS_ASSIGN_OR_RETURN(v->type, hdf5::MapNumericType(type.get()));
+    v->dims = now.dims;
+    v->chunk = now.chunk;
+    v->axis = axis_;
+    v->norm = item.norms[g];
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+void Hdf5Ingest::ReportProgress() {
+  if (!o_.progress) return;
+  Progress p;
+  p.total = todo_.size();
+  p.done = done_;
+  p.failed = summary_.samples_failed;
+  p.skipped = summary_.samples_present;
+  p.bytes = summary_.bytes_decoded;
+  p.seconds = Seconds(start_);
+  o_.progress(p);
+}
+
+void Hdf5Ingest::RecordFailure(const Item& item, const Status& st) {
+  ++summary_.samples_failed;
+  ++done_;
+  if (summary_.errors.size() < 100) summary_.errors.push_back(st.message());
+  if (!report_) {
+    report_ = std::fopen(report_path_.c_str(), "a");
+    summary_.report_path = report_path_;
+  }
+  if (report_) {
+    std::string msg = st.message();
+    std::replace(msg.begin(), msg.end(), '\t', ' ');
+    std::replace(msg.begin(), msg.end(), '\n', ' ');
+    std::fprintf(report_, "%s\t%s\t%s\n", item.id.c_str(), o_.files[item.file].c_str(), msg.c_str());
+    std::fflush(report_);
+  }
+  ReportProgress();
+}
+
+// Commits the batch. A volume whose data cannot be read is only found while
+// LMDB calls its fill function; then the batch is written again without it
+// (skip mode) or with the volumes before it only (stop mode: returns its
+// error after committing them).
+Status Hdf5Ingest::Flush() {
+  Status stop;
+  while (!batch_.empty()) {
+    std::vector<SampleInput> inputs;
+    inputs.reserve(batch_.size());
+    for (const Pending& p : batch_) inputs.push_back(p.input);
+    Status st = writer_->WriteBatch(inputs);
+    if (st.ok()) {
+      summary_.samples_written += batch_.size();
+      for (const Pending& p : batch_) summary_.bytes_written += items_[p.item].bytes;
+      batch_.clear();
+      break;
+    }
+    size_t k = 0;
+    while (k < batch_.size() && batch_[k].state->fill_error.ok()) ++k;
+    if (k == batch_.size()) {  // not a source problem: the store failed
+      batch_.clear();
+      return st;
+    }
+    const Status bad = batch_[k].state->fill_error;
+    const Item& item = items_[batch_[k].item];
+    if (!o_.skip_errors) {
+      batch_.resize(k);
+      stop = bad;
+      continue;
+    }
+    batch_.erase(batch_.begin() + static_cast<long>(k));
+    RecordFailure(item, bad);
+  }
+  batch_bytes_ = 0;
+  return stop;
+}
+
+Result<IngestSummary> Hdf5Ingest::Run() {
+  start_ = Clock::now();
+  PS_RETURN_IF_ERROR(ParseOptions());
+  hdf5::Hdf5Lock lock;
+  guard_.allow = o_.allow_external;
+  lapl_ = Hid(H5Pcreate(H5P_LINK_ACCESS), H5Pclose);
+  dapl_ = Hid(H5Pcreate(H5P_DATASET_ACCESS), H5Pclose);
+  if (!lapl_.valid() || !dapl_.valid()) return Status::Internal("creating HDF5 property lists: " + TakeErrorStack());
+  H5Pset_elink_cb(lapl_.get(), ElinkCallback, &guard_);
+  H5Pset_elink_cb(dapl_.get(), ElinkCallback, &guard_);
+  // The slab reads cover whole chunks, so the cache only has to hold the
+  // chunks of one read; w0 = 1 evicts fully read chunks first.
+  H5Pset_chunk_cache(dapl_.get(), 12421, o_.chunk_cache_bytes, 1.0);
+
+  // 1. List every file (metadata only).
+  for (size_t f = 0; f < o_.files.size(); ++f) ScanFile(f, &items_);
+  if (items_.empty())
+    return Status::NotFound("ingest: no dataset found in the given groups of the given files");
+  {
+    std::map<std::string, size_t> seen;
+    for (Item& it : items_) {
+      if (it.name.empty()) continue;
+      auto [pos, fresh] = seen.emplace(it.id, it.file);
+      if (!fresh && it.status.ok())
+        it.status = Status::AlreadyExists("reading dataset '" + it.name + "' of '" + o_.files[it.file] + "': id '" +
+                                          it.id + "' is already used by '" + o_.files[pos->second] +
+                                          "' (use --ids stem to prefix ids with the file name)");
+    }
+  }
+
+  // A first file that cannot be read stops the ingest before the store is
+  // created or touched.
+  if (!o_.skip_errors && items_.front().name.empty())
+    return items_.front().status.WithContext("ingest into '" + o_.store + "' stopped after 0 new volumes");
+
+  // 2. Open the store with a map large enough for everything listed, so
+  // that LMDB rarely has to grow it (each growth re-reads a batch).
+  uint64_t estimate = 0;
+  for (const Item& it : items_) estimate += it.bytes + groups_.size() * 8192;
+  std::error_code ec;
+  const uint64_t existing = std::filesystem::file_size(std::filesystem::path(o_.store) / "data.mdb", ec);
+  WriterOptions wo;
+  wo.kind = "volumes";
+  wo.durable = o_.durable;
+  wo.initial_map_size = std::max<uint64_t>(uint64_t{1} << 30, (ec ? 0 : existing) + estimate + estimate / 8 +
+                                                                  (uint64_t{64} << 20));
+  PS_ASSIGN_OR_RETURN(writer_, Writer::Open(o_.store, wo));
+  StoreMeta& meta = writer_->mutable_meta();
+  auto axis_attr = meta.attributes.find("slice_axis");
+  if (axis_attr != meta.attributes.end() && axis_attr->second != std::to_string(axis_))
+    return Status::InvalidArgument("ingest into '" + o_.store + "': the store holds volumes sliced along source axis " +
+                                   axis_attr->second + ", not " + std::to_string(axis_) +
+                                   " (use the same --slice-axis or a new store)");
+  if (!meta.fields.empty()) {
+    std::string have, want;
+    for (const FieldMeta& f : meta.fields) have += (have.empty() ? "" : ",") + f.name;
+    for (const GroupSpec& g : groups_) want += (want.empty() ? "" : ",") + g.field;
+    if (have != want)
+      return Status::InvalidArgument("ingest into '" + o_.store + "': the store has fields " + have +
+                                     " but this ingest gives " + want + " (same --group options in the same order)");
+  }
+  meta.attributes["slice_axis"] = std::to_string(axis_);
+  meta.attributes["source_format"] = "hdf5";
+  for (const GroupSpec& g : groups_) meta.attributes["hdf5_group." + g.field] = g.path;
+  if (!o_.command_line.empty()) meta.attributes["ingest_command"] = o_.command_line;
+
+  summary_.samples_total = items_.size();
+  for (size_t i = 0; i < items_.size(); ++i) {
+    if (!items_[i].name.empty() && writer_->Contains(items_[i].id)) ++summary_.samples_present;
+    else todo_.push_back(i);
+  }
+  report_path_ = o_.report_path.empty() ? o_.store + "/ingest-errors.tsv" : o_.report_path;
+
+  // 3. Stream.
+  Status failure;
+  for (size_t pos = 0; pos < todo_.size() && failure.ok(); ++pos) {
+    if (o_.cancelled && o_.cancelled()) {
+      // Nothing of the pending batch has been read yet: drop it, stop now.
+      batch_.clear();
+      failure = Status::Aborted("cancelled");
+      break;
+    }
+    const size_t index = todo_[pos];
+    const Item& item = items_[index];
+    Status st = item.status;
+    std::vector<std::shared_ptr<VolumeSource>> sources;
+    if (st.ok()) {
+      auto opened = OpenVolume(item);
+      if (opened.ok()) sources = std::move(opened).value();
+      else st = opened.status();
+    }
+    std::vector<uint16_t> field_index;
+    for (size_t g = 0; g < groups_.size() && st.ok(); ++g) {
+      FieldMeta fm;
+      fm.name = groups_[g].field;
+      fm.channels = 1;
+      fm.layout = Layout::kSHW;
+      fm.source_type = item.fields[g].source;
+      fm.norm = item.norms[g];
+      fm.is_mask = std::find(o_.mask_fields.begin(), o_.mask_fields.end(), fm.name) != o_.mask_fields.end();
+      fm.source_format = "hdf5";
+      auto fi = writer_->EnsureField(fm);
+      if (!fi.ok()) st = fi.status().WithContext("ingesting " + DescribeDataset(item.file, g, item.name));
+      else field_index.push_back(*fi);
+    }
+    if (!st.ok()) {
+      if (!o_.skip_errors) {
+        failure = st;
+        break;
+      }
+      RecordFailure(item, st);
+      continue;
+    }
+    Pending p;
+    p.item = index;
+    p.state = std::make_shared<PendingState>();
+    p.input.id = item.id;
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      RecordInput r;
+      r.field = field_index[g];
+      r.header.layout = Layout::kSHW;
+      r.header.rank = 3;
+      r.header.shape = {item.shw[0], item.shw[1], item.shw[2], 0};
+      r.header.norm = item.norms[g];
+      r.header.source_type = item.fields[g].source;
+      const bool last = g + 1 == groups_.size();
+      std::shared_ptr<VolumeSource> src = sources[g];
+      std::shared_ptr<PendingState> state = p.state;
+      const uint64_t bytes = item.bytes;
+      r.fill = [this, src, state, last, bytes](void* dst) -> Status {
+        Status s = ReadVolume(*src, static_cast<float*>(dst));
+        if (!s.ok()) {
+          state->fill_error = s;
+          return s;
+        }
+        if (last && !state->counted) {
+          state->counted = true;
+          ++done_;
+          summary_.bytes_decoded += bytes;
+          ReportProgress();
+        }
+        return Status::OK();
+      };
+      p.input.records.push_back(std::move(r));
+    }
+    batch_.push_back(std::move(p));
+    batch_bytes_ += item.bytes;
+    if (batch_bytes_ >= o_.batch_bytes || batch_.size() >= 256) failure = Flush();
+  }
+  // Commit what was listed before a failure: those volumes are complete.
+  Status st = Flush();
+  if (failure.ok() && !st.ok()) failure = st;
+  open_file_.reset();
+  if (report_) std::fclose(report_);
+  ReportProgress();
+  summary_.seconds = Seconds(start_);
+  if (!failure.ok())
+    return failure.WithContext("ingest into '" + o_.store + "' stopped after " +
+                               std::to_string(summary_.samples_written) + " new volumes");
+  if (summary_.samples_failed == 0 && !writer_->meta().sealed) PS_RETURN_IF_ERROR(writer_->Seal());
+  return summary_;
+}
+
+}  // namespace
+
+Result<IngestSummary> IngestHdf5(const Hdf5IngestOptions& options) {
+  Hdf5Ingest ingest(options);
+  return ingest.Run();
+}
+
+}  // namespace patchstore
