@@ -6,7 +6,7 @@ BUILD=$1; SRC=$2
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 cmake --install "$BUILD" --prefix "$TMP/prefix" >/dev/null
-cmake -S "$SRC/tests/consumer" -B "$TMP/build" -DCMAKE_PREFIX_PATH="$TMP/prefix" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake -S "$SRC/tests/install/consumer" -B "$TMP/build" -DCMAKE_PREFIX_PATH="$TMP/prefix" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$TMP/build" -j2 >/dev/null
 "$TMP/build/consumer" "$TMP/store"
 test -x "$TMP/prefix/bin/patchstore"
