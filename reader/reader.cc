@@ -137,8 +137,12 @@ Result<TensorView> Reader::Patch(uint64_t sample, int field, int64_t y, int64_t 
                                    std::to_string(full.rank) + ", not 3");
   const int64_t H = full.shape[1], W = full.shape[2];
   auto window = [&] {
-    return "[" + std::to_string(y) + ":" + std::to_string(y + h) + "," + std::to_string(x) + ":" +
-           std::to_string(x + w) + "]";
+    // In 128 bits: hostile arguments must not overflow while the message is built.
+    auto end = [](int64_t a, int64_t b) {
+      const __int128 e = static_cast<__int128>(a) + b;
+      return e > INT64_MAX ? std::string("overflow") : std::to_string(static_cast<int64_t>(e));
+    };
+    return "[" + std::to_string(y) + ":" + end(y, h) + "," + std::to_string(x) + ":" + end(x, w) + "]";
   };
   if (h <= 0 || w <= 0)
     return Status::InvalidArgument("patch " + window() + " of " + Describe(sample, field) +
