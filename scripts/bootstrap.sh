@@ -37,6 +37,10 @@ if ! cmp -s requirements-dev.txt .venv/.requirements-installed 2>/dev/null; then
   cp requirements-dev.txt .venv/.requirements-installed
 fi
 
+# NumPy 1.26 beside the venv's 2.x, for the test that runs the Python suite
+# with it first on PYTHONPATH (the module uses the buffer protocol only).
+[ -d .venv/numpy126/numpy ] || .venv/bin/python -m pip install -q --no-deps --target .venv/numpy126 numpy==1.26.4
+
 BUILD=${PATCHSTORE_BUILD_DIR:-build}
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE="${PATCHSTORE_BUILD_TYPE:-Release}" \
   -DPython_EXECUTABLE="$ROOT/.venv/bin/python" \

@@ -16,7 +16,15 @@ Writing (same options as the ``patchstore`` command line)::
                                      "depth": "{video}/render/depth/{frame}.exr"})
     patchstore.export("frames.ps", "out/", ids=["video03/0042"])
 
-Training: :mod:`patchstore.torch` (``PatchDataset``, ``collate``).
+Sampling (exact mask-aware windows, whole batches gathered in C++ with the GIL released)::
+
+    sampler = patchstore.PatchSampler("frames.ps", ["rgb", "mask", "depth"], patch_size=256,
+                                      patches_per_sample=4, require="mask", num_threads=2)
+    batch = sampler.batch(64)               # {"rgb": (64,3,256,256), ...} float32, continues across epochs
+    sampler.last_windows                    # which sample, y, x, flip, rot each window came from
+    sheet = store.montage(64, 256, field="rgb", overlay="mask")   # (H,W,3) uint8 contact sheet
+
+Training: :mod:`patchstore.torch` (``BatchLoader``, ``PatchDataset``, ``collate``).
 
 Errors: KeyError (unknown id/field), IndexError (outside the data), ValueError
 (bad argument), OSError (I/O; FileNotFoundError for a missing store),
@@ -31,6 +39,7 @@ from typing import Optional
 
 from ._store import CorruptRecordError, FieldInfo, Ids, Store, open
 from ._ingest_api import ExportSummary, IngestSummary, export, ingest_images
+from ._sampler import PatchSampler, Window, Windows
 
 __version__ = "0.1.0"
 
@@ -40,6 +49,9 @@ __all__ = [
     "FieldInfo",
     "Ids",
     "CorruptRecordError",
+    "PatchSampler",
+    "Window",
+    "Windows",
     "ingest_images",
     "export",
     "IngestSummary",

@@ -8,12 +8,13 @@ Both calls release the GIL while they run.
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ._store import Store, _encode_id
 
-__all__ = ["ingest_images", "export", "IngestSummary", "ExportSummary"]
+__all__ = ["ingest_images", "export", "IngestSummary", "ExportSummary"]  # and montage via Store.montage
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -46,6 +47,56 @@ def _native():
     from . import _ingest
 
     return _ingest
+
+
+def _run_cancellable(call: Callable[[Any], Any]) -> Any:
+    """Runs call(cancel_flag) so that Ctrl-C stops it cleanly.
+
+    In the main thread the C++ call runs on a helper thread (it releases
+    the GIL) while this thread waits in short intervals, so it sees
+    KeyboardInterrupt. The first Ctrl-C sets the cancel flag, waits for the
+    call to return (the ingest commits what it decoded, then stops) and
+    re-raises KeyboardInterrupt; a second Ctrl-C while waiting stops
+    waiting and raises at once (the cancelled ingest still finishes its last
+    commit on the helper thread, which the interpreter waits for at exit).
+    From other threads the call runs directly.
+    """
+    flag = _native().CancelFlag()
+    if threading.current_thread() is not threading.main_thread():
+        return call(flag)
+    result: Dict[str, Any] = {}
+    # Waiting on an Event, not Thread.join: a join interrupted by Ctrl-C can
+    # mark a running thread as stopped (CPython 3.11, bpo-45274's fix).
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            result["value"] = call(flag)
+        except BaseException as e:  # handed to the waiting thread
+            result["error"] = e
+        finally:
+            done.set()
+
+    worker = threading.Thread(target=run, name="patchstore-ingest")
+    worker.start()
+    try:
+        while not done.wait(0.1):
+            pass
+    except KeyboardInterrupt:
+        flag.set()
+        try:
+            while not done.wait(0.1):
+                pass
+        except KeyboardInterrupt:
+            pass
+        raise
+    if "error" in result:
+        error = result.pop("error")
+        try:
+            raise error
+        finally:
+            del error
+    return result["value"]
 
 
 def _field_templates(fields: Any) -> List[Tuple[str, str]]:
@@ -119,6 +170,12 @@ def ingest_images(
     Running the same ingest again resumes (samples present are skipped). A
     finished ingest seals the store. The GIL is released while it runs.
 
+    Ctrl-C (KeyboardInterrupt, when called from the main thread) stops the
+    ingest cleanly: what was decoded is committed, then KeyboardInterrupt
+    is raised; the store opens and holds a prefix of the samples, and the
+    same call again resumes. A second Ctrl-C raises without waiting for
+    that last commit (which still completes before the interpreter exits).
+
     Raises FileNotFoundError for a missing input, ValueError for bad options,
     OSError for I/O failures (the message names the file and the sample).
     """
@@ -145,7 +202,8 @@ def ingest_images(
     if on_error != "stop":
         args.append(f"on_error={on_error!r}")
     command_line = "patchstore.ingest_images(" + ", ".join(args) + ")"
-    d = _native().ingest_images(
+    native = _native()
+    d = _run_cancellable(lambda cancel: native.ingest_images(
         os.fspath(store),
         "" if manifest is None else os.fspath(manifest),
         "" if root is None else os.fspath(root),
@@ -160,7 +218,8 @@ def ingest_images(
         int(max_pixels),
         command_line,
         progress,
-    )
+        cancel,
+    ))
     return IngestSummary(**d)
 
 
@@ -210,3 +269,44 @@ def export(
         progress,
     )
     return ExportSummary(**d)
+
+
+def montage(
+    path: str,
+    count: int = 64,
+    patch_size: int = 256,
+    field: Optional[str] = None,
+    overlay: Optional[str] = None,
+    seed: int = 0,
+    *,
+    require: Optional[str] = None,
+    patches_per_sample: int = 1,
+    epoch: int = 0,
+    flip: bool = False,
+    rot90: bool = False,
+    window: Optional[Tuple[float, float]] = None,
+    tile: Optional[int] = None,
+) -> Any:
+    """patchstore::RenderMontage as an (H, W, 3) uint8 NumPy array (see Store.montage)."""
+    import numpy as np
+
+    count = int(count)
+    if not 1 <= count <= 4096:
+        raise ValueError(f"montage: count must be in 1..4096, got {count}")
+    if int(patch_size) < 1:
+        raise ValueError(f"montage: patch_size must be positive, got {patch_size}")
+    if int(patches_per_sample) < 1:
+        raise ValueError(f"montage: patches_per_sample must be >= 1, got {patches_per_sample}")
+    if int(seed) < 0 or int(epoch) < 0:
+        raise ValueError("montage: seed and epoch must be >= 0")
+    if tile is not None and not 8 <= int(tile) <= 4096:
+        raise ValueError(f"montage: tile must be in 8..4096, got {tile}")
+    if window is not None:
+        lo, hi = (float(v) for v in window)
+    else:
+        lo, hi = 0.0, 1.0
+    h, w, pixels = _native().render_montage(
+        path, count, int(patch_size), field or "", overlay or "", require or "", require is None,
+        int(patches_per_sample), int(seed), int(epoch), bool(flip), bool(rot90), window is not None, lo, hi,
+        0 if tile is None else int(tile))
+    return np.frombuffer(pixels, dtype=np.uint8).reshape(h, w, 3)

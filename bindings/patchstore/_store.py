@@ -409,6 +409,50 @@ class Store:
         r.copy_patches(idx, field, ya, xa, int(h), int(w), target, int(num_threads))
         return out
 
+    # -- looking at what the sampler serves -------------------------------------
+
+    def montage(
+        self,
+        count: int = 64,
+        patch_size: int = 256,
+        field: Optional[str] = None,
+        overlay: Optional[str] = None,
+        seed: int = 0,
+        *,
+        require: Optional[str] = None,
+        patches_per_sample: int = 1,
+        epoch: int = 0,
+        flip: bool = False,
+        rot90: bool = False,
+        window: Optional[Tuple[float, float]] = None,
+        tile: Optional[int] = None,
+    ) -> np.ndarray:
+        """A contact sheet of the windows a PatchSampler with these options serves first: (H, W, 3) uint8.
+
+        The same picture as ``patchstore montage`` (ingest/montage.h): the
+        first `count` windows of `epoch` (continuing into later epochs) of a
+        sampler with this `seed`, `patch_size`, `patches_per_sample`,
+        `require`, `flip` and `rot90`, each tile labelled with its sample id
+        and position. field: the field shown (default: the store's first).
+        overlay: a mask field drawn as a translucent red overlay; by default
+        the windows must then hold one of its pixels (require=None means
+        "the overlay field"; require="" samples uniformly; require="name"
+        uses that mask). window: (lo, hi) display range for float fields
+        (default: each tile's own range); integer-sourced fields invert
+        their stored normalisation. tile: tile size in pixels (default
+        min(patch_size, 256)).
+
+        Loads the ingest module (OpenCV) on first use. Errors as
+        PatchSampler: KeyError for an unknown field, ValueError for bad
+        options, IndexError when no sample has an admissible window.
+        """
+        from ._ingest_api import montage
+
+        self._r()  # FileNotFoundError / closed store here
+        return montage(self._path, count, patch_size, field, overlay, seed, require=require,
+                       patches_per_sample=patches_per_sample, epoch=epoch, flip=flip, rot90=rot90,
+                       window=window, tile=tile)
+
 
 def _writable_buffer(out: Any, path: str) -> Any:
     """A buffer-protocol object sharing memory with `out` (torch tensors via .numpy())."""

@@ -1,43 +1,64 @@
-"""patchstore.torch: random patches from a store as a map-style torch Dataset.
+"""patchstore.torch: random patches from a store for torch training.
 
-Replaces a Dataset that decodes PNG/EXR files per item::
+Two ways in, both on the C++ sampler (patchstore::PatchSampler: exact
+mask-aware uniform windows from the summed-area tables stored at ingest,
+deterministic, gathered with the GIL released):
+
+``BatchLoader`` -- ready (B, C, P, P) batches, no per-sample Python work,
+reusing a small ring of (optionally pinned) buffers. The fastest path:
+iterate it directly in the training process::
+
+    from patchstore.torch import BatchLoader
+
+    loader = BatchLoader("frames.ps", ["rgb", "mask", "depth"], patch_size=256, batch_size=64,
+                         patches_per_sample=4, require="mask", num_threads=2, pin_memory=True)
+    for epoch in range(epochs):
+        loader.set_epoch(epoch)           # optional: without it each iter() takes the next epoch
+        for batch in loader:              # batch["rgb"]: (64, 3, 256, 256) float32 in [-1, 1]
+            rgb = batch["rgb"].cuda(non_blocking=True)
+            ...
+
+``PatchDataset`` -- a map-style Dataset (item i = k patches of sample i) for
+code built around DataLoader(shuffle=True, num_workers=...)::
 
     from torch.utils.data import DataLoader
     from patchstore.torch import PatchDataset, collate
 
     train = PatchDataset("frames.ps", ["rgb", "mask", "depth"], patch_size=256,
                          patches_per_sample=4, require="mask")
-    loader = DataLoader(train, batch_size=4, shuffle=True, num_workers=4,
+    loader = DataLoader(train, batch_size=16, shuffle=True, num_workers=4,
                         pin_memory=True, persistent_workers=True, collate_fn=collate)
     for epoch in range(epochs):
         train.set_epoch(epoch)            # before iterating: new positions each epoch
-        for batch in loader:              # batch["rgb"]: (16, 3, 256, 256) float32 in [-1, 1]
+        for batch in loader:              # batch["rgb"]: (64, 3, 256, 256)
             ...
 
-Reproducibility: the patch positions of item i are a function of
-(seed, epoch, i) only, so a run yields the same patches whatever
-num_workers, the start method (fork, spawn, forkserver) or
-persistent_workers are.
+Reproducibility: windows depend on (seed, epoch, position) only, so a run
+yields the same patches whatever num_workers, num_threads, the start method
+(fork, spawn, forkserver) or persistent_workers are.
 """
 
 from __future__ import annotations
 
 import ctypes
+import math
 import multiprocessing
 import multiprocessing.context
 import operator
 import os
 import warnings
 from collections import OrderedDict
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, default_collate
+from torch.utils.data import Dataset, IterableDataset, default_collate
 
+from . import _patchstore as _C
+from ._sampler import PatchSampler, _sampler_options
 from ._store import Store
 
-__all__ = ["PatchDataset", "collate"]
+__all__ = ["BatchLoader", "PatchDataset", "collate"]
 
 
 class _SharedEpoch:
@@ -80,7 +101,7 @@ class _SharedEpoch:
 
 
 class _Valid:
-    """Where the top-left corner of a patch may go in one sample.
+    """Where the top-left corner of a non-square patch may go in one sample (the NumPy fallback).
 
     Positions are numbered row-major over the (ny, nx) grid of corners that
     keep the patch inside the sample; `rows` holds, per grid row, the valid
@@ -111,8 +132,332 @@ class _Valid:
         return ys.astype(np.int64), xs
 
 
+class _EpochCounter:
+    """Which epoch an iter() yields, shared by a BatchLoader and its DataLoader workers.
+
+    Slot 0 holds the epoch given to set_epoch(); slot 1 counts the iter()
+    calls in the training process, slot 2 + w those of DataLoader worker w.
+    An iter() yields epoch slot[0] + its slot's count and bumps the count,
+    so every process advances one epoch per iteration (DataLoader calls
+    iter() once per epoch in every worker, persistent or not), and
+    set_epoch() resets all counts. Shared memory reaches the workers as
+    _SharedEpoch's does (inherited under fork, passed while spawning).
+    """
+
+    SLOTS = 2 + 256
+
+    def __init__(self) -> None:
+        try:
+            self._shared: Any = multiprocessing.RawArray(ctypes.c_int64, self.SLOTS)
+        except OSError:  # no shared memory: per-process counts
+            self._shared = [0] * self.SLOTS
+
+    def take(self, slot: int) -> int:
+        a = self._shared
+        e = int(a[0]) + int(a[slot])
+        a[slot] = int(a[slot]) + 1
+        return e
+
+    def peek(self, slot: int) -> int:
+        return int(self._shared[0]) + int(self._shared[slot])
+
+    def set(self, epoch: int) -> None:
+        a = self._shared
+        for i in range(1, self.SLOTS):
+            a[i] = 0
+        a[0] = int(epoch)
+
+    def __getstate__(self) -> Dict[str, Any]:
+        if not isinstance(self._shared, list) and multiprocessing.context.get_spawning_popen() is not None:
+            return {"shared": self._shared}
+        return {"values": [int(v) for v in self._shared]}
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        if "shared" in state:
+            self._shared = state["shared"]
+        else:
+            self.__init__()  # type: ignore[misc]
+            for i, v in enumerate(state["values"]):
+                self._shared[i] = v
+
+
+def _storage_uses(tensors: Dict[str, torch.Tensor]) -> Optional[List[int]]:
+    """How many tensors share each buffer's storage (None if torch cannot tell)."""
+    count = getattr(torch._C, "_storage_Use_Count", None)
+    if count is None:
+        return None
+    try:
+        return [int(count(t.untyped_storage()._cdata)) for t in tensors.values()]
+    except (AttributeError, RuntimeError, TypeError):
+        return None
+
+
+class _Slot:
+    __slots__ = ("tensors", "arrays", "uses", "event")
+
+    def __init__(self, tensors: Dict[str, torch.Tensor]) -> None:
+        self.tensors = tensors
+        self.arrays = {f: t.numpy() for f, t in tensors.items()}  # what the C++ gather writes through
+        self.uses = _storage_uses(tensors)
+        self.event: Any = None  # CUDA event after the batch was handed out (pinned memory)
+
+    def free(self) -> bool:
+        # A yielded batch (or any view of it) still alive raises the storage's use count.
+        return self.uses is None or _storage_uses(self.tensors) == self.uses
+
+
+class _Ring:
+    """`count` sets of (B, C, P, P) buffers, reused in turn; never one still referenced by a caller."""
+
+    def __init__(self, shapes: Dict[str, Tuple[int, ...]], count: int, pin: bool, owner: str) -> None:
+        self.shapes, self.count, self.pin, self.owner = shapes, count, pin, owner
+        self.slots: List[_Slot] = []
+        self.next = 0
+        self.warned = False
+        self.cuda = False
+        self.last: Optional[_Slot] = None
+
+    def _allocate(self) -> _Slot:
+        tensors = {}
+        for f, shape in self.shapes.items():
+            t = None
+            if self.pin:
+                try:
+                    t = torch.empty(shape, dtype=torch.float32, pin_memory=True)
+                    self.cuda = torch.cuda.is_available() and t.is_pinned()
+                except RuntimeError as e:  # CPU-only torch: no pinned allocator
+                    warnings.warn(f"patchstore.torch.BatchLoader: pin_memory=True but pinned memory is not "
+                                  f"available ({e}); using ordinary memory", RuntimeWarning, stacklevel=4)
+                    self.pin = False
+            if t is None:
+                t = torch.empty(shape, dtype=torch.float32)
+            tensors[f] = t
+        return _Slot(tensors)
+
+    def acquire(self) -> _Slot:
+        if self.cuda and self.last is not None:
+            # Copies of the previous batch that the caller queued since it was
+            # handed out (x.cuda(non_blocking=True)) must finish before its
+            # buffer is refilled.
+            try:
+                self.last.event = torch.cuda.Event()
+                self.last.event.record(torch.cuda.current_stream())
+            except RuntimeError:
+                self.last.event = None
+        slot = None
+        n = len(self.slots)
+        free = [(self.next + step) % n for step in range(n) if self.slots[(self.next + step) % n].free()]
+        # Prefer a set whose queued copies are done; else a new set (up to `count`); else wait below.
+        for i in free:
+            if self.slots[i].event is None or self.slots[i].event.query():
+                slot = self.slots[i]
+                break
+        if slot is None and n >= self.count and free:
+            slot = self.slots[free[0]]
+        if slot is not None:
+            self.next = (self.slots.index(slot) + 1) % self.count
+        if slot is None and n < self.count:
+            slot = self._allocate()
+            self.slots.append(slot)
+            self.next = len(self.slots) % self.count
+        if slot is None:
+            if not self.warned:
+                warnings.warn(f"{self.owner}: all {self.count} batch buffers are still referenced (batches kept "
+                              f"beyond buffers={self.count}); allocating a new buffer per batch",
+                              RuntimeWarning, stacklevel=4)
+                self.warned = True
+            slot = self._allocate()  # not kept: freed when the caller lets go
+        if slot.event is not None:
+            slot.event.synchronize()
+            slot.event = None
+        self.last = slot
+        return slot
+
+
+def _distributed_defaults(rank: Optional[int], world_size: Optional[int]) -> Tuple[int, int]:
+    dist = getattr(torch, "distributed", None)
+    active = dist is not None and dist.is_available() and dist.is_initialized()
+    if rank is None:
+        rank = dist.get_rank() if active else 0
+    if world_size is None:
+        world_size = dist.get_world_size() if active else 1
+    return operator.index(rank), operator.index(world_size)
+
+
+class BatchLoader(IterableDataset):
+    """Ready batches of random patches: {field: float32 tensor (B, C, P, P)}, one epoch per iter().
+
+    Built on :class:`patchstore.PatchSampler` (same options, same windows):
+    each batch is one C++ gather of B windows for every field, on
+    ``num_threads`` threads with the GIL released, straight into a reused
+    buffer. No per-sample Python work, no collate, no per-batch allocation.
+
+    path: a store path or a :class:`patchstore.Store`. batch_size: windows
+    per batch (B; with patches_per_sample=k, a batch covers B/k sample
+    visits). ``len(loader)``: batches per epoch on this rank, the last one
+    smaller unless ``drop_last``.
+
+    Epochs: ``set_epoch(e)`` (as with DistributedSampler) makes the next
+    iter() yield epoch e; without it each iter() yields the epoch after the
+    previous one (0, 1, 2, ...), counted per process. ``epoch``: the epoch
+    the next iter() in this process yields.
+
+    rank / world_size: shard of each epoch (as DistributedSampler);
+    None takes them from torch.distributed when it is initialised, else 0 / 1.
+
+    Buffers (in the training process): batches are written into a ring of
+    ``buffers`` sets of (B, C, P, P) tensors, pinned with ``pin_memory``
+    (with a warning and ordinary memory where torch has no pinned
+    allocator). A yielded batch is never overwritten while anything still
+    refers to it (the batch, one of its tensors or a view of them): a set is
+    reused only once the storage use counts show it free, and a new set is
+    allocated (with a warning) if all are held. With pinned memory and CUDA,
+    a set is refilled only after the work queued on the current CUDA stream
+    while it was out has finished (so ``x.cuda(non_blocking=True)`` copies
+    of it are done; copies queued on other streams are the caller's to
+    synchronise); a set whose copies are done is preferred. So keep at most
+    ``buffers - 1`` batches alive (the ``for batch in loader`` loop variable
+    holds one), and copy what you keep longer.
+
+    Inside DataLoader workers (``DataLoader(loader, batch_size=None,
+    num_workers=N)``): it is an IterableDataset; worker w of N yields
+    batches w, w + N, ..., each gathered into fresh shared memory (as torch's
+    collate does) since the main process holds it after the worker moves on;
+    the DataLoader interleaves them back into the same order, so batches are
+    identical to iterating in the training process. Use the DataLoader's
+    pin_memory there. Each worker reopens the store (pickled as path and
+    options).
+    """
+
+    def __init__(
+        self,
+        path: Union[str, "os.PathLike[str]", Store],
+        fields: Union[str, Sequence[str]],
+        patch_size: int,
+        batch_size: int,
+        patches_per_sample: int = 1,
+        require: Optional[str] = None,
+        min_valid: float = 1,
+        positive_fraction: Optional[float] = None,
+        seed: int = 0,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        num_threads: int = 1,
+        pin_memory: bool = False,
+        flip: bool = False,
+        rot90: bool = False,
+        drop_last: bool = False,
+        buffers: int = 2,
+    ) -> None:
+        super().__init__()
+        rank, world_size = _distributed_defaults(rank, world_size)
+        self.sampler = PatchSampler(path, fields, patch_size, patches_per_sample, require, min_valid,
+                                    positive_fraction, seed, rank, world_size, num_threads, flip=flip, rot90=rot90)
+        self.batch_size = operator.index(batch_size)
+        if self.batch_size < 1:
+            raise ValueError(f"BatchLoader: batch_size must be >= 1, got {batch_size!r}")
+        self.buffers = operator.index(buffers)
+        if self.buffers < 1:
+            raise ValueError(f"BatchLoader: buffers must be >= 1, got {buffers!r}")
+        self.pin_memory = bool(pin_memory)
+        self.drop_last = bool(drop_last)
+        if len(self.sampler) == 0:
+            self.sampler._no_windows(self.sampler._s(), "BatchLoader")
+        self._epochs = _EpochCounter()
+        self._ring: Optional[_Ring] = None
+        self._ring_pid = -1
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_ring"] = None
+        state["_ring_pid"] = -1
+        return state
+
+    # -- description ----------------------------------------------------------------
+
+    @property
+    def fields(self) -> Tuple[str, ...]:
+        return self.sampler.fields
+
+    @property
+    def store(self) -> Store:
+        return self.sampler.store
+
+    def __len__(self) -> int:
+        """Batches per epoch on this rank."""
+        w = len(self.sampler)
+        return w // self.batch_size if self.drop_last else -(-w // self.batch_size)
+
+    def __repr__(self) -> str:
+        o = self.sampler.options
+        return (f"BatchLoader('{self.store.path}', fields={list(o['fields'])}, patch_size={o['patch_size']}, "
+                f"batch_size={self.batch_size}, patches_per_sample={o['patches_per_sample']}, "
+                f"require={o['require']!r}, seed={o['seed']}, rank={o['rank']}, world_size={o['world_size']}, "
+                f"epoch={self.epoch}, batches={len(self)})")
+
+    # -- epochs ----------------------------------------------------------------------
+
+    @staticmethod
+    def _slot() -> int:
+        info = torch.utils.data.get_worker_info()
+        return 1 if info is None else 2 + info.id % (_EpochCounter.SLOTS - 2)
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next iter() in this process yields."""
+        return self._epochs.peek(self._slot())
+
+    def set_epoch(self, epoch: int) -> None:
+        """The next iter() (here and in DataLoader workers, persistent or not) yields epoch `epoch`."""
+        e = operator.index(epoch)
+        if e < 0:
+            raise ValueError(f"epoch must be >= 0, got {epoch!r}")
+        self._epochs.set(e)
+
+    # -- iteration -------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Dict[str, torch.Tensor]]:
+        info = torch.utils.data.get_worker_info()
+        epoch = self._epochs.take(self._slot())
+        nb = len(self)
+        if info is None:
+            return self._batches(epoch, range(nb), shared=False)
+        return self._batches(epoch, range(info.id, nb, info.num_workers), shared=True)
+
+    def batches(self, epoch: int) -> Iterator[Dict[str, torch.Tensor]]:
+        """The batches of `epoch` (does not touch the epoch counter)."""
+        e = operator.index(epoch)
+        if e < 0:
+            raise ValueError(f"epoch must be >= 0, got {epoch!r}")
+        return self._batches(e, range(len(self)), shared=torch.utils.data.get_worker_info() is not None)
+
+    def _batches(self, epoch: int, which: range, shared: bool) -> Iterator[Dict[str, torch.Tensor]]:
+        s = self.sampler._s()
+        total = len(self.sampler)
+        B = self.batch_size
+        shapes = self.sampler.shapes(B)
+        fields = self.fields
+        for b in which:
+            first = b * B
+            n = min(B, total - first)
+            if shared:
+                out = {f: _empty((n,) + shape[1:], True) for f, shape in shapes.items()}
+                s.gather(epoch, first, n, [out[f].numpy() for f in fields])
+                yield out
+                continue
+            slot = self._ring_for(shapes).acquire()
+            s.gather(epoch, first, n, [slot.arrays[f][:n] for f in fields])
+            yield {f: slot.tensors[f][:n] for f in fields}  # new views: they keep the slot busy
+
+    def _ring_for(self, shapes: Dict[str, Tuple[int, ...]]) -> _Ring:
+        if self._ring is None or self._ring_pid != os.getpid():
+            self._ring = _Ring(shapes, self.buffers, self.pin_memory, "patchstore.torch.BatchLoader")
+            self._ring_pid = os.getpid()
+        return self._ring
+
+
 class PatchDataset(Dataset):
-    """Random patches cut from the samples of a store.
+    """Random patches cut from the samples of a store (map-style).
 
     Item i is a dict {field: float32 tensor (k, C, P, P)} with k =
     patches_per_sample windows cut from sample i at the same positions in
@@ -122,29 +467,34 @@ class PatchDataset(Dataset):
 
     path: a store path (or a Store). fields: the fields to return, e.g.
     ["rgb", "mask", "depth"]. patch_size: P, or (h, w).
-    require: None, or the name of a field (usually "mask"): then every patch
-    holds at least one non-zero pixel of that field. Valid positions are
-    computed once per sample (an integral image of field != 0, so each window
-    test is O(1)) and cached per process (`cache_size` samples).
+    require: None, or the name of a 1-channel mask field (usually "mask"):
+    then every patch holds at least `min_valid` valid (non-zero) pixels of
+    that field (or, for 0 < min_valid < 1, that fraction of the patch).
     Samples without any valid position (an empty mask, or smaller than the
     patch) are skipped: index i then maps to the next sample (i+1, i+2, ...
     wrapping around) that has one, the same way in every process; each
-    process warns once about the samples it found so. ValueError if no
+    process warns once about each such item it serves. ValueError if no
     sample has a valid position.
 
-    Positions: uniform over the valid top-left corners, drawn from
-    numpy.random.Generator(PCG64(SeedSequence([seed, epoch, i]))): a
-    function of (seed, epoch, i) only. Call set_epoch(e) before iterating
-    epoch e (it reaches the workers, persistent or not).
+    Positions: drawn by the C++ sampler (patchstore::PatchSampler::
+    WindowOfSample), uniformly over the valid windows, which are found
+    exactly from the mask's summed-area table stored at ingest: a function
+    of (seed, epoch, i) only. Call set_epoch(e) before iterating epoch e (it
+    reaches the workers, persistent or not). flip / rot90: random flips and
+    quarter turns as in :class:`patchstore.PatchSampler`. (Non-square
+    patches, (h, w) with h != w, are drawn by a NumPy fallback that supports
+    neither min_valid != 1 nor flips; it keeps `cache_size` samples' valid
+    positions per process.)
 
     transform: optional callable applied to the item dict (must pickle for
     spawn/forkserver workers: use a module-level function).
 
-    Patches are copied out of the memory map with one C++ call per field
-    and batch: DataLoader fetches a batch through __getitems__, which gathers
-    all B*k patches of a field into one tensor (in shared memory inside a
-    worker). Use collate (below) as the DataLoader's collate_fn to get
-    (B*k, C, P, P) batches; it hands that tensor on without copying.
+    Patches are copied out of the memory map with one C++ call per batch:
+    DataLoader fetches a batch through __getitems__, which gathers all B*k
+    patches of every field into one tensor per field (in shared memory
+    inside a worker); the items are consecutive slices of it, so `collate`
+    (below) returns that tensor without copying as (B*k, C, P, P).
+    For the fastest loop, see :class:`BatchLoader`.
     """
 
     def __init__(
@@ -159,6 +509,10 @@ class PatchDataset(Dataset):
         transform: Optional[Callable[[Dict[str, torch.Tensor]], Any]] = None,
         cache_size: int = 64,
         verify_checksums: bool = False,
+        min_valid: float = 1,
+        flip: bool = False,
+        rot90: bool = False,
+        num_threads: int = 1,
     ) -> None:
         super().__init__()
         if isinstance(path, Store):
@@ -186,25 +540,50 @@ class PatchDataset(Dataset):
         self.seed = operator.index(seed)
         if self.seed < 0:
             raise ValueError(f"seed must be >= 0, got {seed!r}")
+        self.min_valid = min_valid
         self.transform = transform
         self.cache_size = max(1, int(cache_size))
         self._n = len(self.store)
         self._epoch = _SharedEpoch(0)
-        self._init_cache()
+        self._options: Optional[Dict[str, Any]] = None
+        if ph == pw:
+            self._options = _sampler_options(self.fields, ph, self.patches_per_sample, require, min_valid, None,
+                                             self.seed, 0, 1, num_threads, flip, rot90, what="PatchDataset")
+        elif float(min_valid) != 1 or flip or rot90:
+            raise ValueError(f"PatchDataset: non-square patches {self.patch_size} support neither min_valid != 1 "
+                             f"nor flip/rot90")
+        self._init_process()
+        if self._options is not None:
+            self._native()  # errors here, in the constructing process
 
-    def _init_cache(self) -> None:
-        self._cache: "OrderedDict[int, Optional[_Valid]]" = OrderedDict()
-        self._empty: Dict[int, None] = {}  # samples without a valid position (ordered set)
+    def _init_process(self) -> None:
+        self._sampler: Optional[_C.Sampler] = None
+        self._pid = -1
+        self._eligible: Optional[np.ndarray] = None
+        self._warned: Dict[int, None] = {}  # items already warned about (ordered set)
+        self._cache: "OrderedDict[int, Optional[_Valid]]" = OrderedDict()  # non-square fallback
+        self._empty: Dict[int, None] = {}
 
     def __getstate__(self) -> Dict[str, Any]:
         state = self.__dict__.copy()
-        for k in ("_cache", "_empty"):
+        for k in ("_sampler", "_pid", "_eligible", "_warned", "_cache", "_empty"):
             state.pop(k, None)
         return state
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._init_cache()
+        self._init_process()
+
+    def _native(self) -> "_C.Sampler":
+        """The C++ sampler of this process (built after fork / unpickling)."""
+        s = self._sampler
+        if s is not None and self._pid == os.getpid():
+            return s
+        self._sampler = None
+        s = _C.Sampler(self.store._r(), **self._options)
+        self._eligible = np.flatnonzero(np.frombuffer(s.eligibility(), dtype=np.uint8)).astype(np.int64)
+        self._sampler, self._pid = s, os.getpid()
+        return s
 
     # -- epochs -------------------------------------------------------------
 
@@ -222,7 +601,116 @@ class PatchDataset(Dataset):
     def __len__(self) -> int:
         return self._n
 
+    @property
+    def skipped(self) -> int:
+        """Samples without a valid position (their items read the next sample that has one)."""
+        if self._options is None:
+            return len(self._empty)
+        self._native()
+        return self._n - len(self._eligible)
+
     # -- positions ------------------------------------------------------------
+
+    def _index(self, i: Any) -> int:
+        n = self._n
+        i = operator.index(i)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"PatchDataset index {i} out of range [0, {n})")
+        return i
+
+    def _why(self) -> str:
+        ph, pw = self.patch_size
+        if not self.require:
+            return f"smaller than {ph}x{pw}"
+        need = "a non-zero pixel" if float(self.min_valid) == 1 else f"min_valid={self.min_valid} valid pixels"
+        return f"field '{self.require}' has no {ph}x{pw} window with {need}"
+
+    def _no_sample(self) -> ValueError:
+        return ValueError(f"PatchDataset: no sample of '{self.store.path}' has a valid "
+                          f"{self.patch_size[0]}x{self.patch_size[1]} patch position"
+                          + (f" (require='{self.require}')" if self.require else ""))
+
+    def _windows(self, items: Sequence[int], epoch: Optional[int]) -> Tuple[np.ndarray, np.ndarray]:
+        """(samples (B,), windows (B*k, 6)) for items (C++ sampler path)."""
+        s = self._native()
+        idx = np.fromiter((self._index(i) for i in items), dtype=np.int64, count=len(items))
+        E = self._eligible
+        if len(E) == 0:
+            raise self._no_sample()
+        samples = E[np.searchsorted(E, idx) % len(E)]
+        moved = idx[samples != idx]
+        first_j = None
+        if len(moved):
+            new = [int(i) for i in moved if int(i) not in self._warned]
+            if new:
+                for i in new:
+                    self._warned[i] = None
+                ids = [self.store.ids[i] for i in new]
+                warnings.warn(
+                    f"patchstore.torch.PatchDataset: skipping {len(new)} sample(s) of '{self.store.path}' "
+                    f"({self._why()}): {ids[:20]}{' ...' if len(ids) > 20 else ''}; their items read the next "
+                    f"sample that has one ({self._n - len(E)} of {self._n} samples have none)",
+                    RuntimeWarning,
+                    stacklevel=4,
+                )
+            # An item that borrows sample s draws windows j0 = d*k ... of s (d = its distance to s), so it
+            # does not repeat item s's own windows.
+            first_j = ((samples - idx) % self._n) * self.patches_per_sample
+        e = self.epoch if epoch is None else operator.index(epoch)
+        wins = np.empty((len(idx) * self.patches_per_sample, 6), dtype=np.int64)
+        s.windows_of_samples(e, samples, wins, first_j)
+        return samples, wins
+
+    def positions(self, i: int, epoch: Optional[int] = None) -> Tuple[int, np.ndarray, np.ndarray]:
+        """(sample index, ys, xs): where item i's patches come from in `epoch` (default: the current one)."""
+        if self._options is None:
+            s, _, ys, xs = self._fallback_plan(i, epoch)
+            return s, ys, xs
+        samples, wins = self._windows([i], epoch)
+        return int(samples[0]), wins[:, 1].copy(), wins[:, 2].copy()
+
+    def windows(self, i: int, epoch: Optional[int] = None) -> np.ndarray:
+        """Item i's windows as int64 rows (sample, y, x, flip, rot, positive) (square patches only)."""
+        if self._options is None:
+            raise ValueError("PatchDataset.windows: only for square patches")
+        return self._windows([i], epoch)[1]
+
+    def __getitem__(self, i: int) -> Dict[str, torch.Tensor]:
+        return self.__getitems__([i])[0]
+
+    def __getitems__(self, indices: Sequence[int]) -> List[Dict[str, torch.Tensor]]:
+        """Items for a whole batch of indices (used by DataLoader's fetcher).
+
+        All B*k patches of every field are gathered with one C++ call into
+        one (B*k, C, P, P) tensor per field, allocated in shared memory
+        inside a DataLoader worker; the items are consecutive slices of it,
+        so `collate` returns that tensor without copying.
+        """
+        if self._options is None:
+            return self._fallback_items(indices)
+        indices = list(indices)
+        k = self.patches_per_sample
+        ph, pw = self.patch_size
+        s = self._native()
+        _, wins = self._windows(indices, None)
+        shared = torch.utils.data.get_worker_info() is not None
+        batch = {f: _empty((len(indices) * k, c, ph, pw), shared) for f, c in zip(self.fields, s.channels)}
+        s.gather_windows(wins, [batch[f].numpy() for f in self.fields])
+        items: List[Dict[str, torch.Tensor]] = []
+        for b in range(len(indices)):
+            items.append({f: (t[b] if k == 1 else t[b * k:(b + 1) * k]) for f, t in batch.items()})
+        if self.transform is not None:
+            items = [self.transform(item) for item in items]
+        return items
+
+    def __repr__(self) -> str:
+        return (f"PatchDataset('{self.store.path}', fields={list(self.fields)}, patch_size={self.patch_size}, "
+                f"patches_per_sample={self.patches_per_sample}, require={self.require!r}, seed={self.seed}, "
+                f"epoch={self.epoch}, samples={self._n})")
+
+    # -- non-square patches: the NumPy fallback ---------------------------------------
 
     def _valid(self, sample: int) -> Optional[_Valid]:
         """Valid corners of `sample` (cached, LRU per process), None when there are none."""
@@ -261,8 +749,7 @@ class PatchDataset(Dataset):
             cache.popitem(last=False)
         return v
 
-    def _resolve(self, i: int) -> Tuple[int, _Valid]:
-        """The sample that item i reads (i itself unless it has no valid position)."""
+    def _fallback_resolve(self, i: int) -> Tuple[int, _Valid]:
         n = self._n
         new: List[int] = []
         try:
@@ -278,51 +765,26 @@ class PatchDataset(Dataset):
         finally:
             if new:
                 ids = [self.store.ids[s] for s in new]
-                why = (f"field '{self.require}' has no non-zero pixel in any {self.patch_size[0]}x"
-                       f"{self.patch_size[1]} window" if self.require else
-                       f"smaller than {self.patch_size[0]}x{self.patch_size[1]}")
                 warnings.warn(
                     f"patchstore.torch.PatchDataset: skipping {len(new)} sample(s) of '{self.store.path}' "
-                    f"({why}): {ids[:20]}{' ...' if len(ids) > 20 else ''}; "
+                    f"({self._why()}): {ids[:20]}{' ...' if len(ids) > 20 else ''}; "
                     f"{len(self._empty)} skipped so far in this process",
                     RuntimeWarning,
-                    stacklevel=3,
+                    stacklevel=4,
                 )
-        raise ValueError(f"PatchDataset: no sample of '{self.store.path}' has a valid "
-                         f"{self.patch_size[0]}x{self.patch_size[1]} patch position"
-                         + (f" (require='{self.require}')" if self.require else ""))
+        raise self._no_sample()
 
-    def _plan(self, i: int, epoch: Optional[int]) -> Tuple[int, _Valid, np.ndarray, np.ndarray]:
-        n = self._n
-        i = operator.index(i)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError(f"PatchDataset index {i} out of range [0, {n})")
-        s, v = self._resolve(i)
+    def _fallback_plan(self, i: int, epoch: Optional[int]) -> Tuple[int, _Valid, np.ndarray, np.ndarray]:
+        i = self._index(i)
+        s, v = self._fallback_resolve(i)
         e = self.epoch if epoch is None else operator.index(epoch)
         rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([self.seed, e, i])))
         t = rng.integers(0, v.total, size=self.patches_per_sample, dtype=np.int64)
         ys, xs = v.corners(t)
         return s, v, np.ascontiguousarray(ys, dtype=np.int64), np.ascontiguousarray(xs, dtype=np.int64)
 
-    def positions(self, i: int, epoch: Optional[int] = None) -> Tuple[int, np.ndarray, np.ndarray]:
-        """(sample index, ys, xs): where item i's patches come from in `epoch` (default: the current one)."""
-        s, _, ys, xs = self._plan(i, epoch)
-        return s, ys, xs
-
-    def __getitem__(self, i: int) -> Dict[str, torch.Tensor]:
-        return self.__getitems__([i])[0]
-
-    def __getitems__(self, indices: Sequence[int]) -> List[Dict[str, torch.Tensor]]:
-        """Items for a whole batch of indices (used by DataLoader's fetcher).
-
-        All B*k patches of a field are gathered with one C++ call into one
-        (B*k, C, P, P) tensor, allocated in shared memory inside a DataLoader
-        worker; the items are consecutive slices of it, so `collate` returns
-        that tensor without copying.
-        """
-        plans = [self._plan(i, None) for i in indices]
+    def _fallback_items(self, indices: Sequence[int]) -> List[Dict[str, torch.Tensor]]:
+        plans = [self._fallback_plan(i, None) for i in indices]
         k = self.patches_per_sample
         ph, pw = self.patch_size
         reader = self.store._r()
@@ -332,26 +794,14 @@ class PatchDataset(Dataset):
         shared = torch.utils.data.get_worker_info() is not None
         items: List[Dict[str, torch.Tensor]] = [{} for _ in plans]
         for f in self.fields:
-            channels = {p[1].channels[f] for p in plans}
-            if len(channels) == 1:
-                (c,) = channels
-                batch = _empty((len(plans) * k, c, ph, pw), shared)
-                reader.copy_patches(samples, f, ys, xs, ph, pw, batch.numpy(), 1)
-                for b in range(len(plans)):
-                    items[b][f] = batch[b] if k == 1 else batch[b * k:(b + 1) * k]
-            else:  # samples disagree on the channel count of this field: one tensor per item
-                for b, (s, v, y, x) in enumerate(plans):
-                    t = torch.empty((k, v.channels[f], ph, pw), dtype=torch.float32)
-                    reader.copy_patches(samples[b * k:(b + 1) * k], f, y, x, ph, pw, t.numpy(), 1)
-                    items[b][f] = t[0] if k == 1 else t
+            c = plans[0][1].channels[f] if plans else self.store.fields[f].channels
+            batch = _empty((len(plans) * k, c, ph, pw), shared)
+            reader.copy_patches(samples, f, ys, xs, ph, pw, batch.numpy(), 1)
+            for b in range(len(plans)):
+                items[b][f] = batch[b] if k == 1 else batch[b * k:(b + 1) * k]
         if self.transform is not None:
             items = [self.transform(item) for item in items]
         return items
-
-    def __repr__(self) -> str:
-        return (f"PatchDataset('{self.store.path}', fields={list(self.fields)}, patch_size={self.patch_size}, "
-                f"patches_per_sample={self.patches_per_sample}, require={self.require!r}, seed={self.seed}, "
-                f"epoch={self.epoch}, samples={self._n})")
 
 
 def _empty(shape: Tuple[int, ...], shared: bool) -> torch.Tensor:

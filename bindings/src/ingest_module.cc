@@ -5,13 +5,20 @@
 // workers) never load OpenCV, OpenEXR or HDF5: `import patchstore` loads
 // only _patchstore; _ingest is imported on the first ingest/export call.
 //
-// Both calls run with the GIL released. A Python progress callable, when
+// All calls run with the GIL released. A Python progress callable, when
 // given, is called from the ingest's writer thread with the GIL taken; if it
 // raises, it is not called again and its exception is raised when the
 // operation returns.
+//
+// Cancelling: ingest_images takes a CancelFlag that the ingest polls between
+// samples (ImageIngestOptions::cancelled); setting it from any thread stops
+// the ingest after committing what was decoded (RuntimeError, code Aborted).
+// patchstore.ingest_images runs the call on a helper thread and sets the
+// flag when the main thread sees Ctrl-C (patchstore/_ingest_api.py).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -19,6 +26,7 @@
 #include <vector>
 
 #include "ingest/ingest.h"
+#include "ingest/montage.h"
 #include "status_py.h"
 
 namespace py = pybind11;
@@ -32,6 +40,11 @@ using patchstore_py::RaiseStatus;
 using patchstore_py::Where;
 
 namespace {
+
+// Set from Python (any thread), polled by the ingest between samples.
+struct CancelFlag {
+  std::atomic<bool> set{false};
+};
 
 // Adapts a Python callable (or None) to a ProgressCallback. Lives on the
 // calling thread's stack for the whole operation.
@@ -74,7 +87,8 @@ py::dict IngestImages(const std::string& store, const std::string& manifest, con
                       const std::vector<std::pair<std::string, std::string>>& fields,
                       const std::vector<std::string>& masks, const std::map<std::string, std::string>& norm,
                       int threads, bool skip_errors, const std::string& report_path, uint64_t batch_bytes,
-                      bool durable, uint64_t max_pixels, const std::string& command_line, py::object progress) {
+                      bool durable, uint64_t max_pixels, const std::string& command_line, py::object progress,
+                      std::shared_ptr<CancelFlag> cancel) {
   ImageIngestOptions o;
   o.store = store;
   o.manifest = manifest;
@@ -91,6 +105,7 @@ py::dict IngestImages(const std::string& store, const std::string& manifest, con
   o.command_line = command_line;
   ProgressBridge bridge(std::move(progress));
   o.progress = bridge.callback();
+  if (cancel) o.cancelled = [cancel] { return cancel->set.load(std::memory_order_relaxed); };
   patchstore::Result<IngestSummary> r = patchstore::Status::Internal("ingest did not run");
   {
     py::gil_scoped_release nogil;
@@ -142,6 +157,39 @@ py::dict Export(const std::string& store, const std::string& outdir, const std::
   return d;
 }
 
+// RenderMontage: (height, width, bytearray of height*width*3 RGB bytes).
+py::tuple Montage(const std::string& store, int count, int64_t patch_size, const std::string& field,
+                  const std::string& overlay, const std::string& require, bool require_overlay,
+                  int patches_per_sample, uint64_t seed, uint64_t epoch, bool flip, bool rot90, bool has_window,
+                  double lo, double hi, int tile) {
+  patchstore::MontageOptions o;
+  o.store = store;
+  o.count = count;
+  o.patch_size = patch_size;
+  o.field = field;
+  o.overlay = overlay;
+  o.require = require;
+  o.require_overlay = require_overlay;
+  o.patches_per_sample = patches_per_sample;
+  o.seed = seed;
+  o.epoch = epoch;
+  o.flip = flip;
+  o.rot90 = rot90;
+  o.has_window = has_window;
+  o.window_lo = lo;
+  o.window_hi = hi;
+  o.tile = tile;
+  patchstore::Result<patchstore::Image8> r = patchstore::Status::Internal("montage did not run");
+  {
+    py::gil_scoped_release nogil;
+    r = patchstore::RenderMontage(o);
+  }
+  if (!r.ok()) RaiseStatus(r.status(), Where::kLookup);
+  const patchstore::Image8& img = r.value();
+  py::bytearray pixels(reinterpret_cast<const char*>(img.rgb.data()), img.rgb.size());
+  return py::make_tuple(img.height, img.width, pixels);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_ingest, m) {
@@ -160,11 +208,23 @@ PYBIND11_MODULE(_ingest, m) {
                ", bytes=" + std::to_string(p.bytes) + ", seconds=" + std::to_string(p.seconds) + ")";
       });
 
+  py::class_<CancelFlag, std::shared_ptr<CancelFlag>>(
+      m, "CancelFlag", "A flag an ingest polls between samples; set() stops it after the last commit.")
+      .def(py::init<>())
+      .def("set", [](CancelFlag& c) { c.set.store(true); })
+      .def("is_set", [](const CancelFlag& c) { return c.set.load(); });
+
   m.def("ingest_images", &IngestImages, py::arg("store"), py::arg("manifest"), py::arg("root"),
         py::arg("fields"), py::arg("masks"), py::arg("norm"), py::arg("threads"), py::arg("skip_errors"),
         py::arg("report_path"), py::arg("batch_bytes"), py::arg("durable"), py::arg("max_pixels"),
-        py::arg("command_line"), py::arg("progress"),
-        "patchstore::IngestImages with the GIL released. Returns the IngestSummary as a dict.");
+        py::arg("command_line"), py::arg("progress"), py::arg("cancel") = nullptr,
+        "patchstore::IngestImages with the GIL released. Returns the IngestSummary as a dict.\n"
+        "cancel: a CancelFlag polled between samples (RuntimeError once set: committed samples stay).");
+  m.def("render_montage", &Montage, py::arg("store"), py::arg("count"), py::arg("patch_size"), py::arg("field"),
+        py::arg("overlay"), py::arg("require"), py::arg("require_overlay"), py::arg("patches_per_sample"),
+        py::arg("seed"), py::arg("epoch"), py::arg("flip"), py::arg("rot90"), py::arg("has_window"),
+        py::arg("window_lo"), py::arg("window_hi"), py::arg("tile"),
+        "patchstore::RenderMontage with the GIL released: (height, width, bytearray of RGB bytes).");
   m.def("export", &Export, py::arg("store"), py::arg("outdir"), py::arg("ids"), py::arg("fields"),
         py::arg("format"), py::arg("has_window"), py::arg("window_lo"), py::arg("window_hi"),
         py::arg("progress"), "patchstore::Export with the GIL released. Returns the ExportSummary as a dict.");

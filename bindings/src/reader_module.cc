@@ -1,9 +1,10 @@
 // patchstore/bindings/src/reader_module.cc — patchstore._patchstore, the
 // reading half of the Python binding (no OpenCV, OpenEXR or HDF5 here).
 //
-// A thin skin over patchstore::Reader. The Python package (patchstore/
-// _store.py) builds the public API on top: id decoding, fork detection,
-// pickling, NumPy/torch `out` handling.
+// A thin skin over patchstore::Reader, plus patchstore::PatchSampler as the
+// Sampler class (sampler_py.cc). The Python package (patchstore/_store.py,
+// _sampler.py, torch.py) builds the public API on top: id decoding, fork
+// detection, pickling, NumPy/torch `out` handling.
 //
 // Zero copy: Reader::Get/Patch return TensorViews whose `owner` holds the
 // LMDB snapshot. They are wrapped in a View object that exports the buffer
@@ -21,6 +22,8 @@
 #include <vector>
 
 #include "reader/reader.h"
+#include "buffer_py.h"
+#include "sampler_py.h"
 #include "status_py.h"
 
 namespace py = pybind11;
@@ -31,7 +34,9 @@ using patchstore::ReaderOptions;
 using patchstore::RecordHeader;
 using patchstore::Status;
 using patchstore::TensorView;
+using patchstore_py::BufferHold;
 using patchstore_py::Check;
+using patchstore_py::FormatIs;
 using patchstore_py::Unwrap;
 using patchstore_py::Where;
 
@@ -55,39 +60,6 @@ py::tuple Shape(const TensorView& v) {
   py::tuple t(v.rank);
   for (int i = 0; i < v.rank; ++i) t[i] = py::int_(v.shape[i]);
   return t;
-}
-
-// A Py_buffer released on scope exit.
-class BufferHold {
- public:
-  BufferHold() { std::memset(&view_, 0, sizeof(view_)); }
-  ~BufferHold() {
-    if (held_) PyBuffer_Release(&view_);
-  }
-  BufferHold(const BufferHold&) = delete;
-  BufferHold& operator=(const BufferHold&) = delete;
-  // Returns false (with the Python error cleared) when `obj` does not export
-  // a buffer with these flags.
-  bool Get(PyObject* obj, int flags) {
-    if (PyObject_GetBuffer(obj, &view_, flags) != 0) {
-      PyErr_Clear();
-      return false;
-    }
-    held_ = true;
-    return true;
-  }
-  Py_buffer& view() { return view_; }
-
- private:
-  Py_buffer view_;
-  bool held_ = false;
-};
-
-// "f", "<f", "=f", "@f" (and the int64 codes) in native little-endian order.
-bool FormatIs(const char* format, const char* codes) {
-  if (format == nullptr) return false;
-  if (*format == '@' || *format == '=' || *format == '<') ++format;
-  return format[0] != '\0' && format[1] == '\0' && std::strchr(codes, format[0]) != nullptr;
 }
 
 // Reads a 1-D int64 buffer (NumPy int64 array, array('q'), ...) into a vector.
@@ -359,4 +331,6 @@ PYBIND11_MODULE(_patchstore, m) {
                                    files ? Where::kFiles : Where::kLookup);
       },
       py::arg("code"), py::arg("message"), py::arg("files") = false);
+
+  patchstore_py::BindSampler(m);
 }

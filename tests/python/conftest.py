@@ -20,6 +20,12 @@ from PIL import Image
 
 import patchstore
 
+# run_with_numpy.py (CTest python_tests_numpy126) runs the suite on another NumPy: make sure it does.
+_EXPECT_NUMPY = os.environ.get("PATCHSTORE_EXPECT_NUMPY")
+if _EXPECT_NUMPY and np.__version__ != _EXPECT_NUMPY:
+    raise RuntimeError(f"expected NumPy {_EXPECT_NUMPY} (PATCHSTORE_EXPECT_NUMPY), imported {np.__version__} "
+                       f"from {np.__file__}")
+
 H, W = 48, 64
 TEMPLATES = {
     "rgb": "{video}/render/rgb/{frame}.png",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -14,7 +15,7 @@ from PIL import Image
 import patchstore
 from patchstore import _ingest
 
-from conftest import TEMPLATES, make_frames, read_exr, write_png
+from conftest import H, TEMPLATES, make_frames, read_exr, write_png
 
 
 def store_bytes(path):
@@ -188,3 +189,74 @@ def test_cli_and_python_ingest_agree(small, tmp_path, cli):
     mod = subprocess.run([os.sys.executable, "-m", "patchstore", "ls", str(tmp_path / "py.ps")], env=env,
                          check=True, capture_output=True, text=True)
     assert mod.stdout == ls.stdout
+
+
+INTERRUPTED_INGEST = """
+import sys, time
+import patchstore
+templates = {templates!r}
+
+def progress(p):
+    if p.done == 5:
+        print("started", flush=True)
+    time.sleep(0.01)  # slow enough for the signal to arrive mid-ingest
+
+try:
+    patchstore.ingest_images(sys.argv[1], root=sys.argv[2], fields=templates, threads=1, durable=False,
+                             progress=progress)
+    print("finished", flush=True)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    sys.exit(130)
+"""
+
+
+def test_ctrl_c_stops_an_ingest_cleanly(tmp_path):
+    root = tmp_path / "data"
+    frames = make_frames(root, ["v"], range(1, 121), h=16, w=16, seed=4)
+    store = tmp_path / "i.ps"
+    script = tmp_path / "ingest.py"
+    script.write_text(INTERRUPTED_INGEST.format(templates=TEMPLATES))
+    p = subprocess.Popen([os.sys.executable, str(script), str(store), str(root)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "started"
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130, err
+    assert "interrupted" in out and "finished" not in out
+    # The store opens and holds a prefix of the samples, each complete.
+    s = patchstore.open(store)
+    n = len(s)
+    assert 5 <= n < len(frames) and not s.sealed
+    assert list(s.ids) == sorted(frames)[:n]
+    for sid in list(s.ids)[:: max(1, n // 5)]:
+        for name, exp in frames[sid].expected().items():
+            np.testing.assert_array_equal(s[sid][name], exp)
+    # The same call again resumes and finishes.
+    again = patchstore.ingest_images(store, root=root, fields=TEMPLATES, durable=False)
+    assert (again.samples_present, again.samples_written) == (n, len(frames) - n)
+    assert patchstore.open(store).sealed and len(patchstore.open(store)) == len(frames)
+
+
+def test_montage_is_the_cli_picture(frameset, tmp_path, cli):
+    store = patchstore.open(frameset.store)
+    sheet = store.montage(count=9, patch_size=16, field="rgb", overlay="mask", seed=3, flip=True)
+    assert sheet.dtype == np.uint8 and sheet.ndim == 3 and sheet.shape[2] == 3
+    assert sheet.shape[:2] == (3 * (16 + 2) + 2,) * 2  # 3 x 3 tiles of 16 px, 2 px gaps
+    assert cli is not None and os.path.exists(cli), "set PATCHSTORE_CLI to the patchstore program"
+    png = tmp_path / "m.png"
+    subprocess.run([cli, "montage", frameset.store, str(png), "--count", "9", "--patch", "16", "--field", "rgb",
+                    "--overlay", "mask", "--seed", "3", "--flip"], check=True, capture_output=True)
+    np.testing.assert_array_equal(np.asarray(Image.open(png).convert("RGB")), sheet)
+    depth = store.montage(4, 16, field="depth", window=(0, 100), tile=32, require="")
+    assert depth.shape == (2 * 34 + 2, 2 * 34 + 2, 3)
+    with pytest.raises(KeyError, match="normals"):
+        store.montage(4, 16, field="normals")
+    with pytest.raises(IndexError, match="no sample has an admissible"):
+        store.montage(4, H + 1, field="rgb")
+    with pytest.raises(ValueError, match="count"):
+        store.montage(0)

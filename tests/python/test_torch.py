@@ -76,16 +76,31 @@ def test_items_equal_the_seed_tensors(frameset):
 
 
 def test_valid_positions_match_brute_force(frameset):
+    # The C++ sampler: eligibility and every drawn window against brute force.
     ds = dataset(frameset.store)
+    eligible = ds._native() and ds._eligible
     for i, sid in enumerate(ds.store.ids):
-        v = ds._valid(i)
         brute = windows_with_mask(frameset.frames[sid].mask, P)
+        assert (i in eligible) == bool(brute.any())
+        if not brute.any():
+            continue
+        for e in range(50):
+            _, ys, xs = ds.positions(i, epoch=e)
+            assert brute[ys, xs].all()
+    assert ds.skipped == 1
+    # The NumPy fallback (non-square patches): valid corners as packed bits.
+    rect = dataset(frameset.store, patch_size=(P, 12))
+    for i, sid in enumerate(rect.store.ids):
+        v = rect._valid(i)
+        brute = np.lib.stride_tricks.sliding_window_view(frameset.frames[sid].mask != 0, (P, 12)).any(axis=(2, 3))
         if sid == EMPTY_MASK_ID:
             assert v is None and not brute.any()
             continue
         bits = np.unpackbits(v.rows, axis=1, count=v.nx).astype(bool)
         np.testing.assert_array_equal(bits, brute)
         assert v.total == brute.sum()
+        _, ys, xs = rect.positions(i)
+        assert brute[ys, xs].all()
 
 
 def test_positions_uniform_over_valid_corners(frameset):
@@ -161,7 +176,8 @@ def test_empty_mask_sample_is_skipped_with_a_warning(frameset):
 
 
 def test_cache_is_bounded(frameset):
-    ds = dataset(frameset.store, cache_size=3)
+    # Only the non-square fallback caches per-sample positions in Python.
+    ds = dataset(frameset.store, cache_size=3, patch_size=(P, 12))
     for i in range(10):
         ds[i]
     assert len(ds._cache) == 3
@@ -206,7 +222,7 @@ def test_dataset_pickles_with_its_epoch(frameset):
     ds.set_epoch(3)
     ds[0]
     clone = pickle.loads(pickle.dumps(ds))
-    assert clone.epoch == 3 and clone._cache == {}
+    assert clone.epoch == 3 and clone._sampler is None  # rebuilt on first use
     for f in FIELDS:
         assert torch.equal(clone[4][f], ds[4][f])
 
@@ -297,7 +313,12 @@ def test_killed_worker_then_new_epoch(frameset, live_store, which):
         # batch the worker had queued points at shared memory it can no longer hand over.
         raised = f"{type(e).__name__}: {e}"
     finally:
-        it._shutdown_workers()  # unregisters the worker pids from the SIGCHLD handler
+        try:
+            it._shutdown_workers()  # unregisters the worker pids from the SIGCHLD handler
+        except RuntimeError as e:
+            # The SIGCHLD handler may fire only now, while shutting down (its own finally
+            # still unregisters the pids).
+            raised = raised or f"{type(e).__name__}: {e}"
         del it
     assert raised, "the loader did not notice the killed worker"
     ref = run_epochs(dataset(frameset.store), [1], num_workers=0)
@@ -305,3 +326,25 @@ def test_killed_worker_then_new_epoch(frameset, live_store, which):
     got = [{k: v.clone() for k, v in b.items()} for b in DataLoader(
         ds, batch_size=3, shuffle=False, collate_fn=collate, num_workers=2, multiprocessing_context="fork")]
     assert_same_batches([got], ref)
+
+
+def test_min_valid_flips_and_borrowed_windows(frameset):
+    ds = dataset(frameset.store, min_valid=4, flip=True, rot90=True)
+    for i in range(len(ds)):
+        item = ds[i]
+        assert (item["mask"].flatten(1).sum(1) >= 4).all()
+        rows = ds.windows(i)
+        s = rows[0, 0]
+        for j, (_, y, x, fl, rot, _) in enumerate(rows):
+            src = ds.store.patch(int(s), "depth", int(y), int(x), P, P)
+            src = np.flip(src, -2) if fl & 1 else src
+            src = np.flip(src, -1) if fl & 2 else src
+            np.testing.assert_array_equal(item["depth"][j].numpy(), np.rot90(src, int(rot), axes=(-2, -1)))
+    # An item whose sample has no valid window reads the next sample, with windows of its own.
+    plain = dataset(frameset.store)
+    e = plain.store.ids.index(EMPTY_MASK_ID)
+    borrowed, own = plain.windows(e), plain.windows(e + 1)
+    assert (borrowed[:, 0] == e + 1).all() and (own[:, 0] == e + 1).all()
+    assert not np.array_equal(borrowed[:, 1:3], own[:, 1:3])
+    with pytest.raises(ValueError, match="non-square"):
+        dataset(frameset.store, patch_size=(P, 12), flip=True)

@@ -1,0 +1,543 @@
+"""patchstore.PatchSampler: whole batches of random windows, gathered in C++.
+
+A thin layer over ``patchstore._patchstore.Sampler`` (the C++
+``patchstore::PatchSampler``, reader/sampler.h): argument checks, fork
+handling and pickling, ``out`` buffers (NumPy arrays or torch tensors), and
+the reuse of returned buffers.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import sys
+import threading
+from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _patchstore as _C
+from ._store import Store, _decode_id
+
+__all__ = ["PatchSampler", "Window", "Windows"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class Window(NamedTuple):
+    """One window: where it was cut and how it was transformed.
+
+    ``flip`` bit 0: rows reversed (vertical flip, ``np.flip(w, -2)``), bit 1:
+    columns reversed (``np.flip(w, -1)``); ``rot``: quarter turns, the patch
+    served is ``np.rot90(flipped, rot, axes=(-2, -1))``. ``positive``: drawn
+    from the windows that satisfy ``require``/``min_valid`` (always True
+    without ``positive_fraction``).
+    """
+
+    index: int  #: sample index in the store
+    id: str  #: sample id
+    y: int  #: top-left corner in the frame
+    x: int
+    flip: int
+    rot: int
+    positive: bool
+
+
+class Windows(Sequence):
+    """The windows of one batch, as arrays (and as :class:`Window` items when indexed).
+
+    ``index``, ``y``, ``x``: int64 arrays; ``flip``, ``rot``: uint8;
+    ``positive``: bool; ``ids``: the sample ids (list of str).
+    ``array``: the raw (n, 6) int64 rows (index, y, x, flip, rot, positive).
+    """
+
+    __slots__ = ("array", "_store", "_ids")
+
+    def __init__(self, array: np.ndarray, store: Store) -> None:
+        self.array = array
+        self._store = store
+        self._ids: Optional[List[str]] = None
+
+    @property
+    def index(self) -> np.ndarray:
+        return self.array[:, 0]
+
+    @property
+    def y(self) -> np.ndarray:
+        return self.array[:, 1]
+
+    @property
+    def x(self) -> np.ndarray:
+        return self.array[:, 2]
+
+    @property
+    def flip(self) -> np.ndarray:
+        return self.array[:, 3].astype(np.uint8)
+
+    @property
+    def rot(self) -> np.ndarray:
+        return self.array[:, 4].astype(np.uint8)
+
+    @property
+    def positive(self) -> np.ndarray:
+        return self.array[:, 5] != 0
+
+    @property
+    def ids(self) -> List[str]:
+        if self._ids is None:
+            r = self._store._r()
+            self._ids = [_decode_id(r.id(int(i))) for i in self.array[:, 0]]
+        return list(self._ids)
+
+    def __len__(self) -> int:
+        return int(self.array.shape[0])
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        row = self.array[operator.index(i)]
+        s = int(row[0])
+        return Window(s, _decode_id(self._store._r().id(s)), int(row[1]), int(row[2]), int(row[3]), int(row[4]),
+                      bool(row[5]))
+
+    def __iter__(self) -> Iterator[Window]:
+        return (self[i] for i in range(len(self)))
+
+    def __repr__(self) -> str:
+        head = ", ".join(f"({w.id!r}, y={w.y}, x={w.x}, flip={w.flip}, rot={w.rot})" for w in self[:3])
+        return f"<patchstore.Windows [{head}{', ...' if len(self) > 3 else ''}] ({len(self)} windows)>"
+
+
+def _field_list(fields: Union[str, Sequence[str]], what: str) -> Tuple[str, ...]:
+    out = (fields,) if isinstance(fields, str) else tuple(fields)
+    if not out:
+        raise ValueError(f"{what} needs at least one field")
+    for f in out:
+        if not isinstance(f, str):
+            raise TypeError(f"{what}: field names must be str, got {f!r}")
+    if len(set(out)) != len(out):
+        raise ValueError(f"{what}: fields {list(out)} name a field twice")
+    return out
+
+
+def _sampler_options(fields, patch_size, patches_per_sample, require, min_valid, positive_fraction, seed, rank,
+                     world_size, num_threads, flip, rot90, what="PatchSampler") -> Dict[str, Any]:
+    """The checked options of the C++ sampler, as keyword arguments of _C.Sampler."""
+    fields = _field_list(fields, what)
+    p = operator.index(patch_size)
+    if p < 1:
+        raise ValueError(f"{what}: patch_size must be positive, got {patch_size!r}")
+    k = operator.index(patches_per_sample)
+    if k < 1:
+        raise ValueError(f"{what}: patches_per_sample must be >= 1, got {patches_per_sample!r}")
+    if require is not None and not isinstance(require, str):
+        raise TypeError(f"{what}: require must be a field name or None, got {require!r}")
+    mv = float(min_valid)
+    if not mv > 0:
+        raise ValueError(f"{what}: min_valid must be positive (pixels >= 1, or a fraction of the window < 1), "
+                         f"got {min_valid!r}")
+    if positive_fraction is None:
+        pf = -1.0
+    else:
+        pf = float(positive_fraction)
+        if not 0 <= pf <= 1:
+            raise ValueError(f"{what}: positive_fraction must be in [0, 1] or None, got {positive_fraction!r}")
+        if require is None:
+            raise ValueError(f"{what}: positive_fraction needs require=<mask field>")
+    s = operator.index(seed)
+    if not 0 <= s < 2 ** 64:
+        raise ValueError(f"{what}: seed must be in [0, 2**64), got {seed!r}")
+    r, w = operator.index(rank), operator.index(world_size)
+    if w < 1 or not 0 <= r < w:
+        raise ValueError(f"{what}: need 0 <= rank < world_size, got rank={rank!r}, world_size={world_size!r}")
+    t = operator.index(num_threads)
+    if t == 0:
+        t = os.cpu_count() or 1
+    if t < 1:
+        raise ValueError(f"{what}: num_threads must be >= 1 (or 0 for all cores), got {num_threads!r}")
+    return dict(fields=list(fields), patch_size=p, patches_per_sample=k, require=require or "", min_valid=mv,
+                positive_fraction=pf, seed=s, rank=r, world_size=w, num_threads=t, flip=bool(flip),
+                rot90=bool(rot90))
+
+
+def _as_target(obj: Any, context: str, what: str) -> Any:
+    """A buffer-protocol object writing into `obj` (torch tensors via .numpy(), which shares memory)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(obj, torch.Tensor):
+        if obj.device.type != "cpu":
+            raise ValueError(f"{context}: {what} must be a CPU tensor (got device '{obj.device}')")
+        if obj.dtype != torch.float32:
+            raise ValueError(f"{context}: {what} must be float32 (got {obj.dtype})")
+        if not obj.is_contiguous():
+            raise ValueError(f"{context}: {what} must be contiguous")
+        return obj.detach().numpy()  # shares memory, pinned or not
+    if isinstance(obj, np.ndarray) and not obj.flags.writeable:
+        raise ValueError(f"{context}: {what} is read-only")
+    return obj
+
+
+def _refs(arrays: Mapping[str, np.ndarray]) -> List[int]:
+    return [sys.getrefcount(a) for a in arrays.values()]
+
+
+class _Recycler:
+    """Output arrays for batch(out=None), reused only once the caller has let go of them.
+
+    A set of arrays handed out is reused when nothing outside this pool
+    refers to any of its arrays any more (no variable, dict, view, torch
+    tensor from torch.from_numpy, memoryview...): its reference counts are
+    back to what they were when the pool made it. So a returned batch is
+    never overwritten while you can still see it, and a loop that drops each
+    batch before the next (or the one after) allocates, and first-touches,
+    its memory only once. At most `keep` sets are kept.
+    """
+
+    def __init__(self, keep: int = 3) -> None:
+        self.keep = keep
+        self.sets: List[Tuple[int, Dict[str, np.ndarray], List[int]]] = []
+        self.lock = threading.Lock()
+
+    def take(self, n: int, shapes: Mapping[str, Tuple[int, ...]]) -> Dict[str, np.ndarray]:
+        """A new dict of free arrays (the dict itself marks them taken before the lock is released)."""
+        with self.lock:
+            for entry in self.sets:
+                if entry[0] == n and _refs(entry[1]) == entry[2]:
+                    return dict(entry[1])
+            d = {f: np.empty((n,) + tuple(s), dtype=np.float32) for f, s in shapes.items()}
+            self.sets.append((n, d, _refs(d)))
+            if len(self.sets) > self.keep:
+                self.sets.pop(0)  # forgotten by the pool, still valid for whoever holds it
+            return dict(d)
+
+    def clear(self) -> None:
+        self.sets = []
+
+
+class PatchSampler:
+    """Batches of random square windows from an image store, gathered in C++ (patchstore::PatchSampler).
+
+    Each epoch visits every eligible sample once, in a permutation that
+    depends on (seed, epoch), and cuts ``patches_per_sample`` (k) windows of
+    ``patch_size`` x ``patch_size`` from each visit: an epoch holds
+    ``len(sampler)`` windows on this rank. :meth:`batch` copies the next n of
+    them, for every field, straight from the store's memory map into
+    contiguous float32 (n, C, P, P) arrays, on ``num_threads`` threads with the
+    GIL released; batches continue into the next epoch when one ends.
+
+    store: a store path or a :class:`patchstore.Store`. fields: the fields to
+    gather, e.g. ``["rgb", "mask", "depth"]``.
+
+    require: a 1-channel mask field (or None for uniform windows). Every
+    window then holds at least ``min_valid`` valid (non-zero, non-NaN) mask
+    pixels, or for ``0 < min_valid < 1`` that fraction of the window, and is
+    drawn uniformly over all such windows of its sample (exactly: the
+    qualifying windows are found with the mask's summed-area table stored at
+    ingest). ``positive_fraction``: draw each window from the qualifying set
+    with that probability and from the others otherwise (a sample lacking
+    one kind uses the other).
+
+    Samples without an admissible window (an empty mask, or smaller than the
+    window) are skipped and counted: :attr:`skipped`, :attr:`skipped_ids`.
+
+    Determinism: the permutation depends on (seed, epoch) only, window j of
+    the visit at global position g on (seed, epoch, g, j) only, so batches do
+    not depend on num_threads or on how the windows are split into batches.
+
+    Sharding: ``rank``/``world_size`` split every epoch as
+    ``torch.utils.data.DistributedSampler`` does (drop_last=False): rank r
+    takes global positions r, r + world_size, ...; the permutation is padded
+    by repeating its start to a multiple of world_size, so shards are equal,
+    disjoint up to that padding, and together cover every eligible sample.
+
+    flip / rot90: random flips (each axis with probability 1/2) and quarter
+    turns, applied inside the copy; :class:`Window` says which.
+
+    Returned buffers (``batch(n)`` without ``out``): fresh-looking NumPy
+    arrays that are yours; their memory is recycled for a later batch only
+    after you have dropped every reference to them (array, view, torch
+    tensor from ``torch.from_numpy``...), so a batch you hold is never
+    overwritten, and a training loop that keeps one or two batches alive
+    allocates (and page-faults) its buffers once. For full control pass
+    ``out=`` buffers of your own, e.g. pinned torch tensors.
+
+    Processes: pickles as (store path, options, epoch and position) and
+    reopens in the receiving process; used in a forked child it reopens the
+    store and rebuilds the C++ sampler, continuing from the same position.
+    Threads: ``batch`` is serialised per sampler; ``gather``, ``window`` and
+    the windows of a given epoch may be read from any thread.
+    """
+
+    def __init__(
+        self,
+        store: Union[PathLike, Store],
+        fields: Union[str, Sequence[str]],
+        patch_size: int,
+        patches_per_sample: int = 1,
+        require: Optional[str] = None,
+        min_valid: float = 1,
+        positive_fraction: Optional[float] = None,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        num_threads: int = 1,
+        *,
+        flip: bool = False,
+        rot90: bool = False,
+    ) -> None:
+        self._store = store if isinstance(store, Store) else Store(store)
+        self._options = _sampler_options(fields, patch_size, patches_per_sample, require, min_valid,
+                                         positive_fraction, seed, rank, world_size, num_threads, flip, rot90)
+        self._native: Optional[_C.Sampler] = None
+        self._pid = -1
+        self._position: Tuple[int, int] = (0, 0)
+        self._recycler = _Recycler()
+        self._last: Optional[Windows] = None
+        self._s()  # errors (unknown field, bad sizes) here, not at the first batch
+
+    # -- process handling ---------------------------------------------------------
+
+    def _s(self) -> "_C.Sampler":
+        """The C++ sampler of this process (rebuilt after fork or unpickling, at the same position)."""
+        s = self._native
+        if s is not None and self._pid == os.getpid():
+            return s
+        # After fork the parent's sampler is dropped unused (its mutex may be
+        # held by a thread that does not exist here); self._position mirrors
+        # its position as of the last batch.
+        self._native = None
+        self._recycler = _Recycler()
+        s = _C.Sampler(self._store._r(), **self._options)
+        s.set_position(*self._position)
+        self._native, self._pid = s, os.getpid()
+        return s
+
+    def __reduce__(self):
+        position = self._position
+        if self._native is not None and self._pid == os.getpid():
+            position = tuple(self._native.position)
+        return (_unpickle_sampler, (self._store.path, self._store.options, dict(self._options), position))
+
+    # -- description ----------------------------------------------------------------
+
+    @property
+    def store(self) -> Store:
+        return self._store
+
+    @property
+    def fields(self) -> Tuple[str, ...]:
+        return tuple(self._options["fields"])
+
+    @property
+    def channels(self) -> Dict[str, int]:
+        """{field: channels} of the gathered fields."""
+        return dict(zip(self.fields, self._s().channels))
+
+    @property
+    def patch_size(self) -> int:
+        return self._options["patch_size"]
+
+    @property
+    def patches_per_sample(self) -> int:
+        return self._options["patches_per_sample"]
+
+    @property
+    def options(self) -> Dict[str, Any]:
+        """The sampler's options (what pickling keeps, with the store path)."""
+        o = dict(self._options)
+        o["require"] = o["require"] or None
+        o["positive_fraction"] = None if o["positive_fraction"] < 0 else o["positive_fraction"]
+        o["fields"] = tuple(o["fields"])
+        return o
+
+    def shapes(self, n: int) -> Dict[str, Tuple[int, int, int, int]]:
+        """{field: (n, C, P, P)}: the shapes batch(n) fills."""
+        p = self.patch_size
+        return {f: (operator.index(n), c, p, p) for f, c in self.channels.items()}
+
+    def __len__(self) -> int:
+        """Windows per epoch on this rank (visits_per_epoch * patches_per_sample)."""
+        return int(self._s().windows_per_epoch)
+
+    @property
+    def windows_per_epoch(self) -> int:
+        return int(self._s().windows_per_epoch)
+
+    @property
+    def visits_per_epoch(self) -> int:
+        """Sample visits per epoch on this rank: ceil(eligible / world_size)."""
+        return int(self._s().visits_per_epoch)
+
+    @property
+    def eligible(self) -> int:
+        """Samples with at least one admissible window."""
+        return int(self._s().eligible_samples)
+
+    @property
+    def skipped(self) -> int:
+        """Samples without an admissible window (never visited)."""
+        return int(self._s().skipped_samples)
+
+    @property
+    def skipped_ids(self) -> List[str]:
+        """Ids of the skipped samples (the first 1000)."""
+        return [_decode_id(b) for b in self._s().skipped_ids]
+
+    def eligibility(self) -> np.ndarray:
+        """A bool array over the store's samples: True where the sample has an admissible window."""
+        return np.frombuffer(self._s().eligibility(), dtype=np.uint8).astype(bool)
+
+    def __repr__(self) -> str:
+        o = self.options
+        return (f"PatchSampler('{self._store.path}', fields={list(o['fields'])}, patch_size={o['patch_size']}, "
+                f"patches_per_sample={o['patches_per_sample']}, require={o['require']!r}, seed={o['seed']}, "
+                f"rank={o['rank']}, world_size={o['world_size']}, epoch={self.epoch}, "
+                f"windows_per_epoch={len(self)}, skipped={self.skipped})")
+
+    # -- position ------------------------------------------------------------------
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next batch starts in."""
+        return int(self._s().position[0])
+
+    @property
+    def cursor(self) -> int:
+        """The window of that epoch the next batch starts at."""
+        return int(self._s().position[1])
+
+    def set_epoch(self, epoch: int) -> None:
+        """Continue from the start of `epoch` (>= 0)."""
+        e = operator.index(epoch)
+        if e < 0:
+            raise ValueError(f"epoch must be >= 0, got {epoch!r}")
+        self._s().set_position(e, 0)
+        self._position = (e, 0)
+
+    # -- batches -------------------------------------------------------------------
+
+    def _context(self, method: str) -> str:
+        return f"PatchSampler.{method} on '{self._store.path}'"
+
+    def _targets(self, out: Any, n: int, method: str) -> List[Any]:
+        if not isinstance(out, Mapping):
+            raise ValueError(f"{self._context(method)}: out must be a dict {{field: buffer}} for fields "
+                             f"{list(self.fields)}, got {type(out).__name__}")
+        extra = [k for k in out if k not in self.fields]
+        if extra:
+            raise ValueError(f"{self._context(method)}: out has keys {extra} that are not gathered fields "
+                             f"{list(self.fields)}")
+        targets = []
+        for f in self.fields:
+            if f not in out:
+                raise ValueError(f"{self._context(method)}: out lacks field '{f}' (needs {list(self.fields)})")
+            targets.append(_as_target(out[f], self._context(method), f"out['{f}']"))
+        return targets
+
+    def _no_windows(self, s: "_C.Sampler", method: str) -> None:
+        if s.windows_per_epoch == 0:
+            raise ValueError(f"{self._context(method)}: no sample has an admissible {self.patch_size}x"
+                             f"{self.patch_size} window ({s.skipped_samples} of {len(self._store)} samples "
+                             f"skipped{', require=' + repr(self._options['require']) if self._options['require'] else ''})")
+
+    def batch(self, n: int, out: Optional[Mapping[str, Any]] = None, *, return_windows: bool = False) -> Any:
+        """The next `n` windows: {field: float32 (n, C, P, P)}, continuing into the next epoch.
+
+        out: None, or {field: buffer} for every gathered field: writable,
+        C-contiguous float32 NumPy arrays or CPU torch tensors (pinned or not)
+        of shape (n, C, P, P). The windows are written there and the same
+        objects are returned. ValueError names a buffer that does not fit.
+        return_windows: also return the :class:`Windows` of the batch (they
+        are kept as :attr:`last_windows` anyway).
+        """
+        n = operator.index(n)
+        if n < 0:
+            raise ValueError(f"{self._context('batch')}: n must be >= 0, got {n}")
+        s = self._s()
+        if n > 0:
+            self._no_windows(s, "batch")
+        if out is None:
+            result: Dict[str, Any] = self._recycler.take(n, {f: (c, self.patch_size, self.patch_size)
+                                                             for f, c in self.channels.items()})
+            targets = [result[f] for f in self.fields]
+        else:
+            targets = self._targets(out, n, "batch")
+            result = {f: out[f] for f in self.fields}
+        wins = np.empty((n, 6), dtype=np.int64)
+        self._position = tuple(s.next(n, targets, wins))
+        del targets
+        self._last = Windows(wins, self._store)
+        return (result, self._last) if return_windows else result
+
+    @property
+    def last_windows(self) -> Optional[Windows]:
+        """The windows of the last batch() (None before the first)."""
+        return self._last
+
+    def gather(self, epoch: int, first: int, n: int, out: Optional[Mapping[str, Any]] = None, *,
+               return_windows: bool = False) -> Any:
+        """Windows [first, first + n) of `epoch` on this rank, statelessly (the cursor does not move).
+
+        Window w of an epoch is window w % k of visit w // k. out as in batch();
+        None allocates new arrays.
+        """
+        n, first, epoch = operator.index(n), operator.index(first), operator.index(epoch)
+        if epoch < 0 or first < 0 or n < 0:
+            raise ValueError(f"{self._context('gather')}: epoch, first and n must be >= 0")
+        s = self._s()
+        if out is None:
+            result: Dict[str, Any] = {f: np.empty(shape, np.float32) for f, shape in self.shapes(n).items()}
+            targets = [result[f] for f in self.fields]
+        else:
+            targets = self._targets(out, n, "gather")
+            result = {f: out[f] for f in self.fields}
+        wins = np.empty((n, 6), dtype=np.int64)
+        s.gather(epoch, first, n, targets, wins)
+        return (result, Windows(wins, self._store)) if return_windows else result
+
+    def window(self, epoch: int, position: int, j: int = 0) -> Window:
+        """Window j of the visit at rank-local `position` of `epoch` (what batch() serves there)."""
+        epoch, position, j = operator.index(epoch), operator.index(position), operator.index(j)
+        if epoch < 0 or position < 0:
+            raise ValueError(f"{self._context('window')}: epoch and position must be >= 0")
+        s = self._s()
+        self._no_windows(s, "window")
+        sample, y, x, flip, rot, positive = s.window_at(epoch, position, j)
+        return Window(sample, _decode_id(self._store._r().id(sample)), y, x, flip, rot, positive)
+
+    def windows(self, epoch: int) -> Windows:
+        """All windows of `epoch` on this rank, in order (no pixels copied)."""
+        epoch = operator.index(epoch)
+        s = self._s()
+        n = int(s.windows_per_epoch)
+        k = self.patches_per_sample
+        rows = np.empty((n, 6), dtype=np.int64)
+        for w in range(n):
+            rows[w] = s.window_at(epoch, w // k, w % k)
+        return Windows(rows, self._store)
+
+    def gather_windows(self, windows: Union[Windows, np.ndarray], out: Optional[Mapping[str, Any]] = None) -> Any:
+        """Copies the given windows (a Windows, or int64 (n, 6) rows) of every field; out as in batch()."""
+        rows = windows.array if isinstance(windows, Windows) else np.ascontiguousarray(windows, dtype=np.int64)
+        n = rows.shape[0]
+        s = self._s()
+        if out is None:
+            result: Dict[str, Any] = {f: np.empty(shape, np.float32) for f, shape in self.shapes(n).items()}
+            targets = [result[f] for f in self.fields]
+        else:
+            targets = self._targets(out, n, "gather_windows")
+            result = {f: out[f] for f in self.fields}
+        s.gather_windows(rows, targets)
+        return result
+
+
+def _unpickle_sampler(path: str, store_options: Dict[str, bool], options: Dict[str, Any],
+                      position: Tuple[int, int]) -> PatchSampler:
+    self = PatchSampler.__new__(PatchSampler)
+    self._store = Store(path, _lazy=True, **store_options)
+    self._options = dict(options)
+    self._native = None
+    self._pid = -1
+    self._position = tuple(position)
+    self._recycler = _Recycler()
+    self._last = None
+    return self
