@@ -127,6 +127,9 @@ Result<std::unique_ptr<PatchSampler>> PatchSampler::Create(std::shared_ptr<const
         return Status::Corruption(where + ": fields of " + reader->Describe(i, f) + " differ in size");
       }
     }
+    if (H >= (int64_t{1} << 31) || W >= (int64_t{1} << 31))
+      return Status::InvalidArgument(where + ": " + reader->Describe(i, s->fields_[0]) + " is larger than 2^31 pixels "
+                                     "on a side");
     if (H < P || W < P) ok = false;
     if (ok && s->mask_field_ >= 0) {
       if (o.positive_fraction >= 0) {
@@ -167,7 +170,7 @@ Result<std::shared_ptr<const PatchSampler::SampleSets>> PatchSampler::Sets(uint6
     if (!h.ok()) return h.status();
     const int64_t H = static_cast<int64_t>(h->shape[1]), W = static_cast<int64_t>(h->shape[2]);
     for (int64_t y = 0; y + P <= H; ++y) {
-      sets->pos.runs.push_back({y, 0, sets->pos.total});
+      sets->pos.runs.push_back({static_cast<int32_t>(y), 0, sets->pos.total});
       sets->pos.total += static_cast<uint64_t>(W - P + 1);
     }
   } else {
@@ -180,14 +183,30 @@ Result<std::shared_ptr<const PatchSampler::SampleSets>> PatchSampler::Sets(uint6
         int64_t end = x + 1;
         while (end + P <= W && (sat.Count(0, y, end, P, P) >= threshold_) == q) ++end;
         WindowSet& set = q ? sets->pos : sets->neg;
-        set.runs.push_back({y, x, set.total});
+        set.runs.push_back({static_cast<int32_t>(y), static_cast<int32_t>(x), set.total});
         set.total += static_cast<uint64_t>(end - x);
         x = end;
       }
     }
   }
+  const uint64_t bytes = (sets->pos.runs.size() + sets->neg.runs.size()) * sizeof(Run) + sizeof(SampleSets) + 64;
   std::lock_guard<std::mutex> lock(mu_);
   auto [it, inserted] = sets_.emplace(sample, std::move(sets));
+  if (inserted) {
+    sets_order_.push_back(sample);
+    sets_bytes_ += bytes;
+    // Bound the cache: drop the oldest lists (holders keep theirs alive).
+    while (sets_bytes_ > options_.index_cache_bytes && sets_order_.size() > 1) {
+      auto old = sets_.find(sets_order_.front());
+      if (old != sets_.end()) {
+        const uint64_t b = (old->second->pos.runs.size() + old->second->neg.runs.size()) * sizeof(Run) +
+                           sizeof(SampleSets) + 64;
+        sets_bytes_ -= std::min(sets_bytes_, b);
+        sets_.erase(old);
+      }
+      sets_order_.pop_front();
+    }
+  }
   return it->second;
 }
 

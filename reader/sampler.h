@@ -36,6 +36,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -57,6 +58,10 @@ struct SamplerOptions {
   int rank = 0, world_size = 1;
   int num_threads = 1;
   bool flip = false, rot90 = false;
+  // Memory for the per-sample lists of qualifying windows kept by this
+  // sampler (each process keeps its own); the oldest lists are dropped and
+  // rebuilt on demand (about 1 ms for a 1920x1080 frame) beyond this.
+  uint64_t index_cache_bytes = uint64_t{256} << 20;
 };
 
 // One window: which sample, where, and how it is transformed.
@@ -124,7 +129,7 @@ class PatchSampler {
 
  private:
   struct Run {
-    int64_t y, x0;  // windows (y, x0 .. x0+len-1)
+    int32_t y, x0;   // windows (y, x0 .. x0+len-1)
     uint64_t start;  // number of windows in earlier runs
   };
   struct WindowSet {
@@ -155,6 +160,8 @@ class PatchSampler {
 
   mutable std::mutex mu_;
   mutable std::unordered_map<uint64_t, std::shared_ptr<const SampleSets>> sets_;
+  mutable std::deque<uint64_t> sets_order_;  // insertion order, for eviction
+  mutable uint64_t sets_bytes_ = 0;
   mutable uint64_t perm_epoch_ = UINT64_MAX;
   mutable std::shared_ptr<const std::vector<uint64_t>> perm_;
 };

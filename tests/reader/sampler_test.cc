@@ -356,3 +356,29 @@ TEST_F(SamplerTest, WindowOfSampleDependsOnlyOnSeedEpochSampleAndJ) {
 
 }  // namespace
 }  // namespace patchstore
+
+namespace patchstore {
+namespace {
+
+TEST_F(SamplerTest, ABoundedIndexCacheGivesTheSameWindows) {
+  SamplerOptions o;
+  o.patch_size = 6;
+  o.patches_per_sample = 3;
+  o.require = "mask";
+  o.min_valid = 2;
+  o.seed = 8;
+  auto big = Make(o);
+  o.index_cache_bytes = 1;  // every list is dropped right after use
+  auto tiny = Make(o);
+  for (uint64_t e = 0; e < 3; ++e)
+    for (uint64_t p = 0; p < big->visits_per_epoch(); ++p)
+      for (int j = 0; j < 3; ++j) {
+        Window a = big->WindowAt(e, p, j).value(), b = tiny->WindowAt(e, p, j).value();
+        ASSERT_EQ(a.sample, b.sample);
+        ASSERT_EQ(a.y, b.y);
+        ASSERT_EQ(a.x, b.x);
+      }
+}
+
+}  // namespace
+}  // namespace patchstore
