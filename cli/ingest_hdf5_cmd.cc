@@ -12,68 +12,12 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "ingest/ingest_hdf5.h"
 
 namespace patchstore::cli {
 namespace {
 
-// Ctrl-C: the first stops after the current commit (rerun resumes); a second
-// one kills the process (committed volumes stay safe).
-std::atomic<bool> g_hdf5_interrupted{false};
-void OnInterrupt(int) {
-  if (g_hdf5_interrupted.exchange(true)) {
-    std::signal(SIGINT, SIG_DFL);
-    std::raise(SIGINT);
-  }
-}
-
-std::string HumanBytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) {
-    b /= 1024;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
-  return buf;
-}
-
-// Progress on stderr, as for images: a redrawn bar on a terminal, a plain
-// line every few seconds in logs, nothing with --quiet.
-class ProgressPrinter {
- public:
-  ProgressPrinter(std::string what, bool quiet) : what_(std::move(what)), quiet_(quiet), tty_(isatty(2)) {}
-  void operator()(const Progress& p) {
-    if (quiet_) return;
-    auto now = std::chrono::steady_clock::now();
-    const double every = tty_ ? 0.2 : 5.0;
-    if (p.done < p.total && std::chrono::duration<double>(now - last_).count() < every) return;
-    last_ = now;
-    const double mbs = p.seconds > 0 ? p.bytes / p.seconds / 1e6 : 0;
-    char line[256];
-    if (tty_) {
-      const int width = 30;
-      int filled = p.total ? static_cast<int>(width * p.done / p.total) : width;
-      std::string bar(filled, '#');
-      bar += std::string(width - filled, '.');
-      std::snprintf(line, sizeof line, "\r%s [%s] %llu/%llu  %.0f MB/s  %llu failed ", what_.c_str(), bar.c_str(),
-                    static_cast<unsigned long long>(p.done), static_cast<unsigned long long>(p.total), mbs,
-                    static_cast<unsigned long long>(p.failed));
-      std::cerr << line << (p.done >= p.total ? "\n" : "") << std::flush;
-    } else {
-      std::snprintf(line, sizeof line, "%s: %llu/%llu volumes, %.0f MB/s, %llu failed, %.1f s\n", what_.c_str(),
-                    static_cast<unsigned long long>(p.done), static_cast<unsigned long long>(p.total), mbs,
-                    static_cast<unsigned long long>(p.failed), p.seconds);
-      std::cerr << line << std::flush;
-    }
-  }
-
- private:
-  std::string what_;
-  bool quiet_, tty_;
-  std::chrono::steady_clock::time_point last_{};
-};
 
 struct Hdf5Args {
   std::vector<std::string> paths;  // FILE.h5 ... STORE
@@ -154,13 +98,13 @@ Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet) {
     for (const std::string& g : o.groups) command += " --group " + g;
     command += " --slice-axis " + std::to_string(o.slice_axis);
     o.command_line = command;
-    ProgressPrinter printer("ingest", *quiet);
+    ProgressPrinter printer("ingest", "volumes", *quiet);
     o.progress = [&](const Progress& p) { printer(p); };
     // Large records are malloc'd by LMDB per commit: keep them out of mmap
     // churn, as the image ingest does.
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    o.cancelled = [] { return g_hdf5_interrupted.load(); };
-    std::signal(SIGINT, OnInterrupt);
+    o.cancelled = [] { return Interrupted(); };
+    InstallInterruptHandler();
     auto r = IngestHdf5(o);
     std::signal(SIGINT, SIG_DFL);
     if (!r.ok() && r.status().code() == Code::kAborted) {

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "ingest/ingest.h"
 #include "ingest/montage.h"
 #include "reader/reader.h"
@@ -25,16 +26,6 @@
 namespace ps = patchstore;
 
 namespace {
-
-// Ctrl-C during ingest: the first one stops cleanly after committing what
-// was decoded; a second one kills the process (committed data stays safe).
-std::atomic<bool> g_interrupted{false};
-void OnInterrupt(int) {
-  if (g_interrupted.exchange(true)) {
-    std::signal(SIGINT, SIG_DFL);
-    std::raise(SIGINT);
-  }
-}
 
 std::string JsonString(std::string_view s) {
   std::string out = "\"";
@@ -74,58 +65,11 @@ std::string Printable(std::string_view s) {
   return out;
 }
 
-std::string HumanBytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) {
-    b /= 1024;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
-  return buf;
-}
 
 int Fail(const ps::Status& st) {
   std::cerr << "patchstore: error: " << st.message() << "\n";
   return 1;
 }
-
-// Progress on stderr: a redrawn bar on a terminal, a plain line every few
-// seconds in logs, nothing with --quiet.
-class ProgressPrinter {
- public:
-  ProgressPrinter(std::string what, bool quiet) : what_(std::move(what)), quiet_(quiet), tty_(isatty(2)) {}
-  void operator()(const ps::Progress& p) {
-    if (quiet_) return;
-    auto now = std::chrono::steady_clock::now();
-    const double every = tty_ ? 0.2 : 5.0;
-    if (p.done < p.total && std::chrono::duration<double>(now - last_).count() < every) return;
-    last_ = now;
-    const double mbs = p.seconds > 0 ? p.bytes / p.seconds / 1e6 : 0;
-    char line[256];
-    if (tty_) {
-      const int width = 30;
-      int filled = p.total ? static_cast<int>(width * p.done / p.total) : width;
-      std::string bar(filled, '#');
-      bar += std::string(width - filled, '.');
-      std::snprintf(line, sizeof line, "\r%s [%s] %llu/%llu  %.0f MB/s  %llu failed ", what_.c_str(), bar.c_str(),
-                    static_cast<unsigned long long>(p.done), static_cast<unsigned long long>(p.total), mbs,
-                    static_cast<unsigned long long>(p.failed));
-      std::cerr << line << (p.done >= p.total ? "\n" : "") << std::flush;
-    } else {
-      std::snprintf(line, sizeof line, "%s: %llu/%llu samples, %.0f MB/s, %llu failed, %.1f s\n", what_.c_str(),
-                    static_cast<unsigned long long>(p.done), static_cast<unsigned long long>(p.total), mbs,
-                    static_cast<unsigned long long>(p.failed), p.seconds);
-      std::cerr << line << std::flush;
-    }
-  }
-
- private:
-  std::string what_;
-  bool quiet_, tty_;
-  std::chrono::steady_clock::time_point last_{};
-};
 
 std::string CommandLine(int argc, char** argv) {
   std::string s;
@@ -281,14 +225,14 @@ int main(int argc, char** argv) {
     io.isolate_decoders = !in_process;
     io.durable = !no_sync;
     io.command_line = CommandLine(argc, argv);
-    ProgressPrinter printer("ingest", quiet);
+    ps::cli::ProgressPrinter printer("ingest", "samples", quiet);
     io.progress = [&](const ps::Progress& p) { printer(p); };
     // Keep large freed blocks in the heap for reuse: LMDB allocates each
     // record's pages with malloc, and fresh pages cost more than the copy.
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
     mallopt(M_TRIM_THRESHOLD, 1 << 30);
-    io.cancelled = [] { return g_interrupted.load(); };
-    std::signal(SIGINT, OnInterrupt);
+    io.cancelled = [] { return ps::cli::Interrupted(); };
+    ps::cli::InstallInterruptHandler();
     auto r = ps::IngestImages(io);
     if (!r.ok() && r.status().code() == ps::Code::kAborted) {
       std::cerr << "patchstore: interrupted: " << r.status().message()
@@ -302,7 +246,7 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(s.samples_present),
                 static_cast<unsigned long long>(s.samples_failed),
                 static_cast<unsigned long long>(s.samples_total), io.store.c_str());
-    std::printf("wrote %s of float32 in %.2f s (%.0f MB/s decoded)\n", HumanBytes(s.bytes_written).c_str(),
+    std::printf("wrote %s of float32 in %.2f s (%.0f MB/s decoded)\n", ps::cli::HumanBytes(s.bytes_written).c_str(),
                 s.seconds, s.seconds > 0 ? s.bytes_decoded / s.seconds / 1e6 : 0.0);
     if (s.samples_failed) {
       std::printf("failures written to %s; fix the files and run the same command again to finish\n",
@@ -359,7 +303,7 @@ int main(int argc, char** argv) {
       std::printf("kind:           %s\n", m.kind.c_str());
       std::printf("sealed:         %s\n", m.sealed ? "yes" : "no (ingest unfinished or failed)");
       std::printf("samples:        %llu\n", static_cast<unsigned long long>(reader->size()));
-      std::printf("float32 bytes:  %s\n", HumanBytes(static_cast<double>(payload)).c_str());
+      std::printf("float32 bytes:  %s\n", ps::cli::HumanBytes(static_cast<double>(payload)).c_str());
       std::printf("fields:\n");
       for (size_t f = 0; f < m.fields.size(); ++f) {
         const auto& fm = m.fields[f];
@@ -403,7 +347,7 @@ int main(int argc, char** argv) {
                     p.message.c_str());
       std::printf("%s: %llu samples, %llu records, %s checked, %zu problems\n", rep.ok() ? "OK" : "DAMAGED",
                   static_cast<unsigned long long>(rep.samples), static_cast<unsigned long long>(rep.records),
-                  HumanBytes(static_cast<double>(rep.bytes)).c_str(), rep.problems.size());
+                  ps::cli::HumanBytes(static_cast<double>(rep.bytes)).c_str(), rep.problems.size());
     }
     return rep.ok() ? 0 : 3;
   }
@@ -439,7 +383,7 @@ int main(int argc, char** argv) {
     auto r = ps::Export(eo);
     if (!r.ok()) return Fail(r.status());
     std::printf("exported %llu files (%s) to '%s'\n", static_cast<unsigned long long>(r->files_written),
-                HumanBytes(static_cast<double>(r->bytes_written)).c_str(), eo.outdir.c_str());
+                ps::cli::HumanBytes(static_cast<double>(r->bytes_written)).c_str(), eo.outdir.c_str());
     return 0;
   }
   return 2;

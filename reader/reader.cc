@@ -1,5 +1,7 @@
 #include "reader/reader.h"
 
+#include "reader/parallel.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -205,21 +207,9 @@ Status Reader::CopyPatches(const std::vector<PatchRequest>& requests, int64_t h,
   }
   const int64_t item = C * h * w;
   const int64_t n = static_cast<int64_t>(views.size());
-  const int threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads, n)));
-  auto run = [&](int t) {
-    // Contiguous blocks of items per thread: each thread writes its own
-    // part of `dst`, and the result is the same for any thread count.
-    const int64_t begin = n * t / threads, end = n * (t + 1) / threads;
+  ParallelBlocks(n, num_threads, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) CopyWindow(views[i], dst + i * item);
-  };
-  if (threads == 1) {
-    run(0);
-  } else {
-    std::vector<std::thread> pool;
-    for (int t = 1; t < threads; ++t) pool.emplace_back(run, t);
-    run(0);
-    for (auto& th : pool) th.join();
-  }
+  });
   return Status::OK();
 }
 

@@ -1,5 +1,7 @@
 #include "reader/sampler.h"
 
+#include "reader/parallel.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -312,15 +314,7 @@ Status PatchSampler::GatherWindows(const std::vector<Window>& wins, const std::v
                         outs[f] + i * C * P * P);
       }
   };
-  const int threads = static_cast<int>(std::min<int64_t>(options_.num_threads, std::max<int64_t>(n, 1)));
-  if (threads <= 1) {
-    work(0, n);
-  } else {
-    std::vector<std::thread> pool;
-    for (int t = 1; t < threads; ++t) pool.emplace_back(work, n * t / threads, n * (t + 1) / threads);
-    work(0, n / threads);
-    for (auto& th : pool) th.join();
-  }
+  ParallelBlocks(n, options_.num_threads, work);
   return Status::OK();
 }
 

@@ -1,5 +1,7 @@
 #include "reader/volume.h"
 
+#include "reader/parallel.h"
+
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -359,21 +361,11 @@ Status CopySliceStacks(const Reader& reader, const std::vector<SliceStackRequest
   }
   const int64_t item = (2 * context + 1) * oh * ow;
   const int64_t n = static_cast<int64_t>(jobs.size());
-  const int threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads, n)));
-  auto run = [&](int t) {
-    const int64_t begin = n * t / threads, end = n * (t + 1) / threads;
+  ParallelBlocks(n, num_threads, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i)
       CopyStack(jobs[i].v, jobs[i].slice, context, requests[i].transform, jobs[i].m, jobs[i].identity,
                 dst + i * item);
-  };
-  if (threads == 1) {
-    run(0);
-  } else {
-    std::vector<std::thread> pool;
-    for (int t = 1; t < threads; ++t) pool.emplace_back(run, t);
-    run(0);
-    for (auto& th : pool) th.join();
-  }
+  });
   return Status::OK();
 }
 
