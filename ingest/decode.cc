@@ -13,6 +13,7 @@
 #include <opencv2/imgproc.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -306,6 +307,23 @@ Result<DecodedImage> DecodeFile(const std::string& path, const std::string& chan
     return Status::InvalidArgument("decoding '" + path + "': a channel (':" + channel +
                                    "') can only be chosen for OpenEXR files");
   return DecodeWithOpenCV(path, bytes, format, max_pixels);
+}
+
+void FiniteRange(const float* data, int64_t n, double* lo, double* hi) {
+  double a = INFINITY, b = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = data[i];
+    if (std::isfinite(x)) {
+      a = std::min(a, static_cast<double>(x));
+      b = std::max(b, static_cast<double>(x));
+    }
+  }
+  if (!(a < b)) {
+    a = std::isfinite(a) ? a : 0;
+    b = a + 1;
+  }
+  *lo = a;
+  *hi = b;
 }
 
 void ToCHWFloat(const DecodedImage& image, const Normalization& norm, float* dst) {

@@ -33,6 +33,10 @@ Result<DecodedImage> DecodeFile(const std::string& path, const std::string& chan
 // The largest integer value of an integer source type (255, 65535), or 0.
 double SourceMaxValue(SourceType t);
 
+// The range [lo, hi] of the finite values among `n` floats, widened to
+// [lo, lo+1] when it is empty or a single value: a display window.
+void FiniteRange(const float* data, int64_t n, double* lo, double* hi);
+
 // Writes the image as a (C,H,W) float32 array at `dst` applying `norm`.
 void ToCHWFloat(const DecodedImage& image, const Normalization& norm, float* dst);
 

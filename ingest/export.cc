@@ -121,19 +121,7 @@ Status ExportPng(const TensorView& v, const RecordHeader& h, const ExportOptions
       lo = o.window_lo;
       hi = o.window_hi;
     } else {  // the stored range
-      lo = INFINITY;
-      hi = -INFINITY;
-      for (int64_t i = 0; i < v.elements(); ++i) {
-        float x = v.data[i];
-        if (std::isfinite(x)) {
-          lo = std::min(lo, static_cast<double>(x));
-          hi = std::max(hi, static_cast<double>(x));
-        }
-      }
-      if (!(lo < hi)) {
-        lo = std::isfinite(lo) ? lo : 0;
-        hi = lo + 1;
-      }
+      FiniteRange(v.data, v.elements(), &lo, &hi);
     }
     maxval = sixteen ? 65535.0 : 255.0;
   }
@@ -215,19 +203,7 @@ Status ExportVolumePng(const TensorView& v, const ExportOptions& o, const fs::pa
   const int64_t S = v.shape[0], H = v.shape[1], W = v.shape[2];
   double lo = o.window_lo, hi = o.window_hi;
   if (!o.has_window) {  // the finite range of this volume
-    lo = INFINITY;
-    hi = -INFINITY;
-    for (int64_t i = 0; i < v.elements(); ++i) {
-      const float x = v.data[i];
-      if (std::isfinite(x)) {
-        lo = std::min(lo, static_cast<double>(x));
-        hi = std::max(hi, static_cast<double>(x));
-      }
-    }
-    if (!(lo < hi)) {
-      lo = std::isfinite(lo) ? lo : 0;
-      hi = lo + 1;
-    }
+    FiniteRange(v.data, v.elements(), &lo, &hi);
   }
   std::error_code ec;
   fs::create_directories(dir, ec);

@@ -1,5 +1,7 @@
 #include "ingest/montage.h"
 
+#include "ingest/decode.h"
+
 #include <unistd.h>
 
 #include <opencv2/imgcodecs.hpp>
@@ -23,17 +25,7 @@ cv::Mat ToDisplay(const float* data, int64_t C, int64_t h, int64_t w, const Reco
   double lo = o.window_lo, hi = o.window_hi;
   const int64_t n = C * h * w;
   if (!o.has_window && !integer) {
-    lo = INFINITY;
-    hi = -INFINITY;
-    for (int64_t i = 0; i < n; ++i)
-      if (std::isfinite(data[i])) {
-        lo = std::min(lo, static_cast<double>(data[i]));
-        hi = std::max(hi, static_cast<double>(data[i]));
-      }
-    if (!(lo < hi)) {
-      lo = std::isfinite(lo) ? lo : 0;
-      hi = lo + 1;
-    }
+    FiniteRange(data, n, &lo, &hi);
   }
   const double maxval = hdr.source_type == SourceType::kUInt16 ? 65535.0 : 255.0;
   auto to8 = [&](float v) -> uint8_t {
