@@ -225,12 +225,12 @@ Runner RegisterBench(CLI::App* app, const bool* quiet) {
   auto cfg = std::make_shared<BenchConfig>();
   auto* cmd = app->add_subcommand("bench", "Measure random-window read throughput on your store and machine");
   cmd->add_option("STORE", cfg->store)->required();
-  cmd->add_option("--patch", cfg->patch, "Window size P (P x P)")->check(CLI::Range(1, 1 << 16));
-  cmd->add_option("--batch", cfg->batch, "Windows gathered per call")->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--patch", cfg->patch, "Window size P (P x P)")->capture_default_str()->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--batch", cfg->batch, "Windows gathered per call")->capture_default_str()->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--processes", cfg->processes, "Process counts to measure, e.g. 1,2,4")->delimiter(',')
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--field", cfg->fields, "Fields to read (default: all)");
-  cmd->add_option("--seconds", cfg->seconds, "Seconds per measurement")->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option("--seconds", cfg->seconds, "Seconds per measurement")->capture_default_str()->check(CLI::Range(0.1, 3600.0));
   cmd->add_option("--threads", cfg->threads, "Gather threads per process")->check(CLI::Range(1, 256));
   cmd->add_option("--seed", cfg->seed, "Random seed for window positions");
   cmd->add_flag("--json", cfg->json, "Machine-readable output");

@@ -92,6 +92,8 @@ int main(int argc, char** argv) {
   // ---- ingest images
   auto* ingest = app.add_subcommand("ingest", "Decode files once into a store");
   ingest->require_subcommand(1);
+  ingest->footer("Run 'patchstore ingest images --help' (PNG, JPEG, TIFF, OpenEXR frames) or\n"
+                 "'patchstore ingest hdf5 --help' (3D volumes in HDF5 groups).");
   auto* images = ingest->add_subcommand("images", "Ingest PNG/JPEG/TIFF/OpenEXR frames")->fallthrough();
   ps::ImageIngestOptions io;
   std::vector<std::string> field_specs, norm_specs;
@@ -142,27 +144,27 @@ int main(int argc, char** argv) {
   auto* info = app.add_subcommand("info", "Describe a store: fields, shapes, samples, bytes, sealed");
   std::string info_store;
   bool info_json = false;
-  info->add_option("STORE", info_store)->required();
+  info->add_option("STORE", info_store, "Store directory")->required();
   info->add_flag("--json", info_json, "Machine-readable output");
 
   auto* ls = app.add_subcommand("ls", "List sample ids (one per line, in index order)");
   std::string ls_store;
   bool ls_json = false;
-  ls->add_option("STORE", ls_store)->required();
+  ls->add_option("STORE", ls_store, "Store directory")->required();
   ls->add_flag("--json", ls_json, "Machine-readable output");
 
   auto* verify = app.add_subcommand("verify", "Recompute every checksum; exit 3 and name each damaged record");
   std::string verify_store;
   bool verify_json = false;
-  verify->add_option("STORE", verify_store)->required();
+  verify->add_option("STORE", verify_store, "Store directory")->required();
   verify->add_flag("--json", verify_json, "Machine-readable output");
 
   // ---- export
   auto* exp = app.add_subcommand("export", "Write records back to images: OUTDIR/<id>/<field>.<ext>");
   ps::ExportOptions eo;
   std::vector<double> window;
-  exp->add_option("STORE", eo.store)->required();
-  exp->add_option("OUTDIR", eo.outdir)->required();
+  exp->add_option("STORE", eo.store, "Store directory")->required();
+  exp->add_option("OUTDIR", eo.outdir, "Output folder (created if missing)")->required();
   exp->add_option("--id", eo.ids, "Sample ids to export (default: all)");
   exp->add_option("--field", eo.fields, "Fields to export (default: all)");
   exp->add_option("--format", eo.format, "Images: png or exr (default: png for 8/16-bit sources, exr for float). "
@@ -345,9 +347,10 @@ int main(int argc, char** argv) {
       for (const auto& p : rep.problems)
         std::printf("BAD  '%s' field '%s': %s\n", Printable(p.id).c_str(), Printable(p.field).c_str(),
                     p.message.c_str());
-      std::printf("%s: %llu samples, %llu records, %s checked, %zu problems\n", rep.ok() ? "OK" : "DAMAGED",
+      std::printf("%s: %llu samples, %llu records, %s checked, %zu problem%s\n", rep.ok() ? "OK" : "DAMAGED",
                   static_cast<unsigned long long>(rep.samples), static_cast<unsigned long long>(rep.records),
-                  ps::cli::HumanBytes(static_cast<double>(rep.bytes)).c_str(), rep.problems.size());
+                  ps::cli::HumanBytes(static_cast<double>(rep.bytes)).c_str(), rep.problems.size(),
+                  rep.problems.size() == 1 ? "" : "s");
     }
     return rep.ok() ? 0 : 3;
   }

@@ -15,16 +15,16 @@ Runner RegisterMontage(CLI::App* app, const bool* quiet) {
   auto* cmd = app->add_subcommand("montage", "Contact sheet of the windows the sampler serves (PNG)");
   cmd->add_option("STORE", o->store)->required();
   cmd->add_option("OUT", *out, "Output PNG file")->required();
-  cmd->add_option("--count", o->count, "Number of windows (tiles)")->check(CLI::Range(1, 4096));
-  cmd->add_option("--patch", o->patch_size, "Window size P (P x P)")->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--count", o->count, "Number of windows (tiles)")->capture_default_str()->check(CLI::Range(1, 4096));
+  cmd->add_option("--patch", o->patch_size, "Window size P (P x P)")->capture_default_str()->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--field", o->field, "Field to show (default: the first field)");
   cmd->add_option("--overlay", o->overlay, "Mask field drawn as a translucent red overlay; windows must hold at "
                                            "least one of its pixels (as require=FIELD)");
   cmd->add_flag("--no-require", *no_require, "Do not require overlay pixels in the windows");
   cmd->add_option("--require", o->require, "Mask field the windows must hit (default: --overlay)");
-  cmd->add_option("-k,--patches-per-sample", o->patches_per_sample, "Windows per sample visit")
+  cmd->add_option("-k,--patches-per-sample", o->patches_per_sample, "Windows per sample visit")->capture_default_str()
       ->check(CLI::Range(1, 4096));
-  cmd->add_option("--seed", o->seed, "Sampler seed (the same seed gives the same windows as in training)");
+  cmd->add_option("--seed", o->seed, "Sampler seed (the same seed gives the same windows as in training)")->capture_default_str();
   cmd->add_option("--epoch", o->epoch, "Sampler epoch");
   cmd->add_flag("--flip", o->flip, "Random flips, as the sampler's flip=True");
   cmd->add_flag("--rot90", o->rot90, "Random quarter turns, as the sampler's rot90=True");
@@ -42,6 +42,11 @@ Runner RegisterMontage(CLI::App* app, const bool* quiet) {
       o->window_hi = (*window)[1];
     }
     o->require_overlay = !*no_require;
+    if (out->size() < 4 || out->compare(out->size() - 4, 4, ".png") != 0) {
+      std::fprintf(stderr, "patchstore: error: montage writes PNG: give an OUT file ending in .png (got '%s')\n",
+                   out->c_str());
+      return 2;
+    }
     auto img = RenderMontage(*o);
     if (!img.ok()) {
       std::fprintf(stderr, "patchstore: error: %s\n", img.status().message().c_str());

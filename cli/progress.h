@@ -53,6 +53,8 @@ class ProgressPrinter {
 
   void operator()(const Progress& p) {
     if (quiet_) return;
+    if (p.done >= p.total && final_printed_) return;  // the last line once
+    final_printed_ = p.done >= p.total;
     auto now = std::chrono::steady_clock::now();
     const double every = tty_ ? 0.2 : 5.0;
     if (p.done < p.total && std::chrono::duration<double>(now - last_).count() < every) return;
@@ -79,6 +81,7 @@ class ProgressPrinter {
  private:
   std::string what_, unit_;
   bool quiet_, tty_;
+  bool final_printed_ = false;
   std::chrono::steady_clock::time_point last_{};
 };
 

@@ -94,6 +94,14 @@ std::string GetStr(const std::string& s, size_t* pos) {
   // Die with the parent; never touch the parent's LMDB state.
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   signal(SIGINT, SIG_IGN);  // Ctrl-C is the parent's to handle
+  // Libraries print their own warnings (libpng: "PNG input buffer is
+  // incomplete"); the error that matters comes back as a Status naming the
+  // file, so keep the terminal clean.
+  int devnull = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  if (devnull >= 0) {
+    ::dup2(devnull, 2);
+    ::close(devnull);
+  }
   struct rlimit lim;
   if (::getrlimit(RLIMIT_DATA, &lim) == 0) {
     // RLIMIT_DATA counts private writable memory; add the budget to what the

@@ -120,6 +120,17 @@ DecodedSample DecodeSample(const SampleSource& src, const std::vector<FieldPlan>
       out.failed_file = file.path;
       return out;
     }
+    if (plans[f].is_mask && img->channels() > 1) {
+      // Masks saved as RGB(A): a pixel is set where any colour channel is
+      // (alpha ignored), stored as one channel.
+      std::vector<cv::Mat> planes;
+      cv::split(img->pixels, planes);
+      cv::Mat any = planes[0].clone();
+      const int colour = img->channels() == 4 ? 3 : img->channels();
+      for (int c = 1; c < colour; ++c) any = cv::max(any, planes[c]);
+      img->pixels = any;
+      img->channel_names = "Y";
+    }
     auto norm = ResolveNorm(plans[f], img->source_type);
     if (!norm.ok()) {
       out.status = norm.status().WithContext("sample '" + src.id + "' field '" + plans[f].name + "' ('" +
@@ -204,6 +215,25 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
   PS_ASSIGN_OR_RETURN(auto writer, Writer::Open(o.store, wo));
   if (!o.command_line.empty()) writer->mutable_meta().attributes["ingest_command"] = o.command_line;
 
+  if (!writer->meta().fields.empty()) {
+    // The store's field set is fixed by its first ingest: a renamed or
+    // missing field would leave samples without records.
+    std::vector<std::string> have, want = list.fields;
+    for (const FieldMeta& f : writer->meta().fields) have.push_back(f.name);
+    std::vector<std::string> a = have, b = want;
+    std::sort(a.begin(), a.end());
+    std::sort(b.begin(), b.end());
+    if (a != b) {
+      auto join = [](const std::vector<std::string>& v) {
+        std::string s;
+        for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
+        return s;
+      };
+      return Status::InvalidArgument("ingest into '" + o.store + "': the store holds the fields " + join(have) +
+                                     " but this input gives " + join(want) +
+                                     "; every ingest into a store must give the same fields (use a new store)");
+    }
+  }
   IngestSummary summary;
   summary.samples_total = list.samples.size();
   std::vector<const SampleSource*> todo;

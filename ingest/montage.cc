@@ -196,7 +196,7 @@ Status WritePng(const Image8& image, const std::string& path) {
   const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
   {
     std::ofstream f(tmp, std::ios::binary);
-    if (!f) return Status::IOError("writing '" + tmp + "': cannot open");
+    if (!f) return Status::FromErrno("writing '" + path + "'", errno);
     f.write(reinterpret_cast<const char*>(buf.data()), static_cast<std::streamsize>(buf.size()));
     if (!f) return Status::IOError("writing '" + tmp + "': write failed");
   }

@@ -389,3 +389,45 @@ TEST(Cli, HelpAndUsageErrors) {
 
 }  // namespace
 }  // namespace patchstore
+
+namespace patchstore {
+namespace {
+
+TEST_F(ImageIngest, AnotherFieldSetIsRefusedInsteadOfLeavingHoles) {
+  ASSERT_TRUE(cv::imwrite(dir_ / "in/a.png", RandomImage(8, 8, CV_8UC3, 1)));
+  ASSERT_TRUE(cv::imwrite(dir_ / "in/m.png", RandomImage(8, 8, CV_8UC1, 2)));
+  auto store = Ingest("id,rgb,mask\nx,a.png,m.png\n");
+  Status st;
+  Ingest("id,image,mask\ny,a.png,m.png\n", false, &st);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("holds the fields rgb,mask but this input gives image,mask"), std::string::npos)
+      << st.message();
+  Ingest("id,rgb\ny,a.png\n", false, &st);
+  EXPECT_FALSE(st.ok());
+  Ingest("id,mask,rgb\ny,m.png,a.png\n", false, &st);  // the same fields in another order are fine
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_TRUE(VerifyStore(store)->ok());
+}
+
+TEST_F(ImageIngest, MasksSavedAsColourBecomeOneChannel) {
+  cv::Mat bgr(6, 7, CV_8UC3, cv::Scalar(0, 0, 0));
+  bgr.at<cv::Vec3b>(2, 3) = cv::Vec3b(0, 0, 255);  // red only
+  bgr.at<cv::Vec3b>(4, 1) = cv::Vec3b(9, 0, 0);    // blue only
+  ASSERT_TRUE(cv::imwrite(dir_ / "in/m.png", bgr));
+  auto store = Ingest("id,mask\nx,m.png\n");
+  auto r = Reader::Open(store);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ((*r)->field(0).channels, 1u);
+  auto v = (*r)->Get(0, 0);
+  ASSERT_TRUE(v.ok());
+  float sum = 0;
+  for (int i = 0; i < 42; ++i) sum += v->data[i];
+  EXPECT_EQ(sum, 2.0f);
+  EXPECT_EQ(v->data[2 * 7 + 3], 1.0f);
+  EXPECT_EQ(v->data[4 * 7 + 1], 1.0f);
+  EXPECT_TRUE((*r)->Sat(0, 0).ok());
+}
+
+}  // namespace
+}  // namespace patchstore
