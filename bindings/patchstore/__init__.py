@@ -24,7 +24,15 @@ Sampling (exact mask-aware windows, whole batches gathered in C++ with the GIL r
     sampler.last_windows                    # which sample, y, x, flip, rot each window came from
     sheet = store.montage(64, 256, field="rgb", overlay="mask")   # (H,W,3) uint8 contact sheet
 
-Training: :mod:`patchstore.torch` (``BatchLoader``, ``PatchDataset``, ``collate``).
+Volumes (3D MR/CT in HDF5, read as 2D slices)::
+
+    patchstore.ingest_hdf5("synthrad.h5", "synthrad.ps", groups=("MR", "CT", "MASK"))
+    store = patchstore.open("synthrad.ps")
+    vol = store.volume("patient001")                 # {"MR": (S,H,W), ...} float32, no copy
+    stack = store.slice("patient001", "MR", 17, context=2)   # (5,H,W); end slice repeated at the ends
+    store.slices[i]                                  # SliceRef(id, slice): flat slice i, O(1)
+
+Training: :mod:`patchstore.torch` (``BatchLoader``, ``PatchDataset``, ``SliceDataset``, ``collate``).
 
 Errors: KeyError (unknown id/field), IndexError (outside the data), ValueError
 (bad argument), OSError (I/O; FileNotFoundError for a missing store),
@@ -38,8 +46,9 @@ import shutil
 from typing import Optional
 
 from ._store import CorruptRecordError, FieldInfo, Ids, Store, open
-from ._ingest_api import ExportSummary, IngestSummary, export, ingest_images
+from ._ingest_api import ExportSummary, IngestSummary, export, ingest_hdf5, ingest_images
 from ._sampler import PatchSampler, Window, Windows
+from ._volumes import SliceIndex, SliceRef, SliceTransform
 
 __version__ = "0.1.0"
 
@@ -52,7 +61,11 @@ __all__ = [
     "PatchSampler",
     "Window",
     "Windows",
+    "SliceIndex",
+    "SliceRef",
+    "SliceTransform",
     "ingest_images",
+    "ingest_hdf5",
     "export",
     "IngestSummary",
     "ExportSummary",

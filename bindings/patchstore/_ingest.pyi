@@ -1,4 +1,5 @@
-"""Type stubs for patchstore._ingest, the compiled ingest and export (use patchstore.ingest_images / export)."""
+"""Type stubs for patchstore._ingest, the compiled ingest and export (use patchstore.ingest_images /
+ingest_hdf5 / export)."""
 
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -28,9 +29,14 @@ def ingest_images(store: str, manifest: str, root: str, fields: List[Tuple[str, 
                   durable: bool, max_pixels: int, command_line: str,
                   progress: Optional[Callable[[Progress], None]],
                   cancel: Optional[CancelFlag] = None) -> Dict[str, Any]: ...
+def ingest_hdf5(files: List[str], store: str, groups: List[str], slice_axis: int, ids: str, masks: List[str],
+                norm: Dict[str, str], allow_external: bool, skip_errors: bool, report_path: str, batch_bytes: int,
+                durable: bool, command_line: str, progress: Optional[Callable[[Progress], None]],
+                cancel: Optional[CancelFlag] = None) -> Dict[str, Any]: ...
 def render_montage(store: str, count: int, patch_size: int, field: str, overlay: str, require: str,
                    require_overlay: bool, patches_per_sample: int, seed: int, epoch: int, flip: bool, rot90: bool,
                    has_window: bool, window_lo: float, window_hi: float, tile: int) -> Tuple[int, int, bytearray]: ...
 def export(store: str, outdir: str, ids: List[bytes], fields: List[str], format: str, has_window: bool,
-           window_lo: float, window_hi: float, progress: Optional[Callable[[Progress], None]]) -> Dict[str, Any]: ...
+           window_lo: float, window_hi: float, progress: Optional[Callable[[Progress], None]],
+           axis_order: str = "") -> Dict[str, Any]: ...
 def safe_relative_path(id: bytes) -> bytes: ...

@@ -1,4 +1,4 @@
-"""patchstore.ingest_images and patchstore.export: the command line's ingest and export, from Python.
+"""patchstore.ingest_images, ingest_hdf5 and export: the command line's ingest and export, from Python.
 
 The compiled module (``patchstore._ingest``, which links OpenCV, OpenEXR and
 HDF5) is imported on first use, so processes that only read never load it.
@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 
 from ._store import Store, _encode_id
 
-__all__ = ["ingest_images", "export", "IngestSummary", "ExportSummary"]  # and montage via Store.montage
+__all__ = ["ingest_images", "ingest_hdf5", "export", "IngestSummary", "ExportSummary"]  # and montage via Store.montage
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -223,6 +223,153 @@ def ingest_images(
     return IngestSummary(**d)
 
 
+def _group_specs(groups: Any) -> List[str]:
+    """"GROUP", "GROUP=FIELD", (group, field) pairs or {group: field} -> ["GROUP" | "GROUP=FIELD", ...]."""
+    if isinstance(groups, (str, os.PathLike)):
+        groups = [groups]
+    if isinstance(groups, Mapping):
+        items: List[Tuple[str, Optional[str]]] = [(str(g), None if f is None else str(f)) for g, f in groups.items()]
+    else:
+        items = []
+        for g in groups:
+            if isinstance(g, str):
+                items.append((g, None))
+            elif isinstance(g, (tuple, list)) and len(g) == 2:
+                items.append((str(g[0]), None if g[1] is None else str(g[1])))
+            else:
+                raise ValueError(f"ingest_hdf5: a group is 'GROUP', 'GROUP=FIELD' or (GROUP, FIELD), got {g!r}")
+    if not items:
+        raise ValueError("ingest_hdf5: no groups given (e.g. groups=(\"MR\", \"CT\", \"MASK\"))")
+    out = []
+    for g, f in items:
+        if not g or (f is not None and (not f or "=" in g)):
+            raise ValueError(f"ingest_hdf5: bad group {g!r}" + ("" if f is None else f" -> field {f!r}"))
+        out.append(g if f is None else f"{g}={f}")
+    return out
+
+
+def ingest_hdf5(
+    files: Union[PathLike, Iterable[PathLike]],
+    store: PathLike,
+    groups: Union[str, Mapping[str, str], Iterable[Union[str, Tuple[str, str]]]] = ("MR", "CT", "MASK"),
+    slice_axis: int = -1,
+    ids: str = "auto",
+    masks: Iterable[str] = (),
+    norm: Optional[Mapping[str, str]] = None,
+    allow_external: bool = False,
+    on_error: str = "stop",
+    report: Optional[PathLike] = None,
+    durable: bool = True,
+    progress: Optional[Callable[[Any], None]] = None,
+    *,
+    batch_bytes: int = 256 << 20,
+) -> IngestSummary:
+    """Reads 3D volumes from HDF5 files once into the volume store at `store` (created if missing).
+
+    Same options as ``patchstore ingest hdf5 FILE.h5 ... STORE --group ...``
+    (ingest/ingest_hdf5.h). Each file holds one group per modality and in
+    each group one 3D dataset per patient (``/MR/patient001``,
+    ``/CT/patient001``, ...). Every dataset name present in all the groups
+    of a file becomes one volume (a sample); every group becomes a field.
+    Each (volume, field) is stored as ONE float32 record of shape (S, H, W),
+    slice axis first, so a slice or a stack of neighbouring slices is a
+    contiguous zero-copy view (:meth:`Store.slice`, :class:`patchstore.torch.SliceDataset`).
+
+    files: one path or several. store: the destination directory.
+    groups: the groups to read, each "GROUP" or "GROUP=FIELD" (a field named
+    after the group unless renamed, e.g. "/data/img=image"), a list of
+    (GROUP, FIELD) pairs, or a dict {GROUP: FIELD}.
+    slice_axis: the source axis that indexes slices: 0, 1, 2 or negative
+    (default -1, the last, for the seed's (H, W, S) datasets; 0 for (S, H, W)).
+    ids: "auto" (the dataset name, "patient001"; "FILESTEM/name" when several
+    files are given), "stem" (always prefixed) or "name" (never).
+    masks: fields stored as masks (is_mask, values {0,1} unless `norm` says
+    otherwise). A group merely named "MASK" keeps its values (labels).
+    norm: {field: spec}, spec "none" (default: values unchanged, a CT keeps
+    its HU) | "unit" | "symmetric" (uint8/uint16 sources) | "binary" |
+    "affine:SCALE,OFFSET", optionally "+clamp:LO,HI".
+    allow_external: follow HDF5 external links and read external/virtual
+    storage (refused by default: they can make the library read arbitrary
+    files).
+    on_error: "stop" (default: stop at the first bad volume, keeping what was
+    committed) or "skip" (record failures in `report`, default
+    <store>/ingest-errors.tsv, and go on; an unreadable file or a missing
+    group is one line with an empty id).
+    durable: fsync each commit (False is faster for scratch stores).
+    progress: called as progress(p) with the GIL held after each volume; p
+    has done, total (volumes), failed, skipped, bytes, seconds. If it raises,
+    it is not called again and the exception is raised at the end.
+    batch_bytes: commit after this many float32 bytes.
+
+    Running the same ingest again resumes (volumes present are skipped); a
+    finished ingest without failures seals the store. The GIL is released
+    while it runs. Ctrl-C (KeyboardInterrupt, from the main thread) stops it
+    cleanly as for :func:`ingest_images`: what was committed stays, the same
+    call resumes.
+
+    Raises (messages name the file, the group and the dataset):
+    FileNotFoundError for a missing input file (checked before anything is
+    read when on_error="stop"); KeyError for a group or a patient's dataset
+    missing from a file; ValueError for bad options and for unusable
+    datasets (a shape that differs between groups, a rank other than 3, an
+    empty or non-numeric dataset, an external link without allow_external,
+    a compression filter the library lacks); CorruptRecordError (an OSError)
+    for a file or chunk HDF5 cannot read; FileExistsError for two datasets
+    that would get the same id; OSError for other I/O failures; RuntimeError
+    if cancelled.
+    """
+    if on_error not in ("stop", "skip"):
+        raise ValueError(f"on_error must be 'stop' or 'skip', not {on_error!r}")
+    if ids not in ("auto", "stem", "name"):
+        raise ValueError(f"ids must be 'auto', 'stem' or 'name', not {ids!r}")
+    if isinstance(files, (str, bytes, os.PathLike)):
+        files = [files]
+    paths = [os.fsdecode(os.fspath(f)) for f in files]
+    if not paths:
+        raise ValueError("ingest_hdf5: no HDF5 file given")
+    specs = _group_specs(groups)
+    axis = int(slice_axis)
+    masks = [masks] if isinstance(masks, str) else [str(m) for m in masks]
+    norm = {str(k): str(v) for k, v in dict(norm or {}).items()}
+    if on_error == "stop":
+        for p in paths:
+            if not os.path.exists(p):
+                raise FileNotFoundError(f"opening HDF5 file '{p}': no such file")
+    args = [repr(paths if len(paths) > 1 else paths[0]), repr(os.fspath(store)), f"groups={specs!r}"]
+    if axis != -1:
+        args.append(f"slice_axis={axis}")
+    if ids != "auto":
+        args.append(f"ids={ids!r}")
+    if masks:
+        args.append(f"masks={masks!r}")
+    if norm:
+        args.append(f"norm={norm!r}")
+    if allow_external:
+        args.append("allow_external=True")
+    if on_error != "stop":
+        args.append(f"on_error={on_error!r}")
+    command_line = "patchstore.ingest_hdf5(" + ", ".join(args) + ")"
+    native = _native()
+    d = _run_cancellable(lambda cancel: native.ingest_hdf5(
+        paths,
+        os.fspath(store),
+        specs,
+        axis,
+        ids,
+        masks,
+        norm,
+        bool(allow_external),
+        on_error == "skip",
+        "" if report is None else os.fspath(report),
+        int(batch_bytes),
+        bool(durable),
+        command_line,
+        progress,
+        cancel,
+    ))
+    return IngestSummary(**d)
+
+
 def export(
     store: Union[PathLike, Store],
     outdir: PathLike,
@@ -231,6 +378,7 @@ def export(
     format: Optional[str] = None,
     window: Optional[Tuple[float, float]] = None,
     *,
+    axis_order: Optional[str] = None,
     progress: Optional[Callable[[Any], None]] = None,
 ) -> ExportSummary:
     """Writes records back to files: OUTDIR/<safe id>/<field>.<ext>.
@@ -241,6 +389,14 @@ def export(
     PNG output inverts the stored normalisation and keeps the source bit
     depth and channels; EXR output is float32, bit-exact. Ids are made safe as
     paths (each '/'-part a folder; other bytes percent-encoded).
+
+    Volume stores (from :func:`ingest_hdf5`): format "png" (default) writes
+    OUTDIR/<id>/<field>/<slice:04>.png, one 8-bit gray PNG per slice, window
+    (lo, hi) -> [0, 255] (default: each volume's finite min..max); format
+    "h5" writes one file OUTDIR/volumes.h5 mirroring the source (one group per
+    field, one float32 dataset per id, values bit-exact) with axis_order
+    "source" (default: the slice axis back where it was in the HDF5 input)
+    or "shw" (slices first, as stored).
 
     Raises FileNotFoundError for a missing store, KeyError for an unknown id
     or field, OSError when writing fails. The GIL is released while it runs.
@@ -257,6 +413,8 @@ def export(
         ids = [ids]
     if isinstance(fields, str):
         fields = [fields]
+    if axis_order is not None and axis_order not in ("source", "shw"):
+        raise ValueError(f"export: axis_order must be 'source' or 'shw', not {axis_order!r}")
     d = _native().export(
         path,
         os.fspath(outdir),
@@ -267,6 +425,7 @@ def export(
         lo,
         hi,
         progress,
+        "" if axis_order is None else axis_order,
     )
     return ExportSummary(**d)
 

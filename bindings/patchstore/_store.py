@@ -11,11 +11,14 @@ import operator
 import os
 import sys
 from collections.abc import Iterator, Sequence
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple, Union, overload
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, NamedTuple, Optional, Tuple, Union, overload
 
 import numpy as np
 
 from . import _patchstore as _C
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._volumes import SliceIndex
 
 CorruptRecordError = _C.CorruptRecordError
 
@@ -122,6 +125,12 @@ class Store:
         store.patch(key, "rgb", y, x, h, w)           # (C,h,w) view
         store.read_patches(keys, "rgb", ys, xs, h, w, out=None)   # (N,C,h,w) copy
 
+    Volume stores (``patchstore.ingest_hdf5``)::
+
+        store.volume("patient001")      # {field: (S,H,W) view}
+        store.slice("patient001", "MR", k, context=2)   # (5,H,W): a view inside, a copy at the ends
+        store.slices                    # SliceIndex: len = total slices, [i] -> (id, k)
+
     Arrays from ``store[...]``, ``get`` and ``patch`` are read-only views into
     the store's memory map (no copy). Each keeps the LMDB read transaction it
     came from alive for as long as it lives, also after ``store.close()`` or
@@ -155,6 +164,7 @@ class Store:
         self._pid = -1
         self._closed = False
         self._fields: Optional[Dict[str, FieldInfo]] = None
+        self._slices: Optional["SliceIndex"] = None
         if not _lazy:
             self._reopen()
 
@@ -186,6 +196,7 @@ class Store:
         self._closed = True
         self._reader = None
         self._fields = None
+        self._slices = None
 
     @property
     def closed(self) -> bool:
@@ -328,6 +339,57 @@ class Store:
         """
         r = self._r()
         return _array(r.patch(self._index(r, key), field, int(y), int(x), int(h), int(w)))
+
+    # -- volumes (stores of kind "volumes") ------------------------------------
+
+    def volume(self, key: Key, field: Optional[str] = None) -> Any:
+        """The (S, H, W) volumes of one sample of a volume store: {field: read-only float32 array}, no copy.
+
+        With `field`, that field's array alone. Each array is a view of the
+        record in the store's memory map (slice k is ``vol[k]``, contiguous)
+        and keeps the store's read transaction alive while it lives.
+        ValueError when the store holds images (kind "frames"), not volumes.
+        """
+        r = self._r()
+        i = self._index(r, key)
+        if field is not None:
+            return _array(r.volume(i, field))
+        return {f["name"]: _array(r.volume(i, f["name"])) for f in r.fields()}
+
+    def slice(self, key: Key, field: str, k: int, context: int = 0) -> np.ndarray:
+        """Slices k-context .. k+context of one volume as a read-only float32 (2*context+1, H, W) array.
+
+        * Entirely inside the volume: a zero-copy view into the store's memory
+          map (``np.shares_memory(store.slice(v, f, k, c), store.volume(v, f))``),
+          which keeps the read transaction alive while it lives.
+        * Crossing either end of the volume: the end slice is repeated
+          ("replicate" padding: slice indices are clamped to [0, S-1], so a
+          context larger than the volume is fine) into an owned contiguous
+          copy (read-only as well; ``np.array(a)`` for a writable one).
+
+        IndexError when k is not in [0, S); ValueError for a negative context
+        or a store of images.
+        """
+        r = self._r()
+        return _array(r.slice_stack(self._index(r, key), field, operator.index(k), operator.index(context)))
+
+    def slice_index(self, ids: Optional[Iterable[Key]] = None) -> "SliceIndex":
+        """A :class:`patchstore.SliceIndex` over the slices of every volume (or of `ids`, in that order).
+
+        ``len(index)`` is the total number of slices, ``index[i]`` the
+        ``SliceRef(id, slice)`` of flat slice i in O(1). ValueError for a
+        store of images, or when the fields of a volume differ in shape.
+        """
+        from ._volumes import SliceIndex
+
+        return SliceIndex(self, None if ids is None else list(ids))
+
+    @property
+    def slices(self) -> "SliceIndex":
+        """The :class:`patchstore.SliceIndex` of all volumes (built once per process, then cached)."""
+        if self._slices is None:
+            self._slices = self.slice_index()
+        return self._slices
 
     def verify(self, keys: Optional[Iterable[Key]] = None, fields: Optional[Iterable[str]] = None) -> int:
         """Recomputes record checksums; raises CorruptRecordError at the first bad record.

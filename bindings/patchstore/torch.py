@@ -1,6 +1,6 @@
-"""patchstore.torch: random patches from a store for torch training.
+"""patchstore.torch: random patches (image stores) and slices (volume stores) for torch training.
 
-Two ways in, both on the C++ sampler (patchstore::PatchSampler: exact
+Image stores: two ways in, both on the C++ sampler (patchstore::PatchSampler: exact
 mask-aware uniform windows from the summed-area tables stored at ingest,
 deterministic, gathered with the GIL released):
 
@@ -33,9 +33,24 @@ code built around DataLoader(shuffle=True, num_workers=...)::
         for batch in loader:              # batch["rgb"]: (64, 3, 256, 256)
             ...
 
-Reproducibility: windows depend on (seed, epoch, position) only, so a run
-yields the same patches whatever num_workers, num_threads, the start method
-(fork, spawn, forkserver) or persistent_workers are.
+Volume stores (:func:`patchstore.ingest_hdf5`): ``SliceDataset`` -- item i
+is the tuple of fields of flat slice i, (2c+1, H, W) each, with an optional
+random crop, flips and quarter turns done inside the one C++ copy::
+
+    from patchstore.torch import SliceDataset, slice_collate
+
+    train = SliceDataset("synthrad.ps", ("MR", "CT", "MASK"), crop=256, flip=True, rot90=True,
+                         clamp={"MR": (-1, 1), "CT": (-1, 1)})
+    loader = DataLoader(train, batch_size=32, shuffle=True, num_workers=4, collate_fn=slice_collate)
+    for epoch in range(epochs):
+        train.set_epoch(epoch)
+        for A, B, M in loader:            # (32, 1, 256, 256) each
+            ...
+
+Reproducibility: windows and slice transforms depend on (seed, epoch,
+position) only, so a run yields the same items whatever num_workers,
+num_threads, the start method (fork, spawn, forkserver) or
+persistent_workers are.
 """
 
 from __future__ import annotations
@@ -57,8 +72,9 @@ from torch.utils.data import Dataset, IterableDataset, default_collate
 from . import _patchstore as _C
 from ._sampler import PatchSampler, _sampler_options
 from ._store import Store
+from ._volumes import SliceIndex, SliceRef, SliceTransform, draw_transforms
 
-__all__ = ["BatchLoader", "PatchDataset", "collate"]
+__all__ = ["BatchLoader", "PatchDataset", "SliceDataset", "collate", "slice_collate"]
 
 
 class _SharedEpoch:
@@ -832,8 +848,10 @@ def _consecutive(ts: List[Any]) -> Optional[torch.Tensor]:
     return t0.new_empty(0).set_(storage, t0.storage_offset(), (len(ts),) + tuple(t0.shape))
 
 
-def collate(batch: List[Dict[str, Any]]) -> Dict[str, Any]:
+def collate(batch: List[Any]) -> Any:
     """Collates PatchDataset items, flattening the k patches of each item into the batch.
+
+    (Tuple items, as SliceDataset's, are collated by :func:`slice_collate`.)
 
     Items {field: (k, C, P, P)} become {field: (B*k, C, P, P)} (the seed's
     torch.cat collate); items {field: (C, P, P)} (k == 1) become (B, C, P, P).
@@ -844,6 +862,8 @@ def collate(batch: List[Dict[str, Any]]) -> Dict[str, Any]:
     """
     if not batch:
         return {}
+    if isinstance(batch[0], tuple):
+        return slice_collate(batch)
     if not isinstance(batch[0], dict):
         return default_collate(batch)
     out: Dict[str, Any] = {}
@@ -857,3 +877,286 @@ def collate(batch: List[Dict[str, Any]]) -> Dict[str, Any]:
             joined = joined.view(-1, *joined.shape[2:])
         out[key] = joined
     return out
+
+
+def slice_collate(batch: List[Tuple[Any, ...]]) -> Tuple[Any, ...]:
+    """Collates SliceDataset items (tuples of tensors) into a tuple of batches.
+
+    Items (MR, CT, MASK), each (2c+1, H, W), become ((B, 2c+1, H, W), ...).
+    When the items come from SliceDataset's batched fetch (DataLoader calls
+    __getitems__), each field's stacks already lie back to back in one tensor
+    (in shared memory inside a worker) and that tensor is passed through
+    without a copy. Anything else is stacked by torch's default_collate.
+    """
+    if not batch:
+        return ()
+    if not isinstance(batch[0], tuple):
+        return default_collate(batch)
+    out = []
+    for k in range(len(batch[0])):
+        values = [item[k] for item in batch]
+        joined = _consecutive(values)
+        out.append(default_collate(values) if joined is None else joined)
+    return tuple(out)
+
+
+def _clamps(clamp: Any, fields: Tuple[str, ...]) -> Dict[str, Tuple[float, float]]:
+    """clamp=None | (lo, hi) for every field | {field: (lo, hi)} -> {field: (lo, hi)}."""
+    if clamp is None:
+        return {}
+    if isinstance(clamp, dict):
+        extra = [f for f in clamp if f not in fields]
+        if extra:
+            raise ValueError(f"SliceDataset: clamp names fields {extra} that are not among fields {list(fields)}")
+        pairs = dict(clamp)
+    else:
+        pairs = {f: clamp for f in fields}
+    out = {}
+    for f, v in pairs.items():
+        if v is None:
+            continue
+        try:
+            lo, hi = (float(x) for x in v)
+        except (TypeError, ValueError):
+            raise ValueError(f"SliceDataset: clamp for '{f}' must be (lo, hi), got {v!r}") from None
+        if not lo <= hi:
+            raise ValueError(f"SliceDataset: clamp for '{f}' has lo > hi: {v!r}")
+        out[f] = (lo, hi)
+    return out
+
+
+class SliceDataset(Dataset):
+    """2D slices (or 2.5D stacks) of the volumes of a volume store, as a map-style Dataset.
+
+    The replacement of a Dataset that reads ``h5["MR"][patient][..., k]``
+    with h5py in every worker: the volumes are ingested once
+    (:func:`patchstore.ingest_hdf5`) as float32 (S, H, W) records, so slice
+    k of every field is a contiguous block of the store's memory map.
+
+    ``len(dataset)``: the number of slices over all volumes (or over `ids`,
+    a train/validation split, in that order). Item i is the TUPLE of
+    `fields` for flat slice i (``dataset.ref(i)`` says which volume and
+    slice, see :class:`patchstore.SliceIndex`), each a float32 tensor
+    (2*context+1, H, W): slices k-context .. k+context, the end slice
+    repeated where the stack crosses an end of the volume. With `crop` each
+    is (2*context+1, h, w) (h = w = crop, or crop = (h, w)), cut at a random
+    position, the same one in every field.
+
+    Augmentation (the seed's MONAI transforms), the same for every field of
+    an item and for every slice of its stack:
+
+    * ``flip=True``: with probability 1/2 flip both spatial axes, as
+      ``RandFlipd(prob=0.5, spatial_axis=[0, 1])`` does (which is a 180
+      degree turn); ``flip="independent"``: flip the rows and the columns
+      each with probability 1/2 (all four mirror images equally likely).
+    * ``rot90=True``: with probability 1/2 turn by k quarter turns, k
+      uniform in {1, 2, 3}, as ``RandRotate90d(prob=0.5, max_k=3)``
+      (``np.rot90(a, k, axes=(-2, -1))``). Odd turns swap height and width,
+      so rot90 needs square output planes (a square crop or square slices).
+    * ``clamp=(lo, hi)``: values clipped to [lo, hi] (as the seed's
+      ``torch.clamp(A, -1, 1)``), or ``{field: (lo, hi)}`` for some fields
+      only, e.g. ``{"MR": (-1, 1), "CT": (-1, 1)}`` to leave a mask alone.
+
+    Crop, flips and rotation are applied by the C++ copy out of the map
+    (patchstore::CopySliceStacks with a patchstore::SliceTransform): one
+    copy per field, no intermediate array. Clamping runs in place on the
+    copied batch. ``dataset.transform(i)`` gives item i's
+    :class:`patchstore.SliceTransform`, whose ``apply`` does the same with
+    NumPy on ``store.slice(...)``.
+
+    Reproducibility: the transform of item i is a pure function of (seed,
+    epoch, i): SplitMix64 hashes, as the C++ patch sampler uses (see
+    ``patchstore._volumes.draw_transforms``), so items do not depend on
+    num_workers, the batch split, the worker start method or
+    persistent_workers. Call ``set_epoch(e)`` before iterating epoch e: the
+    epoch lives in shared memory and reaches the workers, persistent or not.
+
+    Batches: DataLoader fetches a batch through ``__getitems__``, which
+    copies all B stacks of each field with one C++ call (GIL released,
+    ``num_threads`` threads) into one (B, 2c+1, h, w) tensor per field, in
+    shared memory inside a worker; items are views of it, and
+    :func:`slice_collate` (or :func:`collate`) passes those tensors through
+    as the batch without another copy::
+
+        ds = SliceDataset("synthrad.ps", ("MR", "CT", "MASK"), crop=256, flip=True, rot90=True)
+        loader = DataLoader(ds, batch_size=32, shuffle=True, num_workers=4, collate_fn=slice_collate)
+        for epoch in range(epochs):
+            ds.set_epoch(epoch)
+            for A, B, M in loader:        # (32, 1, 256, 256) each
+                ...
+
+    Processes: pickles as the store path and the options (fork, spawn and
+    forkserver workers); each process reopens the store and rebuilds the
+    slice index (one header read per record).
+
+    Errors: KeyError for an unknown field or id, ValueError for bad options,
+    a store of images (kind "frames"), a crop larger than a volume's slices
+    or rot90 with non-square planes; IndexError for an index outside
+    [-len, len).
+    """
+
+    def __init__(
+        self,
+        path: Union[str, "os.PathLike[str]", Store],
+        fields: Union[str, Sequence[str]] = ("MR", "CT"),
+        context: int = 0,
+        crop: Union[None, int, Tuple[int, int]] = None,
+        flip: Union[bool, str] = False,
+        rot90: bool = False,
+        seed: int = 0,
+        *,
+        clamp: Any = None,
+        ids: Optional[Sequence[Union[str, bytes, int]]] = None,
+        num_threads: int = 1,
+        verify_checksums: bool = False,
+    ) -> None:
+        super().__init__()
+        self.store = path if isinstance(path, Store) else Store(path, verify_checksums=verify_checksums)
+        self.fields: Tuple[str, ...] = (fields,) if isinstance(fields, str) else tuple(fields)
+        if not self.fields:
+            raise ValueError("SliceDataset needs at least one field")
+        if len(set(self.fields)) != len(self.fields):
+            raise ValueError(f"SliceDataset: fields {list(self.fields)} name a field twice")
+        known = self.store.fields
+        for f in self.fields:
+            if f not in known:
+                raise KeyError(f"no field '{f}' in '{self.store.path}' (fields: {', '.join(known)})")
+        if self.store.kind != "volumes":
+            raise ValueError(f"SliceDataset reads volume stores (written by patchstore.ingest_hdf5); "
+                             f"'{self.store.path}' holds {self.store.kind}")
+        self.context = operator.index(context)
+        if self.context < 0:
+            raise ValueError(f"SliceDataset: context must be >= 0, got {context!r}")
+        if crop is None:
+            self.crop: Optional[Tuple[int, int]] = None
+        elif isinstance(crop, int):
+            self.crop = (operator.index(crop), operator.index(crop))
+        else:
+            ch, cw = crop
+            self.crop = (operator.index(ch), operator.index(cw))
+        if self.crop is not None and min(self.crop) < 1:
+            raise ValueError(f"SliceDataset: crop must be positive, got {crop!r}")
+        if flip not in (False, True, "independent"):
+            raise ValueError(f"SliceDataset: flip must be False, True or 'independent', got {flip!r}")
+        self.flip = flip
+        self.rot90 = bool(rot90)
+        self.seed = operator.index(seed)
+        if not 0 <= self.seed < 2 ** 64:
+            raise ValueError(f"SliceDataset: seed must be in [0, 2**64), got {seed!r}")
+        self.clamp = _clamps(clamp, self.fields)
+        t = operator.index(num_threads)
+        self.num_threads = (os.cpu_count() or 1) if t == 0 else t
+        if self.num_threads < 1:
+            raise ValueError(f"SliceDataset: num_threads must be >= 1 (or 0 for all cores), got {num_threads!r}")
+        self.index = self.store.slice_index(ids)  # ValueError here for bad volumes
+        self._check_shapes()
+        self._epoch = _SharedEpoch(0)
+
+    def _check_shapes(self) -> None:
+        ix = self.index
+        square = True
+        for v in range(ix.volume_count):
+            _, H, W = ix.shape(v)
+            if self.crop is not None and (self.crop[0] > H or self.crop[1] > W):
+                raise ValueError(f"SliceDataset: crop {self.crop[0]}x{self.crop[1]} is larger than the {H}x{W} "
+                                 f"slices of volume '{self.store.ids[ix.sample(v)]}' in '{self.store.path}'")
+            square = square and H == W
+        if self.rot90:
+            if self.crop is not None and self.crop[0] != self.crop[1]:
+                raise ValueError(f"SliceDataset: rot90 needs a square crop (odd turns swap height and width), "
+                                 f"got {self.crop[0]}x{self.crop[1]}")
+            if self.crop is None and not square:
+                raise ValueError("SliceDataset: rot90 needs square slices or a square crop (odd turns swap height "
+                                 f"and width); '{self.store.path}' has non-square slices")
+
+    # -- epochs ---------------------------------------------------------------------
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch.value
+
+    def set_epoch(self, epoch: int) -> None:
+        """Selects the transforms of epoch `epoch` (>= 0), here and in DataLoader workers."""
+        e = operator.index(epoch)
+        if e < 0:
+            raise ValueError(f"epoch must be >= 0, got {epoch!r}")
+        self._epoch.value = e
+
+    # -- description --------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __repr__(self) -> str:
+        return (f"SliceDataset('{self.store.path}', fields={list(self.fields)}, context={self.context}, "
+                f"crop={self.crop}, flip={self.flip!r}, rot90={self.rot90}, seed={self.seed}, "
+                f"epoch={self.epoch}, slices={len(self)}, volumes={self.index.volume_count})")
+
+    def _normalise(self, indices: Sequence[int]) -> np.ndarray:
+        idx = np.fromiter((operator.index(i) for i in indices), dtype=np.int64, count=len(indices))
+        n = len(self.index)
+        idx[idx < 0] += n
+        bad = (idx < 0) | (idx >= n)
+        if bad.any():
+            raise IndexError(f"SliceDataset index {int(np.asarray(indices)[np.argmax(bad)])} out of range "
+                             f"[0, {n}) for '{self.store.path}'")
+        return idx
+
+    def ref(self, i: int) -> SliceRef:
+        """(volume id, slice) of item i."""
+        return self.index[i]
+
+    def _plan(self, idx: np.ndarray, epoch: Optional[int]) -> Tuple[np.ndarray, np.ndarray]:
+        """(rows (n, 5): sample, slice, depth, H, W; transforms (n, 7)) of normalised indices."""
+        rows = self.index._lookup(idx)
+        e = self.epoch if epoch is None else operator.index(epoch)
+        tr = draw_transforms(self.seed, e, idx, rows[:, 3], rows[:, 4], self.crop, self.flip, self.rot90)
+        return rows, tr
+
+    def transform(self, i: int, epoch: Optional[int] = None) -> SliceTransform:
+        """The crop, flips and rotation of item i in `epoch` (default: the current one).
+
+        ``dataset[i][f]`` equals ``dataset.transform(i).apply(store.slice(id, f, k, context))`` with
+        ``(id, k) = dataset.ref(i)`` (then clamped).
+        """
+        idx = self._normalise([i])
+        return SliceTransform.from_row(self._plan(idx, epoch)[1][0])
+
+    # -- items ------------------------------------------------------------------------
+
+    def __getitem__(self, i: int) -> Tuple[torch.Tensor, ...]:
+        return self.__getitems__([i])[0]
+
+    def __getitems__(self, indices: Sequence[int]) -> List[Tuple[torch.Tensor, ...]]:
+        """Items for a whole batch of indices (used by DataLoader's fetcher): one C++ copy per field."""
+        indices = list(indices)
+        idx = self._normalise(indices)
+        n = idx.shape[0]
+        if n == 0:
+            return []
+        rows, tr = self._plan(idx, None)
+        # Output plane per item: the crop (or the slice), swapped by odd turns.
+        oh = tr[:, 2].copy() if self.crop is not None else rows[:, 3].copy()
+        ow = tr[:, 3].copy() if self.crop is not None else rows[:, 4].copy()
+        odd = (tr[:, 6] % 2) == 1
+        oh[odd], ow[odd] = ow[odd], oh[odd]
+        shared = torch.utils.data.get_worker_info() is not None
+        reader = self.store._r()
+        depth = 2 * self.context + 1
+        items: List[Optional[Tuple[torch.Tensor, ...]]] = [None] * n
+        shapes = np.stack([oh, ow], axis=1)
+        groups = [np.arange(n)] if (shapes == shapes[0]).all() else [
+            np.flatnonzero((shapes == s).all(axis=1)) for s in np.unique(shapes, axis=0)]
+        for g in groups:
+            h, w = int(oh[g[0]]), int(ow[g[0]])
+            batch = [_empty((len(g), depth, h, w), shared) for _ in self.fields]
+            refs = np.ascontiguousarray(rows[g][:, :2])
+            _C.copy_slice_stacks(reader, refs, np.ascontiguousarray(tr[g]), list(self.fields), self.context,
+                                 [t.numpy() for t in batch], self.num_threads)
+            for f, t in zip(self.fields, batch):
+                if f in self.clamp:
+                    lo, hi = self.clamp[f]
+                    t.clamp_(lo, hi)
+            for j, b in enumerate(g):
+                items[int(b)] = tuple(t[j] for t in batch)
+        return items  # type: ignore[return-value]

@@ -1,5 +1,5 @@
 // patchstore/bindings/src/ingest_module.cc — patchstore._ingest, the
-// writing half of the Python binding: image ingest and export.
+// writing half of the Python binding: image and HDF5 volume ingest, export.
 //
 // A separate extension module so that reading processes (DataLoader
 // workers) never load OpenCV, OpenEXR or HDF5: `import patchstore` loads
@@ -10,11 +10,16 @@
 // raises, it is not called again and its exception is raised when the
 // operation returns.
 //
-// Cancelling: ingest_images takes a CancelFlag that the ingest polls between
-// samples (ImageIngestOptions::cancelled); setting it from any thread stops
-// the ingest after committing what was decoded (RuntimeError, code Aborted).
-// patchstore.ingest_images runs the call on a helper thread and sets the
-// flag when the main thread sees Ctrl-C (patchstore/_ingest_api.py).
+// Cancelling: ingest_images and ingest_hdf5 take a CancelFlag that the
+// ingest polls between samples / volumes (ImageIngestOptions::cancelled,
+// Hdf5IngestOptions::cancelled); setting it from any thread stops the ingest
+// after committing what was done (RuntimeError, code Aborted).
+// patchstore.ingest_images / ingest_hdf5 run the call on a helper thread and
+// set the flag when the main thread sees Ctrl-C (patchstore/_ingest_api.py).
+//
+// Errors of ingest_hdf5: a missing input file is checked for by the Python
+// layer (FileNotFoundError); here NotFound (a group or a patient's dataset
+// missing from a file) becomes KeyError, as h5py raises for a missing key.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -26,12 +31,14 @@
 #include <vector>
 
 #include "ingest/ingest.h"
+#include "ingest/ingest_hdf5.h"
 #include "ingest/montage.h"
 #include "status_py.h"
 
 namespace py = pybind11;
 using patchstore::ExportOptions;
 using patchstore::ExportSummary;
+using patchstore::Hdf5IngestOptions;
 using patchstore::ImageIngestOptions;
 using patchstore::IngestSummary;
 using patchstore::Progress;
@@ -83,6 +90,20 @@ class ProgressBridge {
   std::optional<py::error_already_set> error_;
 };
 
+py::dict SummaryDict(const IngestSummary& s) {
+  py::dict d;
+  d["samples_total"] = s.samples_total;
+  d["samples_written"] = s.samples_written;
+  d["samples_present"] = s.samples_present;
+  d["samples_failed"] = s.samples_failed;
+  d["bytes_written"] = s.bytes_written;
+  d["bytes_decoded"] = s.bytes_decoded;
+  d["seconds"] = s.seconds;
+  d["report_path"] = s.report_path;
+  d["errors"] = s.errors;
+  return d;
+}
+
 py::dict IngestImages(const std::string& store, const std::string& manifest, const std::string& root,
                       const std::vector<std::pair<std::string, std::string>>& fields,
                       const std::vector<std::string>& masks, const std::map<std::string, std::string>& norm,
@@ -113,23 +134,45 @@ py::dict IngestImages(const std::string& store, const std::string& manifest, con
   }
   bridge.RethrowIfFailed();
   if (!r.ok()) RaiseStatus(r.status(), Where::kFiles);
-  const IngestSummary& s = r.value();
-  py::dict d;
-  d["samples_total"] = s.samples_total;
-  d["samples_written"] = s.samples_written;
-  d["samples_present"] = s.samples_present;
-  d["samples_failed"] = s.samples_failed;
-  d["bytes_written"] = s.bytes_written;
-  d["bytes_decoded"] = s.bytes_decoded;
-  d["seconds"] = s.seconds;
-  d["report_path"] = s.report_path;
-  d["errors"] = s.errors;
-  return d;
+  return SummaryDict(r.value());
+}
+
+py::dict IngestHdf5(const std::vector<std::string>& files, const std::string& store,
+                    const std::vector<std::string>& groups, int slice_axis, const std::string& ids,
+                    const std::vector<std::string>& masks, const std::map<std::string, std::string>& norm,
+                    bool allow_external, bool skip_errors, const std::string& report_path, uint64_t batch_bytes,
+                    bool durable, const std::string& command_line, py::object progress,
+                    std::shared_ptr<CancelFlag> cancel) {
+  Hdf5IngestOptions o;
+  o.files = files;
+  o.store = store;
+  o.groups = groups;
+  o.slice_axis = slice_axis;
+  o.ids = ids;
+  o.mask_fields = masks;
+  o.norm = norm;
+  o.allow_external = allow_external;
+  o.skip_errors = skip_errors;
+  o.report_path = report_path;
+  o.batch_bytes = batch_bytes;
+  o.durable = durable;
+  o.command_line = command_line;
+  ProgressBridge bridge(std::move(progress));
+  o.progress = bridge.callback();
+  if (cancel) o.cancelled = [cancel] { return cancel->set.load(std::memory_order_relaxed); };
+  patchstore::Result<IngestSummary> r = patchstore::Status::Internal("ingest did not run");
+  {
+    py::gil_scoped_release nogil;
+    r = patchstore::IngestHdf5(o);
+  }
+  bridge.RethrowIfFailed();
+  if (!r.ok()) RaiseStatus(r.status(), Where::kLookup);
+  return SummaryDict(r.value());
 }
 
 py::dict Export(const std::string& store, const std::string& outdir, const std::vector<py::bytes>& ids,
                 const std::vector<std::string>& fields, const std::string& format, bool has_window, double lo,
-                double hi, py::object progress) {
+                double hi, py::object progress, const std::string& axis_order) {
   ExportOptions o;
   o.store = store;
   o.outdir = outdir;
@@ -139,6 +182,7 @@ py::dict Export(const std::string& store, const std::string& outdir, const std::
   o.has_window = has_window;
   o.window_lo = lo;
   o.window_hi = hi;
+  o.axis_order = axis_order;
   ProgressBridge bridge(std::move(progress));
   o.progress = bridge.callback();
   patchstore::Result<ExportSummary> r = patchstore::Status::Internal("export did not run");
@@ -193,7 +237,9 @@ py::tuple Montage(const std::string& store, int count, int64_t patch_size, const
 }  // namespace
 
 PYBIND11_MODULE(_ingest, m) {
-  m.doc() = "patchstore._ingest: compiled image ingest and export. Use patchstore.ingest_images / patchstore.export.";
+  m.doc() =
+      "patchstore._ingest: compiled image and HDF5 volume ingest and export. Use patchstore.ingest_images /\n"
+      "patchstore.ingest_hdf5 / patchstore.export.";
 
   py::class_<Progress>(m, "Progress", "Progress of an ingest or export: done of total items, plus bytes.")
       .def_readonly("done", &Progress::done)
@@ -220,6 +266,13 @@ PYBIND11_MODULE(_ingest, m) {
         py::arg("command_line"), py::arg("progress"), py::arg("cancel") = nullptr,
         "patchstore::IngestImages with the GIL released. Returns the IngestSummary as a dict.\n"
         "cancel: a CancelFlag polled between samples (RuntimeError once set: committed samples stay).");
+  m.def("ingest_hdf5", &IngestHdf5, py::arg("files"), py::arg("store"), py::arg("groups"), py::arg("slice_axis"),
+        py::arg("ids"), py::arg("masks"), py::arg("norm"), py::arg("allow_external"), py::arg("skip_errors"),
+        py::arg("report_path"), py::arg("batch_bytes"), py::arg("durable"), py::arg("command_line"),
+        py::arg("progress"), py::arg("cancel") = nullptr,
+        "patchstore::IngestHdf5 with the GIL released. Returns the IngestSummary as a dict.\n"
+        "cancel: a CancelFlag polled between volumes (RuntimeError once set: committed volumes stay).\n"
+        "NotFound (a missing group or dataset) raises KeyError.");
   m.def("render_montage", &Montage, py::arg("store"), py::arg("count"), py::arg("patch_size"), py::arg("field"),
         py::arg("overlay"), py::arg("require"), py::arg("require_overlay"), py::arg("patches_per_sample"),
         py::arg("seed"), py::arg("epoch"), py::arg("flip"), py::arg("rot90"), py::arg("has_window"),
@@ -227,7 +280,8 @@ PYBIND11_MODULE(_ingest, m) {
         "patchstore::RenderMontage with the GIL released: (height, width, bytearray of RGB bytes).");
   m.def("export", &Export, py::arg("store"), py::arg("outdir"), py::arg("ids"), py::arg("fields"),
         py::arg("format"), py::arg("has_window"), py::arg("window_lo"), py::arg("window_hi"),
-        py::arg("progress"), "patchstore::Export with the GIL released. Returns the ExportSummary as a dict.");
+        py::arg("progress"), py::arg("axis_order") = "",
+        "patchstore::Export with the GIL released. Returns the ExportSummary as a dict.");
   m.def(
       "safe_relative_path", [](const py::bytes& id) { return py::bytes(patchstore::SafeRelativePath(id)); },
       py::arg("id"), "The relative path export writes sample `id` (bytes) under.");

@@ -1,15 +1,19 @@
 // patchstore/bindings/src/reader_module.cc — patchstore._patchstore, the
 // reading half of the Python binding (no OpenCV, OpenEXR or HDF5 here).
 //
-// A thin skin over patchstore::Reader, plus patchstore::PatchSampler as the
-// Sampler class (sampler_py.cc). The Python package (patchstore/_store.py,
-// _sampler.py, torch.py) builds the public API on top: id decoding, fork
+// A thin skin over patchstore::Reader (with reader/volume.h's Volume and
+// SliceStack as Reader.volume / slice_stack), plus patchstore::PatchSampler
+// as the Sampler class (sampler_py.cc) and SliceIndex / copy_slice_stacks
+// (volume_py.cc). The Python package (patchstore/_store.py, _sampler.py,
+// _volumes.py, torch.py) builds the public API on top: id decoding, fork
 // detection, pickling, NumPy/torch `out` handling.
 //
-// Zero copy: Reader::Get/Patch return TensorViews whose `owner` holds the
-// LMDB snapshot. They are wrapped in a View object that exports the buffer
-// protocol read-only; NumPy keeps the View (and so the snapshot) alive
-// through the array's .base chain (array -> memoryview -> View).
+// Zero copy: Reader::Get/Patch (and Volume, SliceStack inside a volume)
+// return TensorViews whose `owner` holds the LMDB snapshot (a SliceStack
+// crossing a volume's end owns its copied buffer instead). They are
+// wrapped in a View object that exports the buffer protocol read-only;
+// NumPy keeps the View (and so the snapshot) alive through the array's
+// .base chain (array -> memoryview -> View).
 //
 // The GIL is released for opening (indexing), batch copies and checksum
 // verification; everything else is O(1).
@@ -22,9 +26,12 @@
 #include <vector>
 
 #include "reader/reader.h"
+#include "reader/volume.h"
 #include "buffer_py.h"
 #include "sampler_py.h"
 #include "status_py.h"
+#include "view_py.h"
+#include "volume_py.h"
 
 namespace py = pybind11;
 using patchstore::FieldMeta;
@@ -38,14 +45,10 @@ using patchstore_py::BufferHold;
 using patchstore_py::Check;
 using patchstore_py::FormatIs;
 using patchstore_py::Unwrap;
+using patchstore_py::View;
 using patchstore_py::Where;
 
 namespace {
-
-// A read-only float32 view into the store's memory map.
-struct View {
-  TensorView v;
-};
 
 const char* LayoutName(patchstore::Layout l) {
   switch (l) {
@@ -298,6 +301,23 @@ PYBIND11_MODULE(_patchstore, m) {
              int64_t w) { return View{Unwrap(r.Patch(SampleOf(r, sample), FieldOf(r, field), y, x, h, w))}; },
           py::arg("sample"), py::arg("field"), py::arg("y"), py::arg("x"), py::arg("h"), py::arg("w"),
           "A View of the (C,h,w) window at (y, x). No copy.")
+      .def(
+          "volume",
+          [](const Reader& r, int64_t sample, const std::string& field) {
+            return View{Unwrap(patchstore::Volume(r, SampleOf(r, sample), FieldOf(r, field)))};
+          },
+          py::arg("sample"), py::arg("field"),
+          "patchstore::Volume: a View of the whole (S,H,W) volume. ValueError when the record is not a volume.")
+      .def(
+          "slice_stack",
+          [](const Reader& r, int64_t sample, const std::string& field, int64_t slice, int64_t context) {
+            return View{
+                Unwrap(patchstore::SliceStack(r, SampleOf(r, sample), FieldOf(r, field), slice, context))};
+          },
+          py::arg("sample"), py::arg("field"), py::arg("slice"), py::arg("context") = 0,
+          "patchstore::SliceStack: slices slice-context..slice+context as a (2c+1,H,W) View; zero-copy inside\n"
+          "the volume, an owned copy with the end slice repeated where the stack crosses an end.\n"
+          "IndexError for a slice outside [0, S); ValueError for a negative context or a non-volume record.")
       .def("copy_patches", &CopyPatches, py::arg("samples"), py::arg("field"), py::arg("ys"), py::arg("xs"),
            py::arg("h"), py::arg("w"), py::arg("out"), py::arg("num_threads") = 1,
            "Copies N windows into `out`, a writable C-contiguous float32 buffer of N*C*h*w elements.\n"
@@ -333,4 +353,5 @@ PYBIND11_MODULE(_patchstore, m) {
       py::arg("code"), py::arg("message"), py::arg("files") = false);
 
   patchstore_py::BindSampler(m);
+  patchstore_py::BindVolumes(m);
 }

@@ -5,7 +5,9 @@
 // export) raise through RaiseStatus, so a Status code maps to the same
 // Python exception everywhere:
 //
-//   NotFound         KeyError            (unknown sample id or field)
+//   NotFound         KeyError            (unknown sample id or field; a
+//                                         group or dataset missing from an
+//                                         HDF5 input of ingest_hdf5)
 //                    FileNotFoundError   (when opening a store, or a missing
 //                                         input file in ingest / export)
 //   OutOfRange       IndexError

@@ -1,0 +1,292 @@
+"""Slices of volume stores: SliceIndex, SliceRef, SliceTransform, and the counter-based draws of SliceDataset.
+
+A volume store (written by :func:`patchstore.ingest_hdf5` or ``patchstore
+ingest hdf5``) holds one float32 (S, H, W) record per (volume, field). Here
+its slices become a flat list of 2D samples (reader/volume.h):
+
+    index = store.slice_index()         # also store.slices
+    len(index)                          # slices over all volumes
+    index[i]                            # SliceRef(id='patient001', slice=17), O(1)
+
+:class:`SliceTransform` describes the crop, flips and quarter turn that
+:class:`patchstore.torch.SliceDataset` applies inside its one copy, and
+applies the same thing to NumPy arrays (:meth:`SliceTransform.apply`).
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, List, NamedTuple, Optional, Tuple, Union
+
+import numpy as np
+
+from . import _patchstore as _C
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._store import Store
+
+__all__ = ["SliceIndex", "SliceRef", "SliceTransform"]
+
+
+class SliceRef(NamedTuple):
+    """One slice of one volume: the sample id and the slice number (0 .. depth-1)."""
+
+    id: str
+    slice: int
+
+
+class SliceTransform(NamedTuple):
+    """A crop, flips and a rotation, applied to every slice of a stack (patchstore::SliceTransform).
+
+    In this order, on the last two axes (rows, columns):
+
+    1. crop:   ``a = a[..., y:y+height, x:x+width]`` (height == width == 0: no crop)
+    2. flips:  ``np.flip(a, -2)`` if flip_v (upside down), ``np.flip(a, -1)`` if flip_h (mirrored)
+    3. rotate: ``np.rot90(a, rot90, axes=(-2, -1))`` (counter-clockwise for 1, as NumPy)
+    """
+
+    y: int = 0
+    x: int = 0
+    height: int = 0
+    width: int = 0
+    flip_v: bool = False
+    flip_h: bool = False
+    rot90: int = 0
+
+    def apply(self, a: np.ndarray) -> np.ndarray:
+        """The same transform done with NumPy on an array (..., H, W): the reference of the C++ copy."""
+        if self.height or self.width:
+            a = a[..., self.y:self.y + self.height, self.x:self.x + self.width]
+        if self.flip_v:
+            a = np.flip(a, -2)
+        if self.flip_h:
+            a = np.flip(a, -1)
+        return np.rot90(a, self.rot90 % 4, axes=(-2, -1))
+
+    def output_size(self, H: int, W: int) -> Tuple[int, int]:
+        """The output (rows, columns) for an H x W plane."""
+        h = self.height or H
+        w = self.width or W
+        return (w, h) if self.rot90 % 2 else (h, w)
+
+    @classmethod
+    def from_row(cls, row: Any) -> "SliceTransform":
+        y, x, h, w, fv, fh, r = (int(v) for v in row)
+        return cls(y, x, h, w, bool(fv), bool(fh), r % 4)
+
+
+# -- counter-based draws --------------------------------------------------------------
+#
+# The same SplitMix64 construction as the C++ sampler (reader/sampler.cc):
+# every draw is a pure function of (seed, epoch, index), computed for a whole
+# batch at once with NumPy's wrapping uint64 arithmetic.
+
+_M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def _mix(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser on a uint64 array (wrapping arithmetic)."""
+    z = z + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def _hash(*parts: Any) -> np.ndarray:
+    """Hash(a, b, c, ...) = Mix(...Mix(Mix(a) ^ b)... ^ last), broadcast over arrays."""
+    with np.errstate(over="ignore"):
+        h = _mix(np.asarray(parts[0], dtype=np.uint64))
+        for p in parts[1:]:
+            h = _mix(h ^ np.asarray(p, dtype=np.uint64))
+    return h
+
+
+def _below(h: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Uniform integers in [0, n) from 64-bit hashes: ((h >> 32) * n) >> 32 (n < 2**32; bias < n / 2**32)."""
+    n = np.asarray(n, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        return (((h >> np.uint64(32)) * n) >> np.uint64(32)).astype(np.int64)
+
+
+_SLICE_TAG = 0x534C4943  # "SLIC": keeps these draws apart from the patch sampler's
+
+
+def draw_transforms(seed: int, epoch: int, indices: np.ndarray, heights: np.ndarray, widths: np.ndarray,
+                    crop: Optional[Tuple[int, int]], flip: Union[bool, str], rot90: bool) -> np.ndarray:
+    """The (n, 7) int64 SliceTransform rows of items `indices` in `epoch` (see SliceDataset).
+
+    key = Hash(seed, epoch, i, "SLIC"); then
+      crop y = below(Mix(key ^ 1), H - h + 1), x = below(Mix(key ^ 2), W - w + 1)
+      flip:  u = Mix(key ^ 3): True -> both axes when u's bit 0 is set (MONAI
+             RandFlipd(prob=0.5, spatial_axis=[0, 1])); "independent" -> rows
+             flipped when bit 0 is set, columns when bit 1 is set
+      rot90: v = Mix(key ^ 4): when bit 0 is set, k = 1 + below(v, 3) (MONAI
+             RandRotate90d(prob=0.5, max_k=3)), else 0
+    """
+    idx = np.asarray(indices, dtype=np.uint64)
+    n = idx.shape[0]
+    out = np.zeros((n, 7), dtype=np.int64)
+    if n == 0:
+        return out
+    key = _hash(np.uint64(seed), np.uint64(epoch), idx, np.uint64(_SLICE_TAG))
+    with np.errstate(over="ignore"):
+        if crop is not None:
+            ch, cw = crop
+            out[:, 0] = _below(_mix(key ^ np.uint64(1)), np.asarray(heights, dtype=np.int64) - ch + 1)
+            out[:, 1] = _below(_mix(key ^ np.uint64(2)), np.asarray(widths, dtype=np.int64) - cw + 1)
+            out[:, 2] = ch
+            out[:, 3] = cw
+        if flip:
+            u = _mix(key ^ np.uint64(3))
+            b0 = (u & np.uint64(1)).astype(np.int64)
+            if flip == "independent":
+                out[:, 4] = b0
+                out[:, 5] = ((u >> np.uint64(1)) & np.uint64(1)).astype(np.int64)
+            else:
+                out[:, 4] = b0
+                out[:, 5] = b0
+        if rot90:
+            v = _mix(key ^ np.uint64(4))
+            on = (v & np.uint64(1)).astype(np.int64)
+            out[:, 6] = on * (1 + _below(v, 3))
+    return out
+
+
+# -- the index ----------------------------------------------------------------------------
+
+
+class SliceIndex(Sequence):
+    """Every (volume, slice) pair of a volume store as one flat sequence (patchstore::SliceIndex).
+
+    ``len(index)``: the number of slices over all indexed volumes (a Dataset's
+    len); ``index[i]``: :class:`SliceRef` ``(id, slice)``, O(1) (a table of
+    one volume number per slice plus a prefix sum per volume, built in C++).
+    Volumes come in sample order (or the order of ``ids`` given to
+    :meth:`Store.slice_index`), slices in order.
+
+    ``volumes``: the indexed volume ids; ``first(v)``: the flat index of
+    slice 0 of volume v; ``depth(v)``, ``shape(v)``; :meth:`locate` gives
+    (sample index, slice) arrays for many indices at once.
+
+    Every field of an indexed volume holds an (S, H, W) record of the same
+    shape: otherwise ValueError (naming the volume and the field); a store
+    of images raises ValueError too.
+
+    Pickles as the store (path and options) and the volume list; rebuilt in
+    each process (one header read per record).
+    """
+
+    def __init__(self, store: "Store", ids: Optional[Sequence[Union[str, bytes, int]]] = None, *,
+                 _lazy: bool = False) -> None:
+        self._store = store
+        self._samples: Optional[np.ndarray] = None
+        if ids is not None:
+            if _lazy:
+                self._samples = np.asarray(ids, dtype=np.int64)
+            else:
+                r = store._r()
+                self._samples = np.fromiter((store._index(r, k) for k in ids), dtype=np.int64)
+        self._native: Optional[Any] = None
+        self._pid = -1
+        self._hw: Optional[np.ndarray] = None
+        if not _lazy:
+            self._n()  # errors here
+
+    def _n(self) -> Any:
+        ix = self._native
+        if ix is not None and self._pid == os.getpid():
+            return ix
+        ix = _C.SliceIndex(self._store._r(), self._samples)
+        vc = ix.volume_count
+        hw = np.zeros((len(self._store._r()), 2), dtype=np.int64)
+        for v in range(vc):
+            hw[ix.sample(v)] = (ix.height(v), ix.width(v))
+        self._native, self._pid, self._hw = ix, os.getpid(), hw
+        return ix
+
+    def __reduce__(self):
+        ids = None if self._samples is None else [int(s) for s in self._samples]
+        return (_unpickle_slice_index, (self._store, ids))
+
+    @property
+    def store(self) -> "Store":
+        return self._store
+
+    def __len__(self) -> int:
+        return len(self._n())
+
+    @property
+    def volume_count(self) -> int:
+        return int(self._n().volume_count)
+
+    @property
+    def volumes(self) -> List[str]:
+        """The indexed volume ids, in index order."""
+        ix = self._n()
+        return [self._store.ids[int(ix.sample(v))] for v in range(ix.volume_count)]
+
+    def sample(self, v: int) -> int:
+        """The store's sample index of indexed volume `v`."""
+        return int(self._n().sample(operator.index(v)))
+
+    def first(self, v: int) -> int:
+        """The flat index of slice 0 of volume `v` (first(volume_count) == len)."""
+        return int(self._n().first(operator.index(v)))
+
+    def depth(self, v: int) -> int:
+        return int(self._n().depth(operator.index(v)))
+
+    def shape(self, v: int) -> Tuple[int, int, int]:
+        """(S, H, W) of volume `v`."""
+        ix = self._n()
+        v = operator.index(v)
+        return int(ix.depth(v)), int(ix.height(v)), int(ix.width(v))
+
+    def _flat(self, i: Any) -> int:
+        n = len(self)
+        i = operator.index(i)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"slice index {i} out of range [0, {n}) in '{self._store.path}'")
+        return i
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        sample, k, _ = self._n().at(self._flat(i))
+        return SliceRef(self._store.ids[int(sample)], int(k))
+
+    def __iter__(self) -> Iterator[SliceRef]:
+        ix = self._n()
+        ids = self._store.ids
+        for v in range(ix.volume_count):
+            sid = ids[int(ix.sample(v))]
+            for k in range(int(ix.depth(v))):
+                yield SliceRef(sid, k)
+
+    def locate(self, indices: Any) -> Tuple[np.ndarray, np.ndarray]:
+        """(sample indices, slices): int64 arrays for an array of flat indices (negative count from the end)."""
+        a = self._lookup(indices)
+        return a[:, 0].copy(), a[:, 1].copy()
+
+    def _lookup(self, indices: Any) -> np.ndarray:
+        """(n, 5) int64 rows (sample, slice, depth, H, W) of flat indices."""
+        ix = self._n()
+        idx = np.array(indices, dtype=np.int64).reshape(-1)
+        n = len(ix)
+        idx[idx < 0] += n
+        out = np.empty((idx.shape[0], 3), dtype=np.int64)
+        ix.lookup(idx, out)
+        hw = self._hw[out[:, 0]]
+        return np.concatenate([out, hw], axis=1)
+
+    def __repr__(self) -> str:
+        return (f"<patchstore.SliceIndex of '{self._store.path}': {len(self)} slices in "
+                f"{self.volume_count} volumes>")
+
+
+def _unpickle_slice_index(store: "Store", samples: Optional[List[int]]) -> SliceIndex:
+    return SliceIndex(store, samples, _lazy=True)  # built on first use, in the receiving process

@@ -1,0 +1,246 @@
+// patchstore/bindings/src/volume_py.cc — patchstore._patchstore.SliceIndex
+// and copy_slice_stacks: a thin skin over reader/volume.h.
+//
+// The Python layer (patchstore/_volumes.py, patchstore/torch.py SliceDataset)
+// owns ids, fork handling, pickling and the random transforms; here are only
+// the O(1) index lookups and the batch copy.
+//
+// Buffers crossing the boundary (all C-contiguous, checked with the GIL held,
+// then read or written with it released):
+//   refs        int64 (n, 2): (sample index, slice)
+//   transforms  int64 (n, 7): (y, x, height, width, flip_v, flip_h, rot90),
+//               a SliceTransform per row (crop, then flips, then np.rot90)
+//   lookups     int64 (n, 3): (sample index, slice, depth) per flat slice
+//               index
+//   outs        float32 (n, 2c+1, h, w), one per field, disjoint
+#include "volume_py.h"
+
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "buffer_py.h"
+#include "reader/reader.h"
+#include "reader/volume.h"
+#include "status_py.h"
+
+namespace patchstore_py {
+namespace {
+
+using patchstore::Reader;
+using patchstore::SliceIndex;
+using patchstore::SliceStackRequest;
+using patchstore::SliceTransform;
+using patchstore::Status;
+
+constexpr int64_t kTransformColumns = 7;
+
+struct PySliceIndex {
+  SliceIndex ix;
+  std::string path;  // for messages
+};
+
+// A read-only C-contiguous int64 buffer of `columns` columns (1-D when
+// columns == 0); returns its rows.
+const int64_t* Int64Rows(BufferHold& b, const py::handle& obj, int64_t columns, const std::string& what,
+                         const std::string& context, int64_t* rows) {
+  if (!b.Get(obj.ptr(), PyBUF_STRIDES | PyBUF_FORMAT))
+    throw py::value_error(context + ": " + what + " must be an int64 array, got " + TypeName(obj));
+  const Py_buffer& v = b.view();
+  const bool shape_ok = columns == 0 ? v.ndim == 1 : (v.ndim == 2 && v.shape[1] == columns);
+  if (v.itemsize != 8 || !FormatIs(v.format, "qlQL") || !shape_ok || !PyBuffer_IsContiguous(&v, 'C')) {
+    const std::string want = columns == 0 ? "(n,)" : "(n, " + std::to_string(columns) + ")";
+    throw py::value_error(context + ": " + what + " must be a C-contiguous int64 " + want + " array");
+  }
+  *rows = v.ndim == 0 ? 0 : static_cast<int64_t>(v.shape[0]);
+  return static_cast<const int64_t*>(v.buf);
+}
+
+SliceTransform TransformOf(const int64_t* row) {
+  SliceTransform t;
+  t.y = row[0];
+  t.x = row[1];
+  t.height = row[2];
+  t.width = row[3];
+  t.flip_v = row[4] != 0;
+  t.flip_h = row[5] != 0;
+  t.rot90 = static_cast<int>(((row[6] % 4) + 4) % 4);
+  return t;
+}
+
+std::unique_ptr<PySliceIndex> BuildIndex(const std::shared_ptr<Reader>& reader, const py::object& samples) {
+  std::vector<uint64_t> list;
+  const bool all = samples.is_none();
+  if (!all) {
+    BufferHold b;
+    int64_t n = 0;
+    const int64_t* s = Int64Rows(b, samples, 0, "samples", "indexing slices of '" + reader->path() + "'", &n);
+    list.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      if (s[i] < 0)
+        throw py::index_error("indexing slices of '" + reader->path() + "': sample index " + std::to_string(s[i]) +
+                              " is negative");
+      list[i] = static_cast<uint64_t>(s[i]);
+    }
+  }
+  auto out = std::make_unique<PySliceIndex>();
+  out->path = reader->path();
+  patchstore::Result<SliceIndex> r = Status::Internal("index not built");
+  {
+    py::gil_scoped_release nogil;  // one header parse per record
+    r = all ? SliceIndex::Build(*reader) : SliceIndex::Build(*reader, list);
+  }
+  out->ix = Unwrap(std::move(r));
+  return out;
+}
+
+uint64_t VolumeOf(const PySliceIndex& p, int64_t v) {
+  if (v < 0 || static_cast<uint64_t>(v) >= p.ix.volume_count())
+    throw py::index_error("volume " + std::to_string(v) + " out of range [0, " +
+                          std::to_string(p.ix.volume_count()) + ") of the slice index of '" + p.path + "'");
+  return static_cast<uint64_t>(v);
+}
+
+// out[k] = (sample, slice, depth) of flat slice index indices[k]. O(1) each.
+void Lookup(const PySliceIndex& p, const py::object& indices, const py::object& out) {
+  const std::string context = "looking up slices of '" + p.path + "'";
+  BufferHold in;
+  int64_t n = 0;
+  const int64_t* idx = Int64Rows(in, indices, 0, "indices", context, &n);
+  auto hold = WritableBuffer(out, {n, 3}, "qlQL", 8, "int64", "out", context);
+  int64_t* dst = static_cast<int64_t*>(hold->view().buf);
+  const SliceIndex& ix = p.ix;
+  for (int64_t k = 0; k < n; ++k)
+    if (idx[k] < 0 || static_cast<uint64_t>(idx[k]) >= ix.size())
+      throw py::index_error("slice index " + std::to_string(idx[k]) + " out of range [0, " +
+                            std::to_string(ix.size()) + ") in '" + p.path + "'");
+  // Two array reads per item: not worth releasing the GIL for.
+  for (int64_t k = 0; k < n; ++k) {
+    const patchstore::SliceRef r = ix[static_cast<uint64_t>(idx[k])];
+    dst[3 * k] = static_cast<int64_t>(r.sample);
+    dst[3 * k + 1] = r.slice;
+    dst[3 * k + 2] = r.depth;
+  }
+}
+
+// Copies n stacks of each of `fields` into outs[f] (n, 2c+1, h, w); one
+// CopySliceStacks per field, all with the GIL released.
+void CopySliceStacks(const std::shared_ptr<Reader>& reader, const py::object& refs_obj,
+                     const py::object& transforms_obj, const std::vector<std::string>& fields, int64_t context,
+                     const py::sequence& outs, int num_threads) {
+  const std::string ctx = "copying slice stacks of '" + reader->path() + "'";
+  if (context < 0) throw py::value_error(ctx + ": context " + std::to_string(context) + " is negative");
+  BufferHold rb;
+  int64_t n = 0;
+  const int64_t* refs = Int64Rows(rb, refs_obj, 2, "refs", ctx, &n);
+  const int64_t* tr = nullptr;
+  BufferHold tb;
+  if (!transforms_obj.is_none()) {
+    int64_t nt = 0;
+    tr = Int64Rows(tb, transforms_obj, kTransformColumns, "transforms", ctx, &nt);
+    if (nt != n)
+      throw py::value_error(ctx + ": " + std::to_string(n) + " refs but " + std::to_string(nt) + " transforms");
+  }
+  if (static_cast<size_t>(py::len(outs)) != fields.size())
+    throw py::value_error(ctx + ": " + std::to_string(py::len(outs)) + " output buffers for " +
+                          std::to_string(fields.size()) + " fields");
+  std::vector<int> field_index;
+  for (const std::string& f : fields) field_index.push_back(Unwrap(reader->FieldIndex(f)));
+  const uint64_t samples = reader->size();
+  std::vector<SliceStackRequest> base(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t s = refs[2 * i];
+    if (s < 0 || static_cast<uint64_t>(s) >= samples)
+      throw py::index_error(ctx + ": item " + std::to_string(i) + " names sample " + std::to_string(s) +
+                            ", outside [0, " + std::to_string(samples) + ")");
+    base[i].sample = static_cast<uint64_t>(s);
+    base[i].slice = refs[2 * i + 1];
+    if (tr) base[i].transform = TransformOf(tr + kTransformColumns * i);
+  }
+  // The output plane of the first item decides the shape every out must have;
+  // CopySliceStacks checks that all items agree.
+  int64_t oh = 0, ow = 0;
+  if (n > 0 && !fields.empty()) {
+    patchstore::TensorView v = Unwrap(patchstore::Volume(*reader, base[0].sample, field_index[0]));
+    Status st = base[0].transform.Check(v.shape[1], v.shape[2]);
+    if (!st.ok()) RaiseStatus(st.WithContext("slice stack of " + reader->Describe(base[0].sample, field_index[0])));
+    std::tie(oh, ow) = base[0].transform.OutputSize(v.shape[1], v.shape[2]);
+  }
+  std::vector<std::unique_ptr<BufferHold>> holds;
+  std::vector<std::pair<std::string, const BufferHold*>> named;
+  std::vector<float*> dsts;
+  for (size_t f = 0; f < fields.size(); ++f) {
+    const std::string what = "out['" + fields[f] + "']";
+    holds.push_back(WritableBuffer(outs[f], {n, 2 * context + 1, oh, ow}, "f", 4, "float32", what, ctx));
+    dsts.push_back(static_cast<float*>(holds.back()->view().buf));
+    named.emplace_back(what, holds.back().get());
+  }
+  CheckDisjoint(named, ctx);
+  if (n == 0) return;
+  if (num_threads <= 0) num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  Status st;
+  {
+    py::gil_scoped_release nogil;
+    std::vector<SliceStackRequest> reqs = base;
+    for (size_t f = 0; f < fields.size() && st.ok(); ++f) {
+      for (SliceStackRequest& r : reqs) r.field = field_index[f];
+      st = patchstore::CopySliceStacks(*reader, reqs, context, dsts[f], num_threads);
+    }
+  }
+  Check(st);
+}
+
+}  // namespace
+
+void BindVolumes(py::module_& m) {
+  py::class_<PySliceIndex>(
+      m, "SliceIndex",
+      "patchstore::SliceIndex: every (volume, slice) pair of a volume store as one flat index, O(1) lookups.\n"
+      "A plain value (no store handle). Use patchstore.Store.slice_index().")
+      .def(py::init(&BuildIndex), py::arg("reader"), py::arg("samples") = py::none(),
+           "SliceIndex::Build over all samples, or over `samples` (a 1-D int64 array) in that order.\n"
+           "ValueError for a store that does not hold volumes or volumes whose fields differ in shape.")
+      .def("__len__", [](const PySliceIndex& p) { return p.ix.size(); })
+      .def_property_readonly("volume_count", [](const PySliceIndex& p) { return p.ix.volume_count(); })
+      .def(
+          "sample", [](const PySliceIndex& p, int64_t v) { return p.ix.sample(VolumeOf(p, v)); }, py::arg("volume"))
+      .def(
+          "depth", [](const PySliceIndex& p, int64_t v) { return p.ix.depth(VolumeOf(p, v)); }, py::arg("volume"))
+      .def(
+          "height", [](const PySliceIndex& p, int64_t v) { return p.ix.height(VolumeOf(p, v)); }, py::arg("volume"))
+      .def(
+          "width", [](const PySliceIndex& p, int64_t v) { return p.ix.width(VolumeOf(p, v)); }, py::arg("volume"))
+      .def(
+          "first",
+          [](const PySliceIndex& p, int64_t v) {
+            if (v == static_cast<int64_t>(p.ix.volume_count())) return p.ix.size();
+            return p.ix.first(VolumeOf(p, v));
+          },
+          py::arg("volume"), "Flat index of slice 0 of `volume`; first(volume_count) == len.")
+      .def(
+          "at",
+          [](const PySliceIndex& p, int64_t i) {
+            if (i < 0) throw py::index_error("slice index " + std::to_string(i) + " is negative");
+            patchstore::SliceRef r = Unwrap(p.ix.At(static_cast<uint64_t>(i)));
+            return py::make_tuple(r.sample, r.slice, r.depth);
+          },
+          py::arg("index"), "(sample, slice, depth) of flat slice index `index`. O(1).")
+      .def("lookup", &Lookup, py::arg("indices"), py::arg("out"),
+           "Writes (sample, slice, depth) of each flat index (1-D int64 array) into out, int64 (n, 3).\n"
+           "IndexError (nothing written) when an index is outside [0, len).");
+
+  m.def("copy_slice_stacks", &CopySliceStacks, py::arg("reader"), py::arg("refs"), py::arg("transforms"),
+        py::arg("fields"), py::arg("context"), py::arg("outs"), py::arg("num_threads") = 1,
+        "patchstore::CopySliceStacks for each field, with the GIL released.\n"
+        "refs: int64 (n, 2) (sample, slice); transforms: None or int64 (n, 7) (y, x, height, width, flip_v,\n"
+        "flip_h, rot90); outs: one writable C-contiguous float32 (n, 2c+1, h, w) buffer per field.\n"
+        "Every item is checked before anything is copied.");
+}
+
+}  // namespace patchstore_py
