@@ -283,13 +283,15 @@ def test_reference_epochs_differ(reference):
     assert not torch.equal(reference[0][0]["rgb"], reference[1][0]["rgb"])
 
 
-@pytest.mark.parametrize("method,persistent", [
-    ("fork", False), ("fork", True), ("spawn", False), ("spawn", True), ("forkserver", True),
-])
-def test_workers_give_identical_batches(frameset, reference, method, persistent):
+# The DataLoader matrix: start method x persistent workers x 2/8 workers,
+# each against the num_workers=0 reference.
+@pytest.mark.parametrize("workers", [2, 8])
+@pytest.mark.parametrize("persistent", [False, True])
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_workers_give_identical_batches(frameset, reference, method, persistent, workers):
     ds = dataset(frameset.store)
     ds.store[0]  # opened in the parent before the workers start
-    got = run_epochs(ds, [0, 1], num_workers=2, multiprocessing_context=method, persistent_workers=persistent)
+    got = run_epochs(ds, [0, 1], num_workers=workers, multiprocessing_context=method, persistent_workers=persistent)
     assert_same_batches(got, reference)
 
 
