@@ -104,6 +104,24 @@ py::dict SummaryDict(const IngestSummary& s) {
   return d;
 }
 
+// Runs an ingest with the GIL released: progress reaches the Python
+// callable, the cancel flag (set on KeyboardInterrupt) stops it between
+// samples, a Status becomes the matching exception.
+template <typename Options, typename Fn>
+py::dict RunIngest(Options& o, Fn&& ingest, py::object progress, std::shared_ptr<CancelFlag> cancel, Where where) {
+  ProgressBridge bridge(std::move(progress));
+  o.progress = bridge.callback();
+  if (cancel) o.cancelled = [cancel] { return cancel->set.load(std::memory_order_relaxed); };
+  patchstore::Result<IngestSummary> r = patchstore::Status::Internal("ingest did not run");
+  {
+    py::gil_scoped_release nogil;
+    r = ingest(o);
+  }
+  bridge.RethrowIfFailed();
+  if (!r.ok()) RaiseStatus(r.status(), where);
+  return SummaryDict(r.value());
+}
+
 py::dict IngestImages(const std::string& store, const std::string& manifest, const std::string& root,
                       const std::vector<std::pair<std::string, std::string>>& fields,
                       const std::vector<std::string>& masks, const std::map<std::string, std::string>& norm,
@@ -124,17 +142,7 @@ py::dict IngestImages(const std::string& store, const std::string& manifest, con
   o.durable = durable;
   o.max_pixels = max_pixels;
   o.command_line = command_line;
-  ProgressBridge bridge(std::move(progress));
-  o.progress = bridge.callback();
-  if (cancel) o.cancelled = [cancel] { return cancel->set.load(std::memory_order_relaxed); };
-  patchstore::Result<IngestSummary> r = patchstore::Status::Internal("ingest did not run");
-  {
-    py::gil_scoped_release nogil;
-    r = patchstore::IngestImages(o);
-  }
-  bridge.RethrowIfFailed();
-  if (!r.ok()) RaiseStatus(r.status(), Where::kFiles);
-  return SummaryDict(r.value());
+  return RunIngest(o, patchstore::IngestImages, std::move(progress), std::move(cancel), Where::kFiles);
 }
 
 py::dict IngestHdf5(const std::vector<std::string>& files, const std::string& store,
@@ -157,17 +165,7 @@ py::dict IngestHdf5(const std::vector<std::string>& files, const std::string& st
   o.batch_bytes = batch_bytes;
   o.durable = durable;
   o.command_line = command_line;
-  ProgressBridge bridge(std::move(progress));
-  o.progress = bridge.callback();
-  if (cancel) o.cancelled = [cancel] { return cancel->set.load(std::memory_order_relaxed); };
-  patchstore::Result<IngestSummary> r = patchstore::Status::Internal("ingest did not run");
-  {
-    py::gil_scoped_release nogil;
-    r = patchstore::IngestHdf5(o);
-  }
-  bridge.RethrowIfFailed();
-  if (!r.ok()) RaiseStatus(r.status(), Where::kLookup);
-  return SummaryDict(r.value());
+  return RunIngest(o, patchstore::IngestHdf5, std::move(progress), std::move(cancel), Where::kLookup);
 }
 
 py::dict Export(const std::string& store, const std::string& outdir, const std::vector<py::bytes>& ids,
