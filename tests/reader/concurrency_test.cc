@@ -164,7 +164,9 @@ TEST(Concurrency, LiveStoreReadWhileIngestWritesAndGrowsTheMap) {
   while (!done) {
     int status = 0;
     done = waitpid(writer, &status, WNOHANG) == writer;
-    if (done) ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    if (done) {
+      ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
     auto r = Reader::Open(path);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     ++opens;
