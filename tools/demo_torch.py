@@ -33,7 +33,7 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(1)
     store = patchstore.open(args.store)
-    print(f"{args.store}: {len(store)} frames, fields {sorted(store.fields)}")
+    print(f"{args.store}: {len(store)} frames, fields {list(store.fields)}")
     ds = PatchDataset(args.store, ["rgb", "mask", "depth"], patch_size=256, patches_per_sample=4,
                       require="mask", seed=0)
     for workers in (0, 2):
