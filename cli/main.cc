@@ -66,6 +66,27 @@ std::string Printable(std::string_view s) {
 }
 
 
+// "3x1080x1920" -> [3, 1080, 1920]; "varies" or "-" -> null.
+std::string JsonShape(const std::string& shape) {
+  if (shape.empty() || shape.find_first_not_of("0123456789x") != std::string::npos) return "null";
+  std::string out = "[";
+  for (char c : shape) out += c == 'x' ? std::string(", ") : std::string(1, c);
+  return out + "]";
+}
+
+// "R,G,B" -> ["R", "G", "B"].
+std::string JsonList(const std::string& csv) {
+  std::string out = "[";
+  size_t start = 0;
+  while (!csv.empty()) {
+    size_t comma = csv.find(',', start);
+    out += (start ? ", " : "") + JsonString(csv.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out + "]";
+}
+
 int Fail(const ps::Status& st) {
   std::cerr << "patchstore: error: " << st.message() << "\n";
   return 1;
@@ -291,10 +312,10 @@ int main(int argc, char** argv) {
       for (size_t f = 0; f < m.fields.size(); ++f) {
         const auto& fm = m.fields[f];
         os << (f ? ", " : "") << "{\"name\": " << JsonString(fm.name) << ", \"channels\": " << fm.channels
-           << ", \"shape\": " << JsonString(shapes[f]) << ", \"source_type\": "
+           << ", \"shape\": " << JsonShape(shapes[f]) << ", \"source_type\": "
            << JsonString(ps::SourceTypeName(fm.source_type)) << ", \"source_format\": "
            << JsonString(fm.source_format) << ", \"normalisation\": " << JsonString(fm.norm.ToString())
-           << ", \"channel_names\": " << JsonString(fm.channel_names) << ", \"mask\": "
+           << ", \"channel_names\": " << JsonList(fm.channel_names) << ", \"mask\": "
            << (fm.is_mask ? "true" : "false") << "}";
       }
       os << "]}";

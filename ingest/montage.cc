@@ -121,9 +121,20 @@ Result<Image8> RenderMontage(const MontageOptions& o) {
   const int64_t P = o.patch_size;
   const uint64_t per_epoch = s.sampler->windows_per_epoch();
   if (per_epoch == 0)
+  {
+    std::string example;
+    if (!s.sampler->skipped_ids().empty()) {
+      const std::string& id = s.sampler->skipped_ids()[0];
+      auto idx = s.reader->Find(id);
+      auto h = idx.ok() ? s.reader->Header(*idx, s.sampler->field_indices()[0]) : Result<RecordHeader>(idx.status());
+      if (h.ok())
+        example = "; the first, '" + id + "', is " + std::to_string(h->shape[2]) + "x" + std::to_string(h->shape[1]) +
+                  (s.sampler->options().require.empty() ? "" : " (or its mask has no qualifying window)");
+    }
     return Status::OutOfRange("montage of '" + o.store + "': no sample has an admissible " + std::to_string(P) + "x" +
                               std::to_string(P) + " window (" + std::to_string(s.sampler->skipped_samples()) +
-                              " skipped)");
+                              " skipped" + example + ")");
+  }
   const int64_t n = o.count;  // continues into later epochs when one holds fewer windows
   const auto& ch = s.sampler->channels();
   std::vector<std::vector<float>> bufs;

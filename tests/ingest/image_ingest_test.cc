@@ -348,6 +348,10 @@ TEST_F(ImageIngest, CliVerifyNamesAFlippedRecordAndExportStaysInside) {
   auto store = Ingest("id,rgb\n../../evil,a.png\nok,a.png\n");
   std::string out;
   EXPECT_EQ(RunCommand(std::string(PATCHSTORE_CLI) + " verify " + store, &out), 0) << out;
+  EXPECT_EQ(RunCommand(std::string(PATCHSTORE_CLI) + " info --json " + store, &out), 0) << out;
+  EXPECT_NE(out.find("\"shape\": [3, 16, 16]"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"channel_names\": [\"R\", \"G\", \"B\"]"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"samples\": 2"), std::string::npos) << out;
   EXPECT_EQ(RunCommand(std::string(PATCHSTORE_CLI) + " export " + store + " " + (dir_ / "exp"), &out), 0) << out;
   EXPECT_TRUE(fs::exists(dir_ / "exp/%2E%2E/%2E%2E/evil/rgb.png"));
   EXPECT_FALSE(fs::exists(dir_.path() + "/evil"));
