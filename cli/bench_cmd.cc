@@ -63,7 +63,7 @@ void RunWorker(const BenchConfig& cfg, int worker, Counts* out) {
   // Windows are drawn where every selected field is large enough.
   std::vector<std::pair<int64_t, int64_t>> hw(reader.size());
   for (uint64_t s = 0; s < reader.size(); ++s) {
-    auto h = reader.Header(s, fields[0]);
+    auto h = reader.Summary(s, fields[0]);
     if (!h.ok()) {
       std::fprintf(stderr, "patchstore bench: %s\n", h.status().message().c_str());
       out->error = 1;
@@ -144,7 +144,7 @@ int Run(const BenchConfig& cfg0) {
     channels += (*r)->field(*fi).channels;
   }
   for (uint64_t s = 0; s < (*r)->size(); ++s) {
-    auto h = (*r)->Header(s, *(*r)->FieldIndex(cfg.fields[0]));
+    auto h = (*r)->Summary(s, *(*r)->FieldIndex(cfg.fields[0]));
     if (h.ok() && (static_cast<int64_t>(h->shape[1]) < cfg.patch || static_cast<int64_t>(h->shape[2]) < cfg.patch)) {
       std::fprintf(stderr, "patchstore: error: --patch %lld is larger than sample '%s' (%llux%llu)\n",
                    static_cast<long long>(cfg.patch), std::string((*r)->id(s)).c_str(),

@@ -156,14 +156,10 @@ DecodedSample DecodeSample(const SampleSource& src, const std::vector<FieldPlan>
     d.meta.channel_names = img->channel_names;
     d.meta.is_mask = plans[f].is_mask;
     d.meta.source_format = img->format;
-    if (plans[f].is_mask && img->channels() == 1) {
-      // The valid-window index: (H+1) x (W+1) uint32 counts of non-zero pixels.
-      const size_t sat_n = static_cast<size_t>(H + 1) * (W + 1);
-      d.sat = pool->Acquire(sat_n);
-      static_assert(sizeof(float) == sizeof(uint32_t));
-      ComputeSat(d.buffer.data.get(), 1, H, W, reinterpret_cast<uint32_t*>(d.sat.data.get()));
-      d.meta.has_sat = true;
-    }
+    // Masks carry no stored summed-area table (format 1 did: 20% of a frames
+    // store): the writer records each mask's valid count in the sample index,
+    // and the sampler computes a frame's table from the mask on its first
+    // visit, reading the same number of bytes the table would have taken.
     out.bytes += n * sizeof(float);
     out.fields.push_back(std::move(d));
   }

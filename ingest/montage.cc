@@ -126,7 +126,7 @@ Result<Image8> RenderMontage(const MontageOptions& o) {
     if (!s.sampler->skipped_ids().empty()) {
       const std::string& id = s.sampler->skipped_ids()[0];
       auto idx = s.reader->Find(id);
-      auto h = idx.ok() ? s.reader->Header(*idx, s.sampler->field_indices()[0]) : Result<RecordHeader>(idx.status());
+      auto h = idx.ok() ? s.reader->Summary(*idx, s.sampler->field_indices()[0]) : Result<RecordSummary>(idx.status());
       if (h.ok())
         example = "; the first, '" + id + "', is " + std::to_string(h->shape[2]) + "x" + std::to_string(h->shape[1]) +
                   (s.sampler->options().require.empty() ? "" : " (or its mask has no qualifying window)");

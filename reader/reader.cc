@@ -40,6 +40,18 @@ Status Reader::Index() {
   }));
   records_.assign(n * nf, RecordRef{});
   aux_.assign(n * nf, RecordRef{});
+  summaries_.assign(n * nf, RecordSummary{});
+  {
+    std::vector<bool> have(n, false);
+    PS_RETURN_IF_ERROR(snapshot_->ForEachSummary([&](uint64_t idx, const SampleSummary& sum) -> Status {
+      if (idx >= n || have[idx] || sum.fields.size() > nf)
+        return Status::Corruption("opening store '" + path_ + "': sample index entry #" + std::to_string(idx) +
+                                  " does not match the samples and fields of the store (run `patchstore verify`)");
+      have[idx] = true;
+      for (size_t f = 0; f < sum.fields.size(); ++f) summaries_[idx * nf + f] = sum.fields[f];
+      return Status::OK();
+    }));
+  }
   PS_RETURN_IF_ERROR(snapshot_->ForEachRecord(
       [&](uint64_t idx, uint16_t field, const uint8_t* data, size_t size) -> Status {
         if (field >= kAuxFieldBase) {
@@ -50,9 +62,16 @@ Status Reader::Index() {
         if (idx >= n || field >= nf)
           return Status::Corruption("opening store '" + path_ + "': record for sample " + std::to_string(idx) +
                                     " field " + std::to_string(field) + " has no sample or field");
+        if (!summaries_[idx * nf + field].present)
+          return Status::Corruption("opening store '" + path_ + "': " + Describe(idx, field) +
+                                    " has a record the sample index does not list (run `patchstore verify`)");
         records_[idx * nf + field] = RecordRef{data, size};
         return Status::OK();
       }));
+  for (size_t i = 0; i < records_.size(); ++i)
+    if (summaries_[i].present && records_[i].data == nullptr)
+      return Status::Corruption("opening store '" + path_ + "': " + Describe(i / nf, static_cast<int>(i % nf)) +
+                                " is listed in the sample index but has no record (run `patchstore verify`)");
   if (options_.verify_checksums) {
     verified_.reset(new std::atomic<uint8_t>[records_.size()]);
     for (size_t i = 0; i < records_.size(); ++i) verified_[i].store(0, std::memory_order_relaxed);
@@ -107,6 +126,10 @@ Result<RecordHeader> Reader::CheckedHeader(uint64_t sample, int field) const {
   if (h->layout != fm.layout || h->rank != 3 || (fm.layout == Layout::kCHW && h->shape[0] != fm.channels))
     return Status::Corruption("reading " + Describe(sample, field) + ": record shape or layout disagrees with the "
                               "store metadata");
+  const RecordSummary& sum = summaries_[slot];
+  if (sum.dtype != h->dtype || sum.layout != h->layout || sum.rank != h->rank || sum.shape != h->shape)
+    return Status::Corruption("reading " + Describe(sample, field) + ": the record disagrees with the store's sample "
+                              "index (run `patchstore verify`)");
   if (verified_ && verified_[slot].load(std::memory_order_acquire) == 0) {
     Status st = VerifyRecordBody(*h, ref.data);
     if (!st.ok()) return st.WithContext("reading " + Describe(sample, field));
@@ -116,6 +139,17 @@ Result<RecordHeader> Reader::CheckedHeader(uint64_t sample, int field) const {
 }
 
 Result<RecordHeader> Reader::Header(uint64_t sample, int field) const { return CheckedHeader(sample, field); }
+
+Result<RecordSummary> Reader::Summary(uint64_t sample, int field) const {
+  if (sample >= ids_.size())
+    return Status::OutOfRange("sample index " + std::to_string(sample) + " out of range [0, " +
+                              std::to_string(ids_.size()) + ") in '" + path_ + "'");
+  if (field < 0 || field >= field_count())
+    return Status::NotFound("field #" + std::to_string(field) + " does not exist in '" + path_ + "'");
+  const RecordSummary& s = summary(sample, field);
+  if (!s.present) return Status::NotFound("reading " + Describe(sample, field) + ": record missing");
+  return s;
+}
 
 Result<TensorView> Reader::Get(uint64_t sample, int field) const {
   PS_ASSIGN_OR_RETURN(RecordHeader h, CheckedHeader(sample, field));
@@ -213,7 +247,7 @@ Status Reader::CopyPatches(const std::vector<PatchRequest>& requests, int64_t h,
   return Status::OK();
 }
 
-Result<SatView> Reader::Sat(uint64_t sample, int field) const {
+Result<SatView> Reader::Sat(uint64_t sample, int field, bool cache) const {
   PS_ASSIGN_OR_RETURN(TensorView mask, Get(sample, field));
   if (mask.rank != 3) return Status::InvalidArgument("mask " + Describe(sample, field) + " is not 3-dimensional");
   const bool volume = field_layout(field) == Layout::kSHW;
@@ -241,9 +275,10 @@ Result<SatView> Reader::Sat(uint64_t sample, int field) const {
     v.owner = snapshot_;
     return v;
   }
-  std::lock_guard<std::mutex> lock(sat_mu_);
+  std::unique_lock<std::mutex> lock(sat_mu_);
   auto it = sat_cache_.find(slot);
   if (it != sat_cache_.end()) return it->second;
+  if (!cache) lock.unlock();
   auto buf = std::shared_ptr<uint32_t[]>(new uint32_t[static_cast<size_t>(planes * (H + 1) * (W + 1))]);
   ComputeSat(mask.data, planes, H, W, buf.get());
   SatView v;
@@ -252,7 +287,7 @@ Result<SatView> Reader::Sat(uint64_t sample, int field) const {
   v.H = H;
   v.W = W;
   v.owner = buf;
-  sat_cache_.emplace(slot, v);
+  if (cache) sat_cache_.emplace(slot, v);
   return v;
 }
 

@@ -1,7 +1,8 @@
 // patchstore/reader/reader.h — zero-copy random access to a store.
 //
-// Start here. A Reader opens a store read-only, indexes its samples once
-// (O(samples x fields), headers only) and then serves every request by
+// Start here. A Reader opens a store read-only, loads its sample index once
+// (O(samples x fields) small entries; no record is touched, so opening a
+// store that is not in the page cache reads kilobytes) and then serves every request by
 // pointer arithmetic into LMDB's memory map: no LMDB call, no copy, no lock
 // on the hot path.
 //
@@ -83,8 +84,19 @@ class Reader {
   Layout field_layout(int f) const { return meta().fields[f].layout; }
   Result<int> FieldIndex(std::string_view name) const;
 
-  // The header of one record (shape, normalisation, source type).
+  // The header of one record (shape, normalisation, source type). Reads the
+  // record's first page; for shapes alone prefer Summary().
   Result<RecordHeader> Header(uint64_t sample, int field) const;
+
+  // What the store's sample index says of one record (shape, layout, dtype,
+  // the valid count of a mask) without touching the record itself: no disk
+  // read for a store that is not in the page cache. Errors: OutOfRange,
+  // NotFound (field, or no such record).
+  Result<RecordSummary> Summary(uint64_t sample, int field) const;
+  // The same, unchecked. REQUIRES: sample < size(), 0 <= field < field_count().
+  const RecordSummary& summary(uint64_t sample, int field) const {
+    return summaries_[sample * meta().fields.size() + field];
+  }
 
   // A view of a whole record: (C,H,W) for images, (S,H,W) for volumes.
   Result<TensorView> Get(uint64_t sample, int field) const;
@@ -106,11 +118,12 @@ class Reader {
                      int num_threads = 1) const;
 
   // The summed-area table of mask field `field` for `sample`: the one stored
-  // at ingest (zero-copy), or computed from the mask record and cached in
-  // this Reader when the store has none. One plane per image record, one
-  // per slice for volumes. Errors: as Get(); InvalidArgument when the field
-  // is not 1-channel.
-  Result<SatView> Sat(uint64_t sample, int field) const;
+  // at ingest by format-1 stores (zero-copy), or computed from the mask
+  // record — and, with `cache`, kept in this Reader (unbounded: callers that
+  // visit many samples pass false and keep what they derive). One plane per
+  // image record, one per slice for volumes. Errors: as Get();
+  // InvalidArgument when the field is not 1-channel.
+  Result<SatView> Sat(uint64_t sample, int field, bool cache = true) const;
 
   // Recomputes the checksum of one record (VerifyRecordBody).
   Status Verify(uint64_t sample, int field) const;
@@ -136,6 +149,7 @@ class Reader {
   std::vector<std::string_view> ids_;
   std::vector<RecordRef> records_;  // sample * field_count + field
   std::vector<RecordRef> aux_;      // summed-area tables, same indexing
+  std::vector<RecordSummary> summaries_;  // from the sample index, same indexing
   mutable std::mutex sat_mu_;
   mutable std::unordered_map<uint64_t, SatView> sat_cache_;  // computed tables
   std::unique_ptr<std::atomic<uint8_t>[]> verified_;  // with verify_checksums

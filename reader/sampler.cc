@@ -115,12 +115,16 @@ Result<std::unique_ptr<PatchSampler>> PatchSampler::Create(std::shared_ptr<const
   } else if (o.positive_fraction >= 0) {
     return Status::InvalidArgument(where + ": positive_fraction needs require=<mask field>");
   }
-  // Eligibility. Sizes come from the first gathered field's headers.
+  // Eligibility, from the store's sample index alone (no record is read):
+  // sizes from the summaries, and with `require` the mask's valid count —
+  // exact for min_valid = 1 (a window holds a valid pixel iff the mask has
+  // one and the window fits), a necessary condition otherwise, completed
+  // by the sample's window lists only where the count does not decide.
   for (uint64_t i = 0; i < reader->size(); ++i) {
     bool ok = true;
     int64_t H = -1, W = -1;
     for (int f : s->fields_) {
-      auto h = reader->Header(i, f);
+      auto h = reader->Summary(i, f);
       if (!h.ok()) return h.status().WithContext(where);
       if (H < 0) {
         H = static_cast<int64_t>(h->shape[1]);
@@ -134,14 +138,14 @@ Result<std::unique_ptr<PatchSampler>> PatchSampler::Create(std::shared_ptr<const
                                      "on a side");
     if (H < P || W < P) ok = false;
     if (ok && s->mask_field_ >= 0) {
+      auto ms = reader->Summary(i, s->mask_field_);
+      if (!ms.ok()) return ms.status().WithContext(where);
       if (o.positive_fraction >= 0) {
         ok = true;  // any window will do: positive or negative
-      } else if (s->threshold_ == 1) {
-        // A window of any size inside the image holds some valid pixel iff
-        // the mask has one: O(1) from the table's last entry.
-        auto sat = reader->Sat(i, s->mask_field_);
-        if (!sat.ok()) return sat.status().WithContext(where);
-        ok = sat->Count(0, 0, 0, sat->H, sat->W) > 0;
+      } else if (ms->has_valid_count && ms->valid_count < s->threshold_) {
+        ok = false;  // no window holds more valid pixels than the whole mask
+      } else if (ms->has_valid_count && s->threshold_ == 1) {
+        ok = true;
       } else {
         auto sets = s->Sets(i);
         if (!sets.ok()) return sets.status().WithContext(where);
@@ -168,7 +172,7 @@ Result<std::shared_ptr<const PatchSampler::SampleSets>> PatchSampler::Sets(uint6
   auto sets = std::make_shared<SampleSets>();
   const int64_t P = options_.patch_size;
   if (mask_field_ < 0) {
-    auto h = reader_->Header(sample, fields_[0]);
+    auto h = reader_->Summary(sample, fields_[0]);
     if (!h.ok()) return h.status();
     const int64_t H = static_cast<int64_t>(h->shape[1]), W = static_cast<int64_t>(h->shape[2]);
     for (int64_t y = 0; y + P <= H; ++y) {
@@ -176,7 +180,8 @@ Result<std::shared_ptr<const PatchSampler::SampleSets>> PatchSampler::Sets(uint6
       sets->pos.total += static_cast<uint64_t>(W - P + 1);
     }
   } else {
-    PS_ASSIGN_OR_RETURN(SatView sat, reader_->Sat(sample, mask_field_));
+    // Not cached in the Reader: this sampler keeps the (much smaller) runs.
+    PS_ASSIGN_OR_RETURN(SatView sat, reader_->Sat(sample, mask_field_, /*cache=*/false));
     const int64_t H = sat.H, W = sat.W;
     for (int64_t y = 0; y + P <= H; ++y) {
       int64_t x = 0;

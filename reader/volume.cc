@@ -234,7 +234,7 @@ Result<SliceIndex> SliceIndex::Build(const Reader& reader, const std::vector<uin
     seen[s] = true;
     std::array<uint64_t, 4> shape{};
     for (int f = 0; f < reader.field_count(); ++f) {
-      PS_ASSIGN_OR_RETURN(RecordHeader h, reader.Header(s, f));
+      PS_ASSIGN_OR_RETURN(RecordSummary h, reader.Summary(s, f));  // the index: no record read
       if (h.layout != Layout::kSHW || h.rank != 3)
         return Status::InvalidArgument("indexing slices of " + reader.Describe(s, f) +
                                        ": the record is not a (S, H, W) volume");

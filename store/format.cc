@@ -392,6 +392,118 @@ std::string StoreMeta::Encode() const {
   return text + "checksum=" + hex + "\n";
 }
 
+// ---------------------------------------------------------------------------
+// Sample summaries
+
+namespace {
+constexpr uint8_t kSummaryVersion = 1;
+constexpr size_t kSummaryEntrySize = 48;
+constexpr uint8_t kSummaryPresent = 1, kSummaryHasValid = 2;
+
+uint64_t SummaryChecksum(uint64_t sample, const uint8_t* bytes, size_t n) {
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  auto key = IndexKey(sample);
+  XXH3_64bits_update(st, key.data(), key.size());
+  XXH3_64bits_update(st, bytes, n);
+  uint64_t h = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  return h;
+}
+}  // namespace
+
+uint64_t RecordSummary::payload_bytes() const {
+  if (!present || rank == 0) return 0;
+  uint64_t n = DTypeSize(dtype);
+  for (int i = 0; i < rank; ++i) n *= shape[i];
+  return n;
+}
+
+bool RecordSummary::operator==(const RecordSummary& o) const {
+  return present == o.present && dtype == o.dtype && layout == o.layout && rank == o.rank && shape == o.shape &&
+         has_valid_count == o.has_valid_count && valid_count == o.valid_count;
+}
+
+RecordSummary SummaryOf(const RecordHeader& h) {
+  RecordSummary r;
+  r.present = true;
+  r.dtype = h.dtype;
+  r.layout = h.layout;
+  r.rank = h.rank;
+  r.shape = h.shape;
+  return r;
+}
+
+uint64_t CountValid(const float* data, uint64_t n) {
+  uint64_t c = 0;
+  // v == v is false for NaN; v != 0 is false for +-0.
+  for (uint64_t i = 0; i < n; ++i) c += (data[i] != 0.0f && data[i] == data[i]);
+  return c;
+}
+
+std::string EncodeSampleSummary(uint64_t sample, const SampleSummary& summary) {
+  const size_t n = summary.fields.size();
+  std::string out(3 + n * kSummaryEntrySize + 8, '\0');
+  auto* p = reinterpret_cast<uint8_t*>(out.data());
+  p[0] = kSummaryVersion;
+  PutU16(p + 1, static_cast<uint16_t>(n));
+  for (size_t i = 0; i < n; ++i) {
+    const RecordSummary& r = summary.fields[i];
+    uint8_t* e = p + 3 + i * kSummaryEntrySize;
+    if (r.present) {
+      e[0] = kSummaryPresent | (r.has_valid_count ? kSummaryHasValid : 0);
+      e[1] = static_cast<uint8_t>(r.dtype);
+      e[2] = static_cast<uint8_t>(r.layout);
+      e[3] = r.rank;
+      for (int d = 0; d < kMaxRank; ++d) PutU64(e + 8 + 8 * d, r.shape[d]);
+      PutU64(e + 40, r.has_valid_count ? r.valid_count : 0);
+    }
+  }
+  const size_t body = 3 + n * kSummaryEntrySize;
+  PutU64(p + body, SummaryChecksum(sample, p, body));
+  return out;
+}
+
+Result<SampleSummary> DecodeSampleSummary(uint64_t sample, const void* data, size_t size) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  if (data == nullptr || size < 3 + 8) return Status::Corruption("sample summary too short");
+  if (p[0] != kSummaryVersion) return Status::Corruption("unknown sample summary version " + std::to_string(p[0]));
+  const size_t n = GetU16(p + 1);
+  const size_t body = 3 + n * kSummaryEntrySize;
+  if (size != body + 8) return Status::Corruption("sample summary has the wrong length");
+  if (GetU64(p + body) != SummaryChecksum(sample, p, body)) return Status::Corruption("sample summary checksum mismatch");
+  SampleSummary s;
+  s.fields.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint8_t* e = p + 3 + i * kSummaryEntrySize;
+    RecordSummary& r = s.fields[i];
+    if ((e[0] & kSummaryPresent) == 0) continue;
+    if (e[0] & ~(kSummaryPresent | kSummaryHasValid)) return Status::Corruption("bad sample summary flags");
+    if (DTypeSize(static_cast<DType>(e[1])) == 0) return Status::Corruption("bad sample summary dtype");
+    if (!ValidLayout(e[2])) return Status::Corruption("bad sample summary layout");
+    if (e[3] < 1 || e[3] > kMaxRank) return Status::Corruption("bad sample summary rank");
+    r.present = true;
+    r.has_valid_count = (e[0] & kSummaryHasValid) != 0;
+    r.dtype = static_cast<DType>(e[1]);
+    r.layout = static_cast<Layout>(e[2]);
+    r.rank = e[3];
+    uint64_t bytes = DTypeSize(r.dtype);
+    for (int d = 0; d < kMaxRank; ++d) {
+      r.shape[d] = GetU64(e + 8 + 8 * d);
+      if (d >= r.rank) {
+        if (r.shape[d] != 0) return Status::Corruption("bad sample summary shape");
+        continue;
+      }
+      if (r.shape[d] == 0 || r.shape[d] > kMaxPayloadBytes / bytes)
+        return Status::Corruption("bad sample summary shape");
+      bytes *= r.shape[d];
+    }
+    r.valid_count = GetU64(e + 40);
+    if (r.valid_count > bytes / DTypeSize(r.dtype)) return Status::Corruption("bad sample summary valid count");
+  }
+  return s;
+}
+
 Result<StoreMeta> StoreMeta::Decode(std::string_view text) {
   // The last line is "checksum=<16 hex digits>" over everything before it.
   {
@@ -437,8 +549,9 @@ Result<StoreMeta> StoreMeta::Decode(std::string_view text) {
   };
   StoreMeta m;
   PS_ASSIGN_OR_RETURN(uint64_t fv, need_u64("patchstore_format", 0xffff));
-  if (fv != kFormatVersion)
-    return Status::Corruption("unsupported store format version " + std::to_string(fv));
+  if (fv < kOldestUpgradableStoreFormat || fv > kStoreFormatVersion)
+    return Status::Corruption("unsupported store format version " + std::to_string(fv) + " (this patchstore reads " +
+                              std::to_string(kStoreFormatVersion) + ")");
   m.format_version = static_cast<uint16_t>(fv);
   PS_ASSIGN_OR_RETURN(m.tool_version, need("tool_version"));
   PS_ASSIGN_OR_RETURN(m.kind, need("kind"));

@@ -20,7 +20,14 @@
 
 namespace patchstore {
 
+// Version of the record header (bytes 4..5 of every record).
 inline constexpr uint16_t kFormatVersion = 1;
+// Version of the store as a whole (`patchstore_format` in the metadata).
+// 2 added the `index` database of sample summaries (see FORMAT.md); a store
+// of version 1 is refused by readers with a message naming `patchstore
+// upgrade`, and upgraded in place by the writer.
+inline constexpr uint16_t kStoreFormatVersion = 2;
+inline constexpr uint16_t kOldestUpgradableStoreFormat = 1;
 inline constexpr size_t kRecordHeaderSize = 112;
 // Every record value is at least this long (zero padding after the payload)
 // so that LMDB stores it on its own overflow pages, whose data start at a
@@ -160,7 +167,7 @@ struct FieldMeta {
 };
 
 struct StoreMeta {
-  uint16_t format_version = kFormatVersion;
+  uint16_t format_version = kStoreFormatVersion;
   std::string tool_version;
   std::string kind = "frames";  // "frames" (images) or "volumes"
   bool sealed = false;
@@ -174,6 +181,40 @@ struct StoreMeta {
   std::string Encode() const;
   static Result<StoreMeta> Decode(std::string_view text);
 };
+
+// ---------------------------------------------------------------------------
+// Sample summaries: the values of the `index` database (one per sample, key
+// IndexKey(sample)). They let readers answer everything that is not a pixel
+// read — shapes, byte totals, which samples hold a mask pixel — without
+// touching a record, i.e. without reading the store from disk.
+
+struct RecordSummary {
+  bool present = false;        // the sample has a record for this field
+  DType dtype = DType::kFloat32;
+  Layout layout = Layout::kCHW;
+  uint8_t rank = 0;
+  std::array<uint64_t, kMaxRank> shape{};
+  bool has_valid_count = false;  // set for mask fields
+  uint64_t valid_count = 0;      // non-zero, non-NaN values of a mask record
+
+  uint64_t payload_bytes() const;  // product(shape) * dtype size
+  bool operator==(const RecordSummary& o) const;
+};
+
+struct SampleSummary {
+  std::vector<RecordSummary> fields;  // in metadata field order
+};
+
+// Summary of a finalized header (valid count unset).
+RecordSummary SummaryOf(const RecordHeader& header);
+// Counts the values of a float32 mask payload that are non-zero and not NaN.
+uint64_t CountValid(const float* data, uint64_t n);
+
+// Encodes a summary with a checksum over (IndexKey(sample) || bytes), so a
+// damaged or misplaced value is detected.
+std::string EncodeSampleSummary(uint64_t sample, const SampleSummary& summary);
+// Decodes and validates (checksum, enums, rank, dimension limits).
+Result<SampleSummary> DecodeSampleSummary(uint64_t sample, const void* data, size_t size);
 
 // Parses a normalisation spec as the command line takes it:
 //   "none" | "symmetric" | "unit" | "binary" | "affine:SCALE,OFFSET"

@@ -2,10 +2,13 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <map>
 #include <cstring>
 #include <filesystem>
 
@@ -96,7 +99,11 @@ Result<std::shared_ptr<Env>> OpenReadEnv(const std::string& path, bool no_lock) 
   if (rc != 0) return LmdbError("creating environment for", path, rc);
   mdb_env_set_maxdbs(env->env_, kMaxDbs);
   mdb_env_set_maxreaders(env->env_, kMaxReaders);
-  unsigned flags = MDB_RDONLY | MDB_NOTLS | (no_lock ? MDB_NOLOCK : 0);
+  // MDB_NORDAHEAD: readers access records at random (one window of a frame,
+  // one slice of a volume); with the kernel's readahead every page fault
+  // would read up to read_ahead_kb around it. Streaming commands ask for
+  // readahead explicitly (Snapshot::Advise).
+  unsigned flags = MDB_RDONLY | MDB_NOTLS | MDB_NORDAHEAD | (no_lock ? MDB_NOLOCK : 0);
   rc = mdb_env_open(env->env_, path.c_str(), flags, 0644);
   if (rc != 0) {
     mdb_env_close(env->env_);
@@ -158,6 +165,23 @@ Result<std::shared_ptr<Snapshot>> Snapshot::Open(const std::string& path, const 
     }
     PS_RETURN_IF_ERROR(OpenDbis(env, snap->txn_, 0));
     PS_ASSIGN_OR_RETURN(snap->meta_, ReadMeta(snap->txn_, env->meta_dbi, path));
+    if (snap->meta_.format_version < kStoreFormatVersion && !options.allow_old_format)
+      return Status::Unsupported("opening store '" + path + "': it has store format " +
+                                 std::to_string(snap->meta_.format_version) + " (written by patchstore " +
+                                 snap->meta_.tool_version + "); this patchstore reads format " +
+                                 std::to_string(kStoreFormatVersion) + ". Run `patchstore upgrade " + path +
+                                 "` once: it adds the sample index and keeps every record");
+    {
+      int irc = mdb_dbi_open(snap->txn_, "index", 0, &env->index_dbi);
+      if (irc == 0) {
+        snap->has_index_ = true;
+      } else if (irc != MDB_NOTFOUND) {
+        return LmdbError("opening database 'index' of", path, irc);
+      } else if (snap->meta_.format_version >= 2) {
+        return Status::Corruption("opening store '" + path + "': format " +
+                                  std::to_string(snap->meta_.format_version) + " store without its 'index' database");
+      }
+    }
     if (snap->meta_.sealed && !no_lock && options.auto_no_lock) {
       // A sealed store never changes: read it without the lock table so that
       // killed readers cannot leak slots. Reopen that way.
@@ -172,6 +196,14 @@ Result<std::shared_ptr<Snapshot>> Snapshot::Open(const std::string& path, const 
       return Status::Corruption("opening store '" + path + "': metadata says " +
                                 std::to_string(snap->meta_.sample_count) + " samples but the ids database holds " +
                                 std::to_string(snap->id_count_));
+    if (snap->has_index_) {
+      rc = mdb_stat(snap->txn_, env->index_dbi, &st);
+      if (rc != 0) return LmdbError("reading index database of", path, rc);
+      if (st.ms_entries != snap->meta_.sample_count)
+        return Status::Corruption("opening store '" + path + "': metadata says " +
+                                  std::to_string(snap->meta_.sample_count) + " samples but the index holds " +
+                                  std::to_string(st.ms_entries) + " summaries");
+    }
     return snap;
   }
   return Status::Internal("opening store '" + path + "': could not settle on a lock mode");
@@ -242,6 +274,62 @@ Result<std::string_view> Snapshot::GetRecord(uint64_t sample, uint16_t field) co
   return std::string_view(static_cast<const char*>(v.mv_data), v.mv_size);
 }
 
+Status Snapshot::ForEachSummary(const std::function<Status(uint64_t, const SampleSummary&)>& visit) const {
+  if (empty_) return Status::OK();
+  if (!has_index_) return Status::NotFound("store '" + path() + "' has no sample index (format 1)");
+  MDB_cursor* cur = nullptr;
+  int rc = mdb_cursor_open(txn_, env_->index_dbi, &cur);
+  if (rc != 0) return LmdbError("reading the sample index of", path(), rc);
+  MDB_val k, v;
+  Status st;
+  for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    uint64_t idx;
+    if (!DecodeIndexKey(k.mv_data, k.mv_size, &idx)) {
+      st = Status::Corruption("reading the sample index of '" + path() + "': malformed key");
+      break;
+    }
+    auto sum = DecodeSampleSummary(idx, v.mv_data, v.mv_size);
+    if (!sum.ok()) {
+      st = sum.status().WithContext("reading the sample index of '" + path() + "' at sample #" + std::to_string(idx));
+      break;
+    }
+    st = visit(idx, *sum);
+    if (!st.ok()) break;
+  }
+  mdb_cursor_close(cur);
+  if (!st.ok()) return st;
+  if (rc != MDB_NOTFOUND) return LmdbError("reading the sample index of", path(), rc);
+  return Status::OK();
+}
+
+void Snapshot::Advise(Access access, const void* data, size_t size) const {
+  if (empty_ || !env_ || !env_->InOpeningProcess()) return;
+  MDB_envinfo info;
+  if (mdb_env_info(env_->raw(), &info) != 0 || info.me_mapaddr == nullptr) return;
+  const uintptr_t map = reinterpret_cast<uintptr_t>(info.me_mapaddr);
+  uintptr_t begin = map, end = map + info.me_mapsize;
+  if (data != nullptr) {
+    begin = std::max(begin, reinterpret_cast<uintptr_t>(data));
+    end = std::min(end, reinterpret_cast<uintptr_t>(data) + size);
+  }
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  begin &= ~(page - 1);
+  if (access == Access::kDontNeed) {
+    // Only whole pages inside the range: never drop a neighbour's page.
+    begin = data != nullptr ? (reinterpret_cast<uintptr_t>(data) + page - 1) & ~(page - 1) : begin;
+    end &= ~(page - 1);
+  }
+  if (end <= begin) return;
+  int advice = MADV_RANDOM;
+  switch (access) {
+    case Access::kRandom: advice = MADV_RANDOM; break;
+    case Access::kSequential: advice = MADV_SEQUENTIAL; break;
+    case Access::kWillNeed: advice = MADV_WILLNEED; break;
+    case Access::kDontNeed: advice = MADV_DONTNEED; break;
+  }
+  ::madvise(reinterpret_cast<void*>(begin), end - begin, advice);
+}
+
 // ---------------------------------------------------------------------------
 // Writer
 
@@ -272,7 +360,16 @@ Result<std::unique_ptr<Writer>> Writer::Open(const std::string& path, const Writ
   if (rc != 0) return LmdbError("creating environment for", path, rc);
   mdb_env_set_maxdbs(env->env_, kMaxDbs);
   mdb_env_set_maxreaders(env->env_, kMaxReaders);
-  mdb_env_set_mapsize(env->env_, options.initial_map_size);
+  {
+    // Room for the writes ahead, beyond what the file already holds (LMDB
+    // maps at least the file): an upgrade adds the sample index in the
+    // opening transaction, before the map could grow.
+    struct stat sb;
+    uint64_t map = options.initial_map_size;
+    const std::string data = path + "/data.mdb";
+    if (::stat(data.c_str(), &sb) == 0) map = std::max<uint64_t>(map, static_cast<uint64_t>(sb.st_size) + (uint64_t{256} << 20));
+    mdb_env_set_mapsize(env->env_, map);
+  }
   unsigned flags = MDB_NOTLS | (options.durable ? 0 : MDB_NOSYNC);
   rc = mdb_env_open(env->env_, path.c_str(), flags, 0644);
   w->env_ = env;
@@ -286,6 +383,10 @@ Result<std::unique_ptr<Writer>> Writer::Open(const std::string& path, const Writ
   rc = mdb_txn_begin(env->env_, nullptr, 0, &txn);
   if (rc != 0) return LmdbError("starting write transaction on", path, rc);
   Status st = OpenDbis(env.get(), txn, MDB_CREATE);
+  if (st.ok()) {
+    rc = mdb_dbi_open(txn, "index", MDB_CREATE, &env->index_dbi);
+    if (rc != 0) st = LmdbError("opening database 'index' of", path, rc);
+  }
   if (st.ok()) {
     MDB_val k = Val(kMetaKey, sizeof(kMetaKey) - 1), v;
     rc = mdb_get(txn, env->meta_dbi, &k, &v);
@@ -309,6 +410,8 @@ Result<std::unique_ptr<Writer>> Writer::Open(const std::string& path, const Writ
         if (w->meta_.kind != options.kind)
           st = Status::InvalidArgument("opening store '" + path + "' for writing: it holds " + w->meta_.kind +
                                        ", not " + options.kind);
+        else if (w->meta_.format_version < kStoreFormatVersion)
+          st = w->Upgrade(txn);  // in the opening transaction: all or nothing
       }
     }
   }
@@ -423,6 +526,8 @@ Status Writer::TryWrite(const std::vector<SampleInput>& samples, bool* map_full)
     MDB_val k = Val(ikey.data(), ikey.size()), v = Val(idval.data(), idval.size());
     rc = mdb_put(txn, env_->ids_dbi, &k, &v, MDB_NOOVERWRITE);
     if (rc != 0) return lmdb_fail("writing id of sample '" + s.id + "' to", rc);
+    SampleSummary summary;
+    summary.fields.resize(meta_.fields.size());
     for (const RecordInput& r : s.records) {
       RecordHeader h = r.header;
       Status st = FinalizeHeader(&h);
@@ -447,7 +552,19 @@ Status Writer::TryWrite(const std::vector<SampleInput>& samples, bool* map_full)
       std::memset(body + h.payload_bytes, 0, h.body_bytes - h.payload_bytes);
       h.body_checksum = Checksum64(body, h.body_bytes);
       EncodeRecordHeader(h, base);
+      if (r.field < summary.fields.size()) {
+        RecordSummary& rs = summary.fields[r.field];
+        rs = SummaryOf(h);
+        if (meta_.fields[r.field].is_mask && h.dtype == DType::kFloat32) {
+          rs.has_valid_count = true;
+          rs.valid_count = CountValid(reinterpret_cast<const float*>(body), h.elements());
+        }
+      }
     }
+    const std::string sval = EncodeSampleSummary(index, summary);
+    MDB_val sk = Val(ikey.data(), ikey.size()), sv = Val(sval.data(), sval.size());
+    rc = mdb_put(txn, env_->index_dbi, &sk, &sv, MDB_NOOVERWRITE);
+    if (rc != 0) return lmdb_fail("writing the index entry of sample '" + s.id + "' to", rc);
     ++index;
   }
   next.sample_count = index;
@@ -463,6 +580,70 @@ Status Writer::TryWrite(const std::vector<SampleInput>& samples, bool* map_full)
   if (rc != 0) return LmdbError("committing to", path, rc);
   meta_ = std::move(next);
   for (const SampleInput& s : samples) ids_.insert(s.id);
+  return Status::OK();
+}
+
+// Format 1 -> 2: a summary per sample from its records' headers (and the
+// valid count of each mask record), written with the new metadata in the
+// caller's transaction. Records are read in key order, i.e. mostly in file
+// order, with the kernel's readahead.
+Status Writer::Upgrade(MDB_txn* txn) {
+  const std::string& path = env_->path();
+  const uint16_t from = meta_.format_version;
+  if (from < kOldestUpgradableStoreFormat)
+    return Status::Unsupported("upgrading store '" + path + "': format " + std::to_string(from) + " is too old");
+  const size_t nf = meta_.fields.size();
+  std::vector<SampleSummary> sums(meta_.sample_count);
+  for (auto& s : sums) s.fields.resize(nf);
+  MDB_cursor* cur = nullptr;
+  int rc = mdb_cursor_open(txn, env_->records_dbi, &cur);
+  if (rc != 0) return LmdbError("upgrading: reading records of", path, rc);
+  MDB_val k, v;
+  Status st;
+  for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    uint64_t idx;
+    uint16_t field;
+    if (!DecodeRecordKey(k.mv_data, k.mv_size, &idx, &field)) {
+      st = Status::Corruption("upgrading store '" + path + "': malformed record key (run `patchstore verify`)");
+      break;
+    }
+    if (field >= kAuxFieldBase) continue;
+    if (idx >= sums.size() || field >= nf) {
+      st = Status::Corruption("upgrading store '" + path + "': record of sample #" + std::to_string(idx) + " field #" +
+                              std::to_string(field) + " has no sample or field (run `patchstore verify`)");
+      break;
+    }
+    auto h = ParseRecordHeader(v.mv_data, v.mv_size);
+    if (!h.ok()) {
+      st = h.status().WithContext("upgrading store '" + path + "': sample #" + std::to_string(idx) + " field '" +
+                                  meta_.fields[field].name + "' (run `patchstore verify`)");
+      break;
+    }
+    RecordSummary& rs = sums[idx].fields[field];
+    rs = SummaryOf(*h);
+    if (meta_.fields[field].is_mask && h->dtype == DType::kFloat32) {
+      rs.has_valid_count = true;
+      rs.valid_count = CountValid(reinterpret_cast<const float*>(static_cast<const uint8_t*>(v.mv_data) +
+                                                                 kRecordHeaderSize),
+                                  h->elements());
+    }
+  }
+  mdb_cursor_close(cur);
+  if (!st.ok()) return st;
+  if (rc != MDB_NOTFOUND) return LmdbError("upgrading: reading records of", path, rc);
+  for (uint64_t i = 0; i < sums.size(); ++i) {
+    auto key = IndexKey(i);
+    const std::string val = EncodeSampleSummary(i, sums[i]);
+    MDB_val sk = Val(key.data(), key.size()), sv = Val(val.data(), val.size());
+    rc = mdb_put(txn, env_->index_dbi, &sk, &sv, 0);
+    if (rc != 0) return LmdbError("upgrading: writing the sample index of", path, rc);
+  }
+  meta_.format_version = kStoreFormatVersion;
+  const std::string text = meta_.Encode();
+  MDB_val mk = Val(kMetaKey, sizeof(kMetaKey) - 1), mv = Val(text.data(), text.size());
+  rc = mdb_put(txn, env_->meta_dbi, &mk, &mv, 0);
+  if (rc != 0) return LmdbError("upgrading: writing metadata of", path, rc);
+  upgraded_from_ = from;
   return Status::OK();
 }
 
@@ -497,6 +678,21 @@ Status Writer::Seal() {
   if (rc != 0) return LmdbError("syncing", env_->path(), rc);
   meta_ = std::move(next);
   return Status::OK();
+}
+
+Result<uint16_t> UpgradeStore(const std::string& path) {
+  std::string kind;
+  {
+    SnapshotOptions so;
+    so.allow_old_format = true;
+    PS_ASSIGN_OR_RETURN(auto snap, Snapshot::Open(path, so));
+    if (snap->meta().format_version >= kStoreFormatVersion) return snap->meta().format_version;
+    kind = snap->meta().kind;
+  }
+  WriterOptions wo;
+  wo.kind = kind;
+  PS_ASSIGN_OR_RETURN(auto writer, Writer::Open(path, wo));  // upgrades in its opening transaction
+  return writer->upgraded() ? writer->upgraded_from() : kStoreFormatVersion;
 }
 
 }  // namespace patchstore

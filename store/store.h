@@ -52,7 +52,7 @@ class Env {
   // True when called in the process that opened the environment.
   bool InOpeningProcess() const;
 
-  MDB_dbi meta_dbi = 0, ids_dbi = 0, records_dbi = 0;
+  MDB_dbi meta_dbi = 0, ids_dbi = 0, records_dbi = 0, index_dbi = 0;
 
  private:
   friend class Writer;
@@ -74,6 +74,19 @@ struct SnapshotOptions {
   // and for stores in read-only directories when `auto_no_lock` is set.
   bool auto_no_lock = true;
   bool force_no_lock = false;
+  // Open a store of an older format (without the summary index) instead of
+  // refusing it; only the upgrade path and verify do this.
+  bool allow_old_format = false;
+};
+
+// What a reader tells the kernel about the pages it will touch (madvise).
+// Stores are opened with no readahead (random access: a page fault reads one
+// page, not megabytes around it); streaming commands ask for readahead.
+enum class Access {
+  kRandom,      // no readahead (the default of every read snapshot)
+  kSequential,  // aggressive readahead, pages behind may be dropped early
+  kWillNeed,    // start reading this range now (asynchronously)
+  kDontNeed,    // this process is done with the range: drop it from its RSS
 };
 
 // A consistent read-only view of the store: one LMDB read transaction.
@@ -106,12 +119,23 @@ class Snapshot {
   // The raw record bytes or NotFound.
   Result<std::string_view> GetRecord(uint64_t sample, uint16_t field) const;
 
+  // Visits every sample summary (the `index` database) in index order,
+  // decoded and checked. A store of format 1 has none (NotFound).
+  Status ForEachSummary(const std::function<Status(uint64_t, const SampleSummary&)>& visit) const;
+  bool has_index() const { return has_index_; }
+
+  // Advice for the pages of [data, data + size) inside the map (rounded out
+  // to pages), or for the whole map when data is null. Best effort: the
+  // kernel may ignore it; errors are not reported.
+  void Advise(Access access, const void* data = nullptr, size_t size = 0) const;
+
  private:
   Snapshot() = default;
   std::shared_ptr<Env> env_;
   MDB_txn* txn_ = nullptr;
   StoreMeta meta_;
   uint64_t id_count_ = 0;
+  bool has_index_ = false;
   bool empty_ = false;  // an environment without databases: a store with nothing committed
 };
 
@@ -163,6 +187,10 @@ class Writer {
   // transaction.
   Status WriteBatch(const std::vector<SampleInput>& samples);
 
+  // True when Open found a store of an older format and upgraded it.
+  bool upgraded() const { return upgraded_from_ != 0; }
+  uint16_t upgraded_from() const { return upgraded_from_; }
+
   // Writes the metadata alone (e.g. after EnsureField) and commits.
   Status CommitMeta();
   // Marks the store sealed (ingest finished) and commits.
@@ -172,11 +200,19 @@ class Writer {
   Writer() = default;
   Status TryWrite(const std::vector<SampleInput>& samples, bool* map_full);
   Status Grow();
+  Status Upgrade(MDB_txn* txn);
   std::shared_ptr<Env> env_;
+  uint16_t upgraded_from_ = 0;
   StoreMeta meta_;
   std::unordered_set<std::string> ids_;
   uint64_t map_size_ = 0;
   int lock_fd_ = -1;
 };
+
+// Brings the store at `path` to the current store format in place, in one
+// transaction (a kill leaves the old format, never a mix): format 1 -> 2
+// adds the sample index. Returns the format it had (equal to
+// kStoreFormatVersion when there was nothing to do). Takes the writer lock.
+Result<uint16_t> UpgradeStore(const std::string& path);
 
 }  // namespace patchstore

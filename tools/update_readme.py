@@ -17,7 +17,7 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COMMANDS = [[], ["ingest", "images"], ["ingest", "hdf5"], ["info"], ["ls"], ["verify"], ["export"],
+COMMANDS = [[], ["ingest", "images"], ["ingest", "hdf5"], ["info"], ["ls"], ["verify"], ["upgrade"], ["export"],
             ["montage"], ["bench"]]
 
 

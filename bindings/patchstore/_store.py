@@ -258,7 +258,7 @@ class Store:
                 shape = None
                 if len(r) > 0:
                     try:
-                        shape = tuple(r.header(0, f["name"])["shape"])
+                        shape = tuple(r.summary(0, f["name"])["shape"])  # the index: no record read
                     except (KeyError, OSError):  # record missing or damaged for sample 0
                         shape = None
                 names = tuple(x for x in f["channel_names"].split(",") if x)
@@ -329,8 +329,10 @@ class Store:
         return r.header(self._index(r, key), field)
 
     def shape(self, key: Key, field: str) -> Tuple[int, ...]:
-        """The (C,H,W) shape of one record."""
-        return tuple(self.header(key, field)["shape"])
+        """The shape of one record, (C,H,W) for images, (S,H,W) for volumes, from the
+        store's sample index (no record is read)."""
+        r = self._r()
+        return tuple(r.summary(self._index(r, key), field)["shape"])
 
     def patch(self, key: Key, field: str, y: int, x: int, h: int, w: int) -> np.ndarray:
         """The (C,h,w) window at (y, x) of one record: a read-only view, no copy.

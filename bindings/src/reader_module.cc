@@ -115,6 +115,17 @@ py::dict HeaderInfo(const RecordHeader& h) {
   return d;
 }
 
+py::dict SummaryInfo(const patchstore::RecordSummary& h) {
+  py::tuple shape(h.rank);
+  for (int i = 0; i < h.rank; ++i) shape[i] = py::int_(h.shape[i]);
+  py::dict d;
+  d["shape"] = shape;
+  d["layout"] = LayoutName(h.layout);
+  d["payload_bytes"] = h.payload_bytes();
+  d["valid_count"] = h.has_valid_count ? py::object(py::int_(h.valid_count)) : py::object(py::none());
+  return d;
+}
+
 // Copies `n` windows of field `field` into `out` (see the docstring below).
 void CopyPatches(const Reader& r, const py::object& samples_obj, const std::string& field,
                  const py::object& ys_obj, const py::object& xs_obj, int64_t h, int64_t w,
@@ -280,6 +291,14 @@ PYBIND11_MODULE(_patchstore, m) {
             return HeaderInfo(Unwrap(r.Header(SampleOf(r, sample), FieldOf(r, field))));
           },
           py::arg("sample"), py::arg("field"))
+      .def(
+          "summary",
+          [](const Reader& r, int64_t sample, const std::string& field) {
+            return SummaryInfo(Unwrap(r.Summary(SampleOf(r, sample), FieldOf(r, field))));
+          },
+          py::arg("sample"), py::arg("field"),
+          "What the store's sample index says of one record (shape, layout, payload_bytes, valid_count of a "
+          "mask), without reading the record.")
       .def(
           "get",
           [](const Reader& r, int64_t sample, const std::string& field) {

@@ -1,0 +1,295 @@
+// The sample index (store format 2): written with every sample, read by
+// open/info/samplers instead of the records, checked against the records by
+// readers and verify, and added to format-1 stores by `upgrade`.
+#include <gtest/gtest.h>
+#include <lmdb.h>
+
+#include <cmath>
+#include <limits>
+
+#include "reader/reader.h"
+#include "reader/sampler.h"
+#include "reader/verify.h"
+#include "store/store.h"
+#include "test_util.h"
+
+namespace patchstore {
+namespace {
+
+using testing::TempDir;
+
+constexpr int64_t kH = 12, kW = 10;
+
+// Masks with known valid counts: sample s has s*7 valid pixels (NaN and -0
+// are not valid), sample 0 none. Field "img" has 2 channels.
+float MaskValue(uint64_t s, int64_t i) {
+  if (static_cast<uint64_t>(i) < s * 7) return (i % 3 == 0) ? 0.5f : -2.0f;
+  if (i % 5 == 0) return std::numeric_limits<float>::quiet_NaN();
+  return (i % 2) ? -0.0f : 0.0f;
+}
+
+std::string MakeStore(const TempDir& dir, uint64_t n, const std::string& name = "s.ps") {
+  const std::string path = dir / name;
+  WriterOptions wo;
+  wo.durable = false;
+  auto w = Writer::Open(path, wo).value();
+  FieldMeta img, mask;
+  img.name = "img";
+  img.channels = 2;
+  mask.name = "mask";
+  mask.channels = 1;
+  mask.is_mask = true;
+  EXPECT_TRUE(w->EnsureField(img).ok());
+  EXPECT_TRUE(w->EnsureField(mask).ok());
+  for (uint64_t s = 0; s < n; ++s) {
+    std::vector<float> a(2 * kH * kW), m(kH * kW);
+    for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(s * 1000 + i);
+    for (int64_t i = 0; i < kH * kW; ++i) m[i] = MaskValue(s, i);
+    SampleInput in;
+    in.id = "s" + std::to_string(s);
+    RecordInput ra, rm;
+    ra.field = 0;
+    ra.header.shape = {2, kH, kW, 0};
+    ra.data = a.data();
+    rm.field = 1;
+    rm.header.shape = {1, kH, kW, 0};
+    rm.data = m.data();
+    in.records = {ra, rm};
+    EXPECT_TRUE(w->WriteBatch({in}).ok());
+  }
+  EXPECT_TRUE(w->Seal().ok());
+  return path;
+}
+
+// Runs `edit` in one LMDB write transaction on the store's environment.
+void EditLmdb(const std::string& path, const std::function<void(MDB_txn*, MDB_dbi meta, MDB_dbi index)>& edit) {
+  MDB_env* env = nullptr;
+  ASSERT_EQ(mdb_env_create(&env), 0);
+  mdb_env_set_maxdbs(env, 8);
+  ASSERT_EQ(mdb_env_open(env, path.c_str(), 0, 0644), 0);
+  MDB_txn* txn = nullptr;
+  ASSERT_EQ(mdb_txn_begin(env, nullptr, 0, &txn), 0);
+  MDB_dbi meta, index;
+  ASSERT_EQ(mdb_dbi_open(txn, "meta", 0, &meta), 0);
+  ASSERT_EQ(mdb_dbi_open(txn, "index", 0, &index), 0);
+  edit(txn, meta, index);
+  ASSERT_EQ(mdb_txn_commit(txn), 0);
+  mdb_env_close(env);
+}
+
+// Turns a store into what patchstore 0.1.0 (store format 1) wrote: no index
+// database, `patchstore_format=1`.
+void MakeFormat1(const std::string& path) {
+  EditLmdb(path, [&](MDB_txn* txn, MDB_dbi meta, MDB_dbi index) {
+    ASSERT_EQ(mdb_drop(txn, index, 1), 0);
+    MDB_val k{5, const_cast<char*>("store")}, v;
+    ASSERT_EQ(mdb_get(txn, meta, &k, &v), 0);
+    auto m = StoreMeta::Decode(std::string_view(static_cast<const char*>(v.mv_data), v.mv_size)).value();
+    m.format_version = 1;
+    const std::string text = m.Encode();
+    MDB_val nv{text.size(), const_cast<char*>(text.data())};
+    ASSERT_EQ(mdb_put(txn, meta, &k, &nv, 0), 0);
+  });
+}
+
+TEST(SampleIndex, SummaryRoundTripsAndRejectsDamage) {
+  SampleSummary s;
+  s.fields.resize(3);
+  s.fields[0].present = true;
+  s.fields[0].rank = 3;
+  s.fields[0].shape = {3, 1080, 1920, 0};
+  s.fields[2].present = true;
+  s.fields[2].rank = 3;
+  s.fields[2].layout = Layout::kSHW;
+  s.fields[2].shape = {96, 256, 256, 0};
+  s.fields[2].has_valid_count = true;
+  s.fields[2].valid_count = 12345;
+  const std::string bytes = EncodeSampleSummary(7, s);
+  auto back = DecodeSampleSummary(7, bytes.data(), bytes.size());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_EQ(back->fields.size(), 3u);
+  for (int f = 0; f < 3; ++f) EXPECT_TRUE(back->fields[f] == s.fields[f]) << f;
+  EXPECT_EQ(back->fields[0].payload_bytes(), 3u * 1080 * 1920 * 4);
+  // Stored under another sample's key: refused (the checksum covers the key).
+  EXPECT_EQ(DecodeSampleSummary(8, bytes.data(), bytes.size()).status().code(), Code::kCorruption);
+  // Every single bit flip is refused.
+  for (size_t i = 0; i < bytes.size() * 8; ++i) {
+    std::string bad = bytes;
+    bad[i / 8] = static_cast<char>(bad[i / 8] ^ (1 << (i % 8)));
+    EXPECT_FALSE(DecodeSampleSummary(7, bad.data(), bad.size()).ok()) << "bit " << i;
+  }
+  EXPECT_FALSE(DecodeSampleSummary(7, bytes.data(), bytes.size() - 1).ok());
+  // A valid count larger than the record is refused even with a good checksum.
+  s.fields[2].valid_count = 96ull * 256 * 256 + 1;
+  const std::string big = EncodeSampleSummary(7, s);
+  EXPECT_EQ(DecodeSampleSummary(7, big.data(), big.size()).status().code(), Code::kCorruption);
+}
+
+TEST(SampleIndex, WriterRecordsShapesAndExactMaskCounts) {
+  TempDir dir;
+  const std::string path = MakeStore(dir, 5);
+  auto r = Reader::Open(path).value();
+  EXPECT_EQ(r->meta().format_version, kStoreFormatVersion);
+  for (uint64_t s = 0; s < 5; ++s) {
+    auto img = r->Summary(s, 0).value();
+    auto mask = r->Summary(s, 1).value();
+    EXPECT_FALSE(img.has_valid_count);
+    EXPECT_EQ(img.shape, (std::array<uint64_t, 4>{2, kH, kW, 0}));
+    EXPECT_EQ(img.payload_bytes(), r->Header(s, 0)->payload_bytes);
+    ASSERT_TRUE(mask.has_valid_count);
+    // Brute force over the stored mask, with the sampler's validity rule.
+    auto v = r->Get(s, 1).value();
+    uint64_t want = 0;
+    for (int64_t i = 0; i < kH * kW; ++i) want += (v.data[i] != 0.0f && !std::isnan(v.data[i]));
+    EXPECT_EQ(want, s * 7);
+    EXPECT_EQ(mask.valid_count, want) << "sample " << s;
+  }
+  EXPECT_EQ(r->Summary(5, 0).status().code(), Code::kOutOfRange);
+  EXPECT_EQ(r->Summary(0, 2).status().code(), Code::kNotFound);
+}
+
+TEST(SampleIndex, SamplerConstructionReadsNoRecord) {
+  // Damage the header of every record of sample 3 (img and mask). Opening
+  // the store and building a mask-aware sampler read only the index, so
+  // they succeed; gathering a window of sample 3 reads it and fails.
+  TempDir dir;
+  const std::string path = MakeStore(dir, 5);
+  {
+    MDB_env* env = nullptr;
+    ASSERT_EQ(mdb_env_create(&env), 0);
+    mdb_env_set_maxdbs(env, 8);
+    ASSERT_EQ(mdb_env_open(env, path.c_str(), MDB_WRITEMAP, 0644), 0);
+    MDB_txn* txn = nullptr;
+    ASSERT_EQ(mdb_txn_begin(env, nullptr, MDB_RDONLY, &txn), 0);
+    MDB_dbi rec;
+    ASSERT_EQ(mdb_dbi_open(txn, "records", 0, &rec), 0);
+    for (uint16_t f = 0; f < 2; ++f) {
+      auto key = RecordKey(3, f);
+      MDB_val k{key.size(), key.data()}, v;
+      ASSERT_EQ(mdb_get(txn, rec, &k, &v), 0);
+      static_cast<uint8_t*>(v.mv_data)[0] ^= 0xff;  // magic: the header no longer parses
+    }
+    mdb_txn_abort(txn);
+    mdb_env_close(env);
+  }
+  auto r = Reader::Open(path);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  SamplerOptions o;
+  o.fields = {"img", "mask"};
+  o.patch_size = 4;
+  o.require = "mask";
+  auto sampler = PatchSampler::Create(*r, o);
+  ASSERT_TRUE(sampler.ok()) << sampler.status().ToString();
+  EXPECT_EQ((*sampler)->eligible_samples(), 4u);  // sample 0 has an empty mask
+  EXPECT_EQ((*sampler)->skipped_ids(), std::vector<std::string>{"s0"});
+  EXPECT_EQ((*r)->Header(3, 0).status().code(), Code::kCorruption);
+  std::vector<float> a(2 * 16), m(16);
+  auto st = (*sampler)->GatherWindows({Window{3, 0, 0}}, {a.data(), m.data()});
+  EXPECT_EQ(st.code(), Code::kCorruption);
+  EXPECT_NE(st.message().find("'s3'"), std::string::npos) << st.message();
+}
+
+TEST(SampleIndex, MinValidUsesTheCountThenExactWindows) {
+  TempDir dir;
+  const std::string path = MakeStore(dir, 6);
+  auto r = Reader::Open(path).value();
+  SamplerOptions o;
+  o.fields = {"img"};
+  o.patch_size = kW;  // full-width windows of height kW: 3 positions per sample
+  o.require = "mask";
+  // Sample s has 7*s valid pixels, the first ones in index order (rows 0..).
+  // min_valid=21: samples 0..2 cannot qualify by their count (0, 7, 14);
+  // samples 3..5 are decided exactly from their windows.
+  o.min_valid = 21;
+  auto sampler = PatchSampler::Create(r, o).value();
+  std::set<uint64_t> eligible;
+  for (uint64_t s = 0; s < 6; ++s)
+    if (sampler->eligible(s)) eligible.insert(s);
+  EXPECT_EQ(eligible, (std::set<uint64_t>{3, 4, 5}));
+  // A threshold above any sample's count leaves nothing (no record read needed).
+  o.min_valid = 36;
+  auto none = PatchSampler::Create(r, o).value();
+  EXPECT_EQ(none->eligible_samples(), 0u);
+  EXPECT_EQ(none->skipped_samples(), 6u);
+}
+
+TEST(SampleIndex, Format1StoreIsRefusedWithTheUpgradeCommandThenUpgraded) {
+  TempDir dir;
+  const std::string path = MakeStore(dir, 4);
+  const std::string fresh = MakeStore(dir, 4, "fresh.ps");
+  MakeFormat1(path);
+  auto r = Reader::Open(path);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kUnsupported);
+  EXPECT_NE(r.status().message().find("patchstore upgrade " + path), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("format 1"), std::string::npos) << r.status().message();
+  // verify checks the records of an old store and names the missing index.
+  auto rep = VerifyStore(path).value();
+  ASSERT_EQ(rep.problems.size(), 1u);
+  EXPECT_NE(rep.problems[0].message.find("patchstore upgrade"), std::string::npos);
+
+  auto up = UpgradeStore(path);
+  ASSERT_TRUE(up.ok()) << up.status().ToString();
+  EXPECT_EQ(*up, 1);
+  EXPECT_EQ(UpgradeStore(path).value(), kStoreFormatVersion);  // nothing left to do
+  auto a = Reader::Open(path).value(), b = Reader::Open(fresh).value();
+  EXPECT_TRUE(a->sealed());  // the upgrade keeps the sealed state
+  EXPECT_EQ(a->meta().format_version, kStoreFormatVersion);
+  for (uint64_t s = 0; s < 4; ++s)
+    for (int f = 0; f < 2; ++f) EXPECT_TRUE(a->summary(s, f) == b->summary(s, f)) << s << "," << f;
+  EXPECT_TRUE(VerifyStore(path).value().ok());
+}
+
+TEST(SampleIndex, IndexDisagreeingWithRecordsIsRefusedAndNamed) {
+  TempDir dir;
+  const std::string path = MakeStore(dir, 4);
+  // A well-formed summary (good checksum) that lies: sample 2's img is said
+  // to be 2x12x9, and its mask count is off by one.
+  EditLmdb(path, [&](MDB_txn* txn, MDB_dbi, MDB_dbi index) {
+    SampleSummary s;
+    s.fields.resize(2);
+    s.fields[0].present = true;
+    s.fields[0].rank = 3;
+    s.fields[0].shape = {2, kH, kW - 1, 0};
+    s.fields[1].present = true;
+    s.fields[1].rank = 3;
+    s.fields[1].shape = {1, kH, kW, 0};
+    s.fields[1].has_valid_count = true;
+    s.fields[1].valid_count = 2 * 7 + 1;
+    const std::string v = EncodeSampleSummary(2, s);
+    auto key = IndexKey(2);
+    MDB_val k{key.size(), key.data()}, val{v.size(), const_cast<char*>(v.data())};
+    ASSERT_EQ(mdb_put(txn, index, &k, &val, 0), 0);
+  });
+  auto r = Reader::Open(path).value();
+  auto got = r->Get(2, 0);
+  EXPECT_EQ(got.status().code(), Code::kCorruption);
+  EXPECT_NE(got.status().message().find("sample index"), std::string::npos) << got.status().message();
+  EXPECT_NE(got.status().message().find("'s2'"), std::string::npos) << got.status().message();
+  EXPECT_TRUE(r->Get(1, 0).ok());
+  auto rep = VerifyStore(path).value();
+  ASSERT_EQ(rep.problems.size(), 2u);
+  for (const auto& p : rep.problems) {
+    EXPECT_EQ(p.id, "s2");
+    EXPECT_NE(p.message.find("sample index disagrees"), std::string::npos) << p.message;
+  }
+  EXPECT_EQ(rep.problems[0].field, "img");
+  EXPECT_EQ(rep.problems[1].field, "mask");
+}
+
+TEST(SampleIndex, MissingIndexEntryIsRefusedAtOpen) {
+  TempDir dir;
+  const std::string path = MakeStore(dir, 3);
+  EditLmdb(path, [&](MDB_txn* txn, MDB_dbi, MDB_dbi index) {
+    auto key = IndexKey(1);
+    MDB_val k{key.size(), key.data()};
+    ASSERT_EQ(mdb_del(txn, index, &k, nullptr), 0);
+  });
+  auto r = Reader::Open(path);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kCorruption);
+  EXPECT_NE(r.status().message().find("index holds 2"), std::string::npos) << r.status().message();
+}
+
+}  // namespace
+}  // namespace patchstore
