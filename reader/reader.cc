@@ -279,6 +279,7 @@ Result<SatView> Reader::Sat(uint64_t sample, int field, bool cache) const {
   auto it = sat_cache_.find(slot);
   if (it != sat_cache_.end()) return it->second;
   if (!cache) lock.unlock();
+  Prefetch(sample, field);  // the whole mask is read: one request, not a page fault per page
   auto buf = std::shared_ptr<uint32_t[]>(new uint32_t[static_cast<size_t>(planes * (H + 1) * (W + 1))]);
   ComputeSat(mask.data, planes, H, W, buf.get());
   SatView v;
@@ -289,6 +290,23 @@ Result<SatView> Reader::Sat(uint64_t sample, int field, bool cache) const {
   v.owner = buf;
   if (cache) sat_cache_.emplace(slot, v);
   return v;
+}
+
+void Reader::Prefetch(uint64_t sample, int field) const {
+  if (sample >= ids_.size() || field < 0 || field >= field_count()) return;
+  const RecordRef& ref = records_[sample * meta().fields.size() + field];
+  if (ref.data != nullptr) snapshot_->Advise(Access::kWillNeed, ref.data, ref.size);
+}
+
+void Reader::PrefetchWindow(const TensorView& v) const {
+  if (v.data == nullptr || v.rank != 3) return;
+  const auto* base = reinterpret_cast<const uint8_t*>(v.data);
+  const size_t row = static_cast<size_t>(v.shape[2]) * sizeof(float);
+  std::vector<std::pair<const void*, size_t>> rows;
+  rows.reserve(static_cast<size_t>(v.shape[0] * v.shape[1]));
+  for (int64_t c = 0; c < v.shape[0]; ++c)
+    for (int64_t y = 0; y < v.shape[1]; ++y) rows.emplace_back(base + c * v.strides[0] + y * v.strides[1], row);
+  snapshot_->WillNeed(rows);
 }
 
 Status Reader::Verify(uint64_t sample, int field) const {

@@ -125,6 +125,16 @@ class Reader {
   // InvalidArgument when the field is not 1-channel.
   Result<SatView> Sat(uint64_t sample, int field, bool cache = true) const;
 
+  // Read-ahead hints for stores that are not in the page cache (the map is
+  // opened without kernel readahead). Both only start reads and return at
+  // once; they never fail (a bad sample or field is ignored).
+  //   Prefetch: the whole record.
+  //   PrefetchWindow: the rows of a window view from Patch(), merged into
+  //   as few requests as their pages allow; a no-op when the window's first
+  //   page is already resident.
+  void Prefetch(uint64_t sample, int field) const;
+  void PrefetchWindow(const TensorView& window) const;
+
   // Recomputes the checksum of one record (VerifyRecordBody).
   Status Verify(uint64_t sample, int field) const;
 

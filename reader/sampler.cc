@@ -288,6 +288,20 @@ Status PatchSampler::Gather(uint64_t epoch, uint64_t first, int64_t n, const std
   if (n < 0) return Status::InvalidArgument("gather: negative count");
   const uint64_t k = static_cast<uint64_t>(options_.patches_per_sample);
   std::vector<Window> wins(static_cast<size_t>(n));
+  if (mask_field_ >= 0) {
+    // Samples visited for the first time need their mask to find their
+    // windows: start reading all of them before drawing any.
+    std::vector<uint64_t> visit;
+    if (n > 0 && !eligible_.empty())
+      for (uint64_t p = first / k; p <= (first + static_cast<uint64_t>(n) - 1) / k; ++p) visit.push_back(SampleAt(epoch, p));
+    std::vector<uint64_t> fresh;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (uint64_t s : visit)
+        if (!sets_.count(s)) fresh.push_back(s);
+    }
+    for (uint64_t s : fresh) reader_->Prefetch(s, mask_field_);
+  }
   for (int64_t i = 0; i < n; ++i) {
     const uint64_t w = first + static_cast<uint64_t>(i);
     PS_ASSIGN_OR_RETURN(wins[i], WindowAt(epoch, w / k, static_cast<int>(w % k)));
@@ -310,6 +324,11 @@ Status PatchSampler::GatherWindows(const std::vector<Window>& wins, const std::v
       if (wins[i].rot > 3) return Status::InvalidArgument("gather: rotation must be 0..3");
       PS_ASSIGN_OR_RETURN(views[f][i], reader_->Patch(wins[i].sample, fields_[f], wins[i].y, wins[i].x, P, P));
     }
+  // With the store out of the page cache, every row of every window is a
+  // page fault: ask for all of them at once so the disk sees many requests
+  // in flight instead of one synchronous read per row.
+  for (size_t f = 0; f < fields_.size(); ++f)
+    for (int64_t i = 0; i < n; ++i) reader_->PrefetchWindow(views[f][i]);
   auto work = [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i)
       for (size_t f = 0; f < fields_.size(); ++f) {

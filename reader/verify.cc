@@ -14,10 +14,7 @@ Result<VerifyReport> VerifyStore(const std::string& path, const std::function<vo
   PS_ASSIGN_OR_RETURN(auto snap, Snapshot::Open(path, so));
   const StoreMeta& meta = snap->meta();
   VerifyReport report;
-  // Streaming: ask for readahead over the whole map, and drop each record's
-  // pages from this process once checked, so memory stays flat whatever the
-  // store's size (the pages stay in the page cache for other readers).
-  snap->Advise(Access::kSequential);
+
   std::vector<std::string> ids(snap->id_count());
   std::vector<bool> have_id(ids.size(), false);
   // Ids: decode each entry on its own so one bad id does not hide the rest.
@@ -74,6 +71,11 @@ Result<VerifyReport> VerifyStore(const std::string& path, const std::function<vo
       report.problems.push_back({sample_name(s), field_name(f), "record belongs to no sample or field"});
       return Status::OK();
     }
+    // Streaming with the map opened for random access (no readahead): ask
+    // for the whole record at once, and drop its pages from this process
+    // once checked, so memory stays flat whatever the store's size (the
+    // pages stay in the page cache for other readers).
+    snap->Advise(Access::kWillNeed, data, size);
     auto h = ParseRecordHeader(data, size);
     Status rst = h.ok() ? VerifyRecordBody(*h, data) : h.status();
     if (rst.ok() && h->layout != (f >= kAuxFieldBase ? Layout::kSAT : meta.fields[f].layout))

@@ -303,24 +303,18 @@ Status Snapshot::ForEachSummary(const std::function<Status(uint64_t, const Sampl
 }
 
 void Snapshot::Advise(Access access, const void* data, size_t size) const {
-  if (empty_ || !env_ || !env_->InOpeningProcess()) return;
-  MDB_envinfo info;
-  if (mdb_env_info(env_->raw(), &info) != 0 || info.me_mapaddr == nullptr) return;
-  const uintptr_t map = reinterpret_cast<uintptr_t>(info.me_mapaddr);
-  uintptr_t begin = map, end = map + info.me_mapsize;
-  if (data != nullptr) {
-    begin = std::max(begin, reinterpret_cast<uintptr_t>(data));
-    end = std::min(end, reinterpret_cast<uintptr_t>(data) + size);
-  }
+  if (empty_ || !env_ || !env_->InOpeningProcess() || data == nullptr || size == 0) return;
   const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  begin &= ~(page - 1);
+  uintptr_t begin = reinterpret_cast<uintptr_t>(data), end = begin + size;
   if (access == Access::kDontNeed) {
     // Only whole pages inside the range: never drop a neighbour's page.
-    begin = data != nullptr ? (reinterpret_cast<uintptr_t>(data) + page - 1) & ~(page - 1) : begin;
+    begin = (begin + page - 1) & ~(page - 1);
     end &= ~(page - 1);
+  } else {
+    begin &= ~(page - 1);
   }
   if (end <= begin) return;
-  int advice = MADV_RANDOM;
+  int advice = MADV_NORMAL;
   switch (access) {
     case Access::kRandom: advice = MADV_RANDOM; break;
     case Access::kSequential: advice = MADV_SEQUENTIAL; break;
@@ -328,6 +322,31 @@ void Snapshot::Advise(Access access, const void* data, size_t size) const {
     case Access::kDontNeed: advice = MADV_DONTNEED; break;
   }
   ::madvise(reinterpret_cast<void*>(begin), end - begin, advice);
+}
+
+void Snapshot::WillNeed(const std::vector<std::pair<const void*, size_t>>& ranges) const {
+  if (empty_ || !env_ || !env_->InOpeningProcess() || ranges.empty()) return;
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  {
+    unsigned char resident = 0;
+    void* first = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(ranges[0].first) & ~(page - 1));
+    if (::mincore(first, 1, &resident) == 0 && (resident & 1)) return;
+  }
+  uintptr_t run_begin = 0, run_end = 0;
+  for (const auto& [p, n] : ranges) {
+    if (n == 0) continue;
+    const uintptr_t b = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
+    const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + n + page - 1) & ~(page - 1);
+    if (run_end != 0 && b <= run_end && e >= run_begin) {
+      run_begin = std::min(run_begin, b);
+      run_end = std::max(run_end, e);
+      continue;
+    }
+    if (run_end != 0) ::madvise(reinterpret_cast<void*>(run_begin), run_end - run_begin, MADV_WILLNEED);
+    run_begin = b;
+    run_end = e;
+  }
+  if (run_end != 0) ::madvise(reinterpret_cast<void*>(run_begin), run_end - run_begin, MADV_WILLNEED);
 }
 
 // ---------------------------------------------------------------------------

@@ -124,10 +124,16 @@ class Snapshot {
   Status ForEachSummary(const std::function<Status(uint64_t, const SampleSummary&)>& visit) const;
   bool has_index() const { return has_index_; }
 
-  // Advice for the pages of [data, data + size) inside the map (rounded out
-  // to pages), or for the whole map when data is null. Best effort: the
-  // kernel may ignore it; errors are not reported.
-  void Advise(Access access, const void* data = nullptr, size_t size = 0) const;
+  // Advice for the pages of [data, data + size) (rounded out to pages; for
+  // kDontNeed, in to whole pages). REQUIRES: the range lies inside values
+  // returned by this snapshot (a record, an id). Best effort: the kernel may
+  // ignore it; errors are not reported.
+  void Advise(Access access, const void* data, size_t size) const;
+  // kWillNeed for many small ranges (e.g. the rows of a window), merged where
+  // they share or touch pages: one system call per contiguous run of pages.
+  // Skipped when the first range's first page is already resident, so a
+  // store in the page cache pays one mincore() per call.
+  void WillNeed(const std::vector<std::pair<const void*, size_t>>& ranges) const;
 
  private:
   Snapshot() = default;
