@@ -285,6 +285,9 @@ Result<ExportSummary> Export(const ExportOptions& o) {
     const fs::path dir = fs::path(o.outdir) / rel;
     fs::create_directories(dir, ec);
     if (ec) return Status::IOError("export: creating '" + dir.string() + "': " + ec.message());
+    // Whole records are read: one read-ahead request per record (the map
+    // has no kernel readahead).
+    for (int f : fields) reader->Prefetch(s, f);
     for (int f : fields) {
       if (volumes) {
         PS_ASSIGN_OR_RETURN(TensorView v, Volume(*reader, s, f));

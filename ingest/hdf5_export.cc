@@ -147,6 +147,7 @@ Result<ExportSummary> ExportVolumesHdf5(const ExportOptions& o, const Reader& re
         break;
       }
       for (uint64_t s : samples) {
+        reader.Prefetch(s, f);  // the whole volume is written out: one read-ahead request
         auto v = Volume(reader, s, f);
         if (!v.ok()) {
           st = v.status().WithContext("export");

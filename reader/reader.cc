@@ -309,6 +309,10 @@ void Reader::PrefetchWindow(const TensorView& v) const {
   snapshot_->WillNeed(rows);
 }
 
+void Reader::PrefetchBytes(const void* data, size_t size) const {
+  if (data != nullptr && size != 0) snapshot_->WillNeed({{data, size}});
+}
+
 Status Reader::Verify(uint64_t sample, int field) const {
   if (sample >= ids_.size() || field < 0 || field >= field_count())
     return Status::OutOfRange("verify: no such record");

@@ -132,8 +132,12 @@ class Reader {
   //   PrefetchWindow: the rows of a window view from Patch(), merged into
   //   as few requests as their pages allow; a no-op when the window's first
   //   page is already resident.
+  //   PrefetchBytes: [data, data + size) of a view of this Reader (e.g. the
+  //   contiguous slices of a volume stack); a no-op when its first page is
+  //   resident.
   void Prefetch(uint64_t sample, int field) const;
   void PrefetchWindow(const TensorView& window) const;
+  void PrefetchBytes(const void* data, size_t size) const;
 
   // Recomputes the checksum of one record (VerifyRecordBody).
   Status Verify(uint64_t sample, int field) const;

@@ -359,6 +359,13 @@ Status CopySliceStacks(const Reader& reader, const std::vector<SliceStackRequest
     }
     jobs.push_back(j);
   }
+  // Out of the page cache every page of a slice is a fault: ask for each
+  // stack's slices (contiguous in an (S,H,W) record) before copying any.
+  for (const Job& j : jobs) {
+    const int64_t lo = std::max<int64_t>(j.slice - context, 0), hi = std::min(j.slice + context, j.v.S - 1);
+    const int64_t plane = j.v.H * j.v.W;
+    reader.PrefetchBytes(j.v.data + lo * plane, static_cast<size_t>((hi - lo + 1) * plane) * sizeof(float));
+  }
   const int64_t item = (2 * context + 1) * oh * ow;
   const int64_t n = static_cast<int64_t>(jobs.size());
   ParallelBlocks(n, num_threads, [&](int64_t begin, int64_t end) {

@@ -129,6 +129,7 @@ def build_store(patchstore, work, name, src, trip, n):
     subprocess.run([patchstore, "--quiet", "ingest", "images", store, "--manifest", manifest, "--no-sync"],
                    check=True, stdout=subprocess.DEVNULL)
     secs = time.perf_counter() - t0
+    os.sync()  # --no-sync left GBs of dirty pages: write them now, not during the measurements
     return store, secs
 
 
@@ -147,6 +148,7 @@ def measure_store(m, patchstore, store, label, with_verify, patch):
     ]
     rows = []
     for name, cmds, parse in ops:
+        os.sync()
         evict(store)
         cold = m.run(cmds, parse_seconds=parse)
         warm = m.run(cmds, parse_seconds=parse)

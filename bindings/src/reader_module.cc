@@ -302,7 +302,10 @@ PYBIND11_MODULE(_patchstore, m) {
       .def(
           "get",
           [](const Reader& r, int64_t sample, const std::string& field) {
-            return View{Unwrap(r.Get(SampleOf(r, sample), FieldOf(r, field)))};
+            const uint64_t s = SampleOf(r, sample);
+            const int f = FieldOf(r, field);
+            r.Prefetch(s, f);  // a whole-record view is usually read whole
+            return View{Unwrap(r.Get(s, f))};
           },
           py::arg("sample"), py::arg("field"), "A View of the whole record.")
       .def(
@@ -310,6 +313,7 @@ PYBIND11_MODULE(_patchstore, m) {
           [](const Reader& r, int64_t sample) {
             const uint64_t s = SampleOf(r, sample);
             py::list out;
+            for (int f = 0; f < r.field_count(); ++f) r.Prefetch(s, f);
             for (int f = 0; f < r.field_count(); ++f) out.append(View{Unwrap(r.Get(s, f))});
             return out;
           },

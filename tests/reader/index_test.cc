@@ -291,5 +291,24 @@ TEST(SampleIndex, MissingIndexEntryIsRefusedAtOpen) {
   EXPECT_NE(r.status().message().find("index holds 2"), std::string::npos) << r.status().message();
 }
 
+TEST(SampleIndex, ReadAheadHintsNeverFailAndChangeNothing) {
+  TempDir dir;
+  const std::string path = MakeStore(dir, 3);
+  auto r = Reader::Open(path).value();
+  r->Prefetch(99, 0);  // no such sample: ignored
+  r->Prefetch(0, 7);   // no such field: ignored
+  r->PrefetchWindow(TensorView{});
+  r->PrefetchBytes(nullptr, 0);
+  r->Prefetch(1, 0);
+  auto w = r->Patch(2, 0, 3, 4, 5, 6).value();
+  r->PrefetchWindow(w);
+  auto whole = r->Get(2, 0).value();
+  r->PrefetchBytes(whole.data, 2 * kH * kW * sizeof(float));
+  for (int64_t c = 0; c < 2; ++c)
+    for (int64_t y = 0; y < 5; ++y)
+      for (int64_t x = 0; x < 6; ++x)
+        EXPECT_EQ(w.data[c * kH * kW + y * kW + x], static_cast<float>(2000 + c * kH * kW + (y + 3) * kW + x + 4));
+}
+
 }  // namespace
 }  // namespace patchstore
