@@ -72,9 +72,10 @@ from torch.utils.data import Dataset, IterableDataset, default_collate
 from . import _patchstore as _C
 from ._sampler import PatchSampler, _sampler_options
 from ._store import Store
+from ._resume import EpochBatchSampler, ResumableDataset
 from ._volumes import SliceIndex, SliceRef, SliceTransform, draw_transforms
 
-__all__ = ["BatchLoader", "PatchDataset", "SliceDataset", "collate", "slice_collate"]
+__all__ = ["BatchLoader", "EpochBatchSampler", "PatchDataset", "SliceDataset", "collate", "slice_collate"]
 
 
 class _SharedEpoch:
@@ -382,11 +383,13 @@ class BatchLoader(IterableDataset):
         self._epochs = _EpochCounter()
         self._ring: Optional[_Ring] = None
         self._ring_pid = -1
+        self._init_resume()
 
     def __getstate__(self) -> Dict[str, Any]:
         state = self.__dict__.copy()
         state["_ring"] = None
         state["_ring_pid"] = -1
+        state["_position"] = None  # each process counts its own iteration
         return state
 
     # -- description ----------------------------------------------------------------
@@ -429,6 +432,8 @@ class BatchLoader(IterableDataset):
         if e < 0:
             raise ValueError(f"epoch must be >= 0, got {epoch!r}")
         self._epochs.set(e)
+        if self._resume is not None and self._resume[0] != e:
+            self._resume = None  # a position restored by load_state_dict holds for its own epoch only
 
     # -- iteration -------------------------------------------------------------------
 
@@ -436,9 +441,15 @@ class BatchLoader(IterableDataset):
         info = torch.utils.data.get_worker_info()
         epoch = self._epochs.take(self._slot())
         nb = len(self)
-        if info is None:
-            return self._batches(epoch, range(nb), shared=False)
-        return self._batches(epoch, range(info.id, nb, info.num_workers), shared=True)
+        w, n = (0, 1) if info is None else (info.id, info.num_workers)
+        first = w
+        resume, self._resume = self._resume, None
+        if resume is not None and resume[0] == epoch:
+            # A worker state (StatefulDataLoader) gives this worker's own next batch; a training-process
+            # state gives the first batch not consumed, which worker w of n reads at offset w.
+            first = resume[1] if resume[2] else resume[1] + w
+        self._position = [epoch, first, n]
+        return self._batches(epoch, range(first, nb, n), shared=info is not None, track=True)
 
     def batches(self, epoch: int) -> Iterator[Dict[str, torch.Tensor]]:
         """The batches of `epoch` (does not touch the epoch counter)."""
@@ -447,13 +458,17 @@ class BatchLoader(IterableDataset):
             raise ValueError(f"epoch must be >= 0, got {epoch!r}")
         return self._batches(e, range(len(self)), shared=torch.utils.data.get_worker_info() is not None)
 
-    def _batches(self, epoch: int, which: range, shared: bool) -> Iterator[Dict[str, torch.Tensor]]:
+    def _batches(self, epoch: int, which: range, shared: bool,
+                 track: bool = False) -> Iterator[Dict[str, torch.Tensor]]:
         s = self.sampler._s()
         total = len(self.sampler)
         B = self.batch_size
         shapes = self.sampler.shapes(B)
         fields = self.fields
+        pos = self._position if track else None
         for b in which:
+            if pos is not None:
+                pos[1] = b + which.step  # counted when handed out: the caller has it
             first = b * B
             n = min(B, total - first)
             if shared:
@@ -465,6 +480,87 @@ class BatchLoader(IterableDataset):
             s.gather(epoch, first, n, [slot.arrays[f][:n] for f in fields])
             yield {f: slot.tensors[f][:n] for f in fields}  # new views: they keep the slot busy
 
+    # -- resuming ----------------------------------------------------------------------
+
+    def _init_resume(self) -> None:
+        # This process's iteration: [epoch, next batch, stride] (None before the first iter()).
+        self._position: Optional[List[int]] = None
+        # (epoch, first batch, worker-local) for the next iter() of that epoch, set by load_state_dict.
+        self._resume: Optional[Tuple[int, int, bool]] = None
+
+    def _state_options(self) -> Dict[str, Any]:
+        o = self.sampler.options
+        return {"seed": int(o["seed"]), "world_size": int(o["world_size"]), "batch_size": self.batch_size,
+                "batches": len(self)}
+
+    def state_dict(self, epoch: Optional[int] = None, batch: Optional[int] = None) -> Dict[str, Any]:
+        """Where this process stands: {type, version, seed, world_size, batch_size, batches, epoch, batch}.
+
+        Iterated directly (``for batch in loader``), the loader counts the
+        batches it handed out: ``epoch`` is the epoch in progress and
+        ``batch`` the number of its batches already yielded (the next epoch
+        and 0 once an epoch is done), so save it after the training step of
+        the last batch. Plain dicts of ints and strings: save it with the
+        model checkpoint and pass it to load_state_dict() in the new process.
+
+        Inside DataLoader workers, the training process does not see the
+        batches: with torchdata's StatefulDataLoader (which calls
+        state_dict() in each worker and load_state_dict() there again) it
+        works as is; with a plain DataLoader, give the epoch and the number
+        of batches your loop consumed in it: ``state_dict(epoch, step)``.
+        The state holds no rank: every rank of a synchronous job is at the
+        same position, so one rank's state resumes them all.
+        """
+        info = torch.utils.data.get_worker_info()
+        nb = len(self)
+        pos = self._position
+        if epoch is not None or batch is not None:
+            e = self.epoch if epoch is None else operator.index(epoch)
+            b = 0 if batch is None else operator.index(batch)
+            if e < 0 or b < 0:
+                raise ValueError(f"BatchLoader.state_dict: epoch and batch must be >= 0, got {epoch!r}, {batch!r}")
+            worker: Optional[Tuple[int, int]] = None
+        elif pos is None:
+            e, b = self.epoch, 0 if info is None else info.id
+            worker = None if info is None else (info.id, info.num_workers)
+        else:
+            e, b = pos[0], pos[1]
+            worker = None if info is None else (info.id, info.num_workers)
+        if b >= nb and worker is None:  # that epoch is done: the start of the next one
+            e, b = e + 1, 0
+        # (A worker's state keeps its epoch: the DataLoader may not have ended that epoch yet.)
+        state: Dict[str, Any] = {"type": "BatchLoader", "version": 1, **self._state_options(), "epoch": e, "batch": b}
+        if worker is not None:
+            state["worker"], state["num_workers"] = worker
+        return state
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Continues a run from a state_dict(): the next iter() yields the rest of the saved epoch (the
+        batches after the ones consumed), and later iter() calls the epochs after it, exactly as the
+        uninterrupted run would have, here and in DataLoader workers started afterwards (fork or spawn).
+
+        ValueError if the state was saved with another seed, world_size, batch_size or number of
+        batches per epoch. Calling ``set_epoch`` with the saved epoch afterwards keeps the position;
+        another epoch drops it.
+        """
+        from ._resume import check_state
+
+        epoch, batch = check_state(state, "BatchLoader", self._state_options())
+        info = torch.utils.data.get_worker_info()
+        if "worker" in state:
+            w, n = state.get("worker"), state.get("num_workers")
+            if info is None or (info.id, info.num_workers) != (w, n):
+                where = "the training process" if info is None else f"worker {info.id} of {info.num_workers}"
+                raise ValueError(f"BatchLoader.load_state_dict: this state was saved in DataLoader worker {w} of "
+                                 f"{n} (by torchdata's StatefulDataLoader); it cannot be loaded in {where}")
+            slot = self._slot()
+            a = self._epochs._shared
+            a[slot] = epoch - int(a[0])  # this worker's next iter() yields `epoch`, later ones the following
+            self._resume = (epoch, batch, True)
+            return
+        self._epochs.set(epoch)
+        self._resume = (epoch, batch, False) if batch else None
+
     def _ring_for(self, shapes: Dict[str, Tuple[int, ...]]) -> _Ring:
         if self._ring is None or self._ring_pid != os.getpid():
             self._ring = _Ring(shapes, self.buffers, self.pin_memory, "patchstore.torch.BatchLoader")
@@ -472,7 +568,7 @@ class BatchLoader(IterableDataset):
         return self._ring
 
 
-class PatchDataset(Dataset):
+class PatchDataset(ResumableDataset, Dataset):
     """Random patches cut from the samples of a store (map-style).
 
     Item i is a dict {field: float32 tensor (k, C, P, P)} with k =
@@ -925,7 +1021,7 @@ def _clamps(clamp: Any, fields: Tuple[str, ...]) -> Dict[str, Tuple[float, float
     return out
 
 
-class SliceDataset(Dataset):
+class SliceDataset(ResumableDataset, Dataset):
     """2D slices (or 2.5D stacks) of the volumes of a volume store, as a map-style Dataset.
 
     The replacement of a Dataset that reads ``h5["MR"][patient][..., k]``
