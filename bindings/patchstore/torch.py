@@ -51,6 +51,14 @@ Reproducibility: windows and slice transforms depend on (seed, epoch,
 position) only, so a run yields the same items whatever num_workers,
 num_threads, the start method (fork, spawn, forkserver) or
 persistent_workers are.
+
+Resuming mid-epoch: ``state_dict()`` / ``load_state_dict(state)`` on all
+three (small dicts of ints and strings, saved with the model checkpoint):
+after loading, the rest of the saved epoch and every later epoch are those
+of the uninterrupted run. A BatchLoader iterated directly counts its
+batches; map-style datasets resume through ``dataset.batch_sampler(...)``
+(see :class:`EpochBatchSampler`) with ``state_dict(batch=step)``; torchdata's
+StatefulDataLoader works with all three as well.
 """
 
 from __future__ import annotations
