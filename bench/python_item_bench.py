@@ -16,9 +16,10 @@ users write first: one item at a time, in one process, no workers.
     window PatchDataset draws (positions computed before timing, so the
     baseline pays nothing for sampling).
 
-Indices are a fixed random permutation, the same for both sides; each side
-runs for --seconds after one untimed pass over 64 items; files are in the
-page cache. torch uses one thread.
+Indices are a fixed random permutation, the same for both sides; after 64
+untimed items each, the two sides run in alternating rounds of 128 items for
+about --seconds each (so load from other processes hits both alike); files
+are in the page cache. torch uses one thread.
 
 Run:  PYTHONPATH=build/bindings/python python bench/python_item_bench.py [--seconds 3]
 """
@@ -41,18 +42,26 @@ import patchstore
 from patchstore.torch import PatchDataset, SliceDataset
 
 
-def rate(fn: Callable[[int], object], order: Sequence[int], seconds: float) -> float:
-    for i in order[:64]:
-        fn(i)
-    n, t0 = 0, time.perf_counter()
-    deadline = t0 + seconds
-    while True:
-        for i in order:
+def compare(fns: Dict[str, Callable[[int], object]], order: Sequence[int], seconds: float) -> Dict[str, float]:
+    """Items/s of each fn, timed in alternating rounds of 128 items (so a busy machine slows all alike)."""
+    for fn in fns.values():
+        for i in order[:64]:
             fn(i)
-        n += len(order)
-        if time.perf_counter() >= deadline:
-            break
-    return n / (time.perf_counter() - t0)
+    spent = {k: 0.0 for k in fns}
+    done = {k: 0 for k in fns}
+    chunks = [order[j:j + 128] for j in range(0, len(order), 128)]
+    end = time.perf_counter() + seconds * len(fns)
+    r = 0
+    while time.perf_counter() < end:
+        chunk = chunks[r % len(chunks)]
+        r += 1
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            for i in chunk:
+                fn(i)
+            spent[k] += time.perf_counter() - t0
+            done[k] += len(chunk)
+    return {k: done[k] / spent[k] for k in fns}
 
 
 def slices(work: Path, volumes: int, depth: int, size: int, seconds: float) -> Dict[str, float]:
@@ -85,7 +94,7 @@ def slices(work: Path, volumes: int, depth: int, size: int, seconds: float) -> D
     def bare(i: int):
         return tuple(torch.from_numpy(np.array(mm[f][i:i + 1])) for f in fields)
 
-    return {"memmap": rate(bare, order, seconds), "dataset": rate(ds.__getitem__, order, seconds)}
+    return compare({"memmap": bare, "dataset": ds.__getitem__}, order, seconds)
 
 
 def patches(work: Path, frames: int, size: int, patch: int, seconds: float) -> Dict[str, float]:
@@ -125,7 +134,7 @@ def patches(work: Path, frames: int, size: int, patch: int, seconds: float) -> D
         s, y, x = where[i]
         return {f: torch.from_numpy(np.array(mm[f][s, :, y:y + patch, x:x + patch])) for f in fields}
 
-    return {"memmap": rate(bare, order, seconds), "dataset": rate(ds.__getitem__, order, seconds)}
+    return compare({"memmap": bare, "dataset": ds.__getitem__}, order, seconds)
 
 
 def main() -> None:

@@ -687,7 +687,7 @@ class PatchDataset(ResumableDataset, Dataset):
 
     def __getstate__(self) -> Dict[str, Any]:
         state = self.__dict__.copy()
-        for k in ("_sampler", "_pid", "_eligible", "_warned", "_cache", "_empty"):
+        for k in ("_sampler", "_pid", "_eligible", "_warned", "_cache", "_empty", "_item_cache"):
             state.pop(k, None)
         return state
 
@@ -799,7 +799,31 @@ class PatchDataset(ResumableDataset, Dataset):
         return self._windows([i], epoch)[1]
 
     def __getitem__(self, i: int) -> Dict[str, torch.Tensor]:
-        return self.__getitems__([i])[0]
+        """Item i alone: the same values as ``__getitems__([i])[0]``, on a path cut to the copy itself.
+
+        (In the training process, for a sample with a valid window; items in DataLoader workers, of
+        skipped samples or of non-square patches take the batched path.)
+        """
+        if self._options is None or torch.utils.data.get_worker_info() is not None:
+            return self.__getitems__([i])[0]
+        s = self._native()
+        cache = getattr(self, "_item_cache", None)
+        if cache is None or cache[0] is not s:
+            ok = np.zeros(self._n, dtype=np.uint8)
+            ok[self._eligible] = 1
+            cache = (s, ok.tobytes())
+            self._item_cache = cache
+        j = self._index(i)
+        if not cache[1][j]:  # a skipped sample: the batched path warns and borrows the next one
+            return self.__getitems__([i])[0]
+        k = self.patches_per_sample
+        ph, pw = self.patch_size
+        wins = np.empty((k, 6), dtype=np.int64)
+        s.windows_of_samples(self.epoch, np.array([j], dtype=np.int64), wins, None)
+        arrays = [np.empty((k, c, ph, pw), dtype=np.float32) for c in s.channels]
+        s.gather_windows(wins, arrays)
+        item = {f: torch.from_numpy(a[0] if k == 1 else a) for f, a in zip(self.fields, arrays)}
+        return item if self.transform is None else self.transform(item)
 
     def __getitems__(self, indices: Sequence[int]) -> List[Dict[str, torch.Tensor]]:
         """Items for a whole batch of indices (used by DataLoader's fetcher).

@@ -84,3 +84,30 @@ def test_items_in_a_worker_equal_items_in_process(vols):
     for i, item in enumerate(got):
         for a, b in zip(item, ds[i]):
             assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("opts", [
+    {"patch_size": 16},
+    {"patch_size": 16, "patches_per_sample": 3, "require": "mask", "flip": True, "rot90": True, "seed": 5},
+    {"patch_size": 8, "require": "mask", "min_valid": 0.1},
+])
+def test_patch_item_equals_the_batched_item(frameset, opts):
+    import warnings
+
+    from patchstore.torch import PatchDataset
+
+    ds = PatchDataset(frameset.store, ["rgb", "mask", "depth"], **opts)
+    n = len(ds)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the empty-mask sample is skipped (and borrowed)
+        for epoch in (0, 2):
+            ds.set_epoch(epoch)
+            batched = ds.__getitems__(list(range(n)))
+            for i in list(range(n)) + [-1]:
+                item = ds[i]
+                assert sorted(item) == ["depth", "mask", "rgb"]
+                for f in item:
+                    a, b = item[f], batched[i % n][f]
+                    assert a.shape == b.shape and a.dtype == torch.float32 and torch.equal(a, b), (opts, i, f)
+    with pytest.raises(IndexError):
+        ds[n]
