@@ -22,7 +22,6 @@ import pytest
 import patchstore
 from patchstore.torch import BatchLoader, PatchDataset, SliceDataset
 
-import resume_child
 from resume_child import arrays, build
 
 HERE = Path(__file__).resolve().parent
