@@ -214,8 +214,23 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 4096));
   exp->footer("PNG output inverts the stored normalisation: an 8/16-bit PNG ingested and exported is "
               "pixel-identical.\nEXR output is float32, bit-exact. Ids become folders; unsafe bytes are "
-              "percent-encoded.");
+              "percent-encoded.\nIn PNG output, non-finite values (NaN, +inf, -inf) are magenta (255,0,255), never "
+              "a value;\na gray image or slice holding any is written as RGB.");
 
+  // Examples for the top level only (set last: subcommands copy the footer when they are created).
+  app.footer(app.get_footer() + "\n" +
+             "Examples:\n"
+             "  patchstore ingest images frames.ps --root data --field rgb='{video}/render/rgb/{frame}.png' \\\n"
+             "      --field mask='{video}/render/masks/{frame}.png' --field depth='{video}/render/depth/{frame}.exr'\n"
+             "  patchstore ingest hdf5 synthrad.h5 synthrad.ps --group MR --group CT --group MASK\n"
+             "  patchstore info frames.ps\n"
+             "  patchstore montage frames.ps sheet.png --count 64 --patch 256 --field rgb --overlay mask\n"
+             "  patchstore verify frames.ps\n"
+             "  patchstore export frames.ps out/ --id video01/0001");
+  if (argc == 1) {  // bare `patchstore`: what it is, its subcommands and examples (not just "subcommand required")
+    std::cout << app.help();
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

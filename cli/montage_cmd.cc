@@ -33,7 +33,9 @@ Runner RegisterMontage(CLI::App* app, const bool* quiet) {
   cmd->add_option("--tile", o->tile, "Tile size in pixels (default: min(patch, 256))")->check(CLI::Range(8, 4096));
   cmd->footer("Examples:\n  patchstore montage frames.ps sheet.png --count 64 --patch 256 --field rgb --overlay mask\n"
               "  patchstore montage frames.ps depth.png --field depth --window 0,10 --seed 3\n"
-              "Tiles are labelled '<id> y<row> x<col>', the top-left corner of the window in the frame.");
+              "Tiles are labelled '<id> y<row> x<col>', the top-left corner of the window in the frame.\n"
+              "The overlay must be a mask field; its edge is outlined white inside, black outside.\n"
+              "Non-finite values (NaN, +inf, -inf) are drawn magenta (255,0,255), never as a value.");
   return [cmd, o, out, window, no_require]() -> int {
     if (!cmd->parsed()) return -1;
     if (window->size() == 2) {

@@ -18,6 +18,7 @@
 #include "ingest/decode.h"
 #include "ingest/hdf5_internal.h"
 #include "ingest/ingest.h"
+#include "ingest/montage.h"
 #include "reader/reader.h"
 #include "reader/volume.h"
 
@@ -125,22 +126,34 @@ Status ExportPng(const TensorView& v, const RecordHeader& h, const ExportOptions
     }
     maxval = sixteen ? 65535.0 : 255.0;
   }
-  cv::Mat img(H, W, CV_MAKETYPE(sixteen ? CV_16U : CV_8U, C));
   const int64_t plane = static_cast<int64_t>(H) * W;
+  // Non-finite values (NaN, +inf, -inf) are drawn in kNonFiniteRgb, never as a value: a gray
+  // image holding any is written as RGB (gray replicated) so that the colour can be told apart.
+  bool nonfinite = false;
+  for (int64_t i = 0, n = v.elements(); i < n && !nonfinite; ++i) nonfinite = !std::isfinite(v.data[i]);
+  const int CO = nonfinite && C == 1 ? 3 : C;
+  cv::Mat img(H, W, CV_MAKETYPE(sixteen ? CV_16U : CV_8U, CO));
+  auto put = [&](int y, int x, int c, double raw) {
+    if (sixteen) img.ptr<uint16_t>(y)[x * CO + c] = static_cast<uint16_t>(raw);
+    else img.ptr<uint8_t>(y)[x * CO + c] = static_cast<uint8_t>(raw);
+  };
   for (int y = 0; y < H; ++y) {
     for (int x = 0; x < W; ++x) {
+      bool finite = true;
       for (int c = 0; c < C; ++c) {
         float s = v.data[c * plane + static_cast<int64_t>(y) * W + x];
+        finite = finite && std::isfinite(s);
         double raw = windowed ? (static_cast<double>(s) - lo) / (hi - lo) * maxval : Invert(h.norm, s, maxval);
         if (!std::isfinite(raw)) raw = 0;
         raw = std::min(std::max(std::nearbyint(raw), 0.0), maxval);
-        if (sixteen) img.ptr<uint16_t>(y)[x * C + c] = static_cast<uint16_t>(raw);
-        else img.ptr<uint8_t>(y)[x * C + c] = static_cast<uint8_t>(raw);
+        for (int o = c; o < (C == 1 ? CO : c + 1); ++o) put(y, x, o, raw);
       }
+      if (!finite)
+        for (int c = 0; c < 3; ++c) put(y, x, c, kNonFiniteRgb[c] ? maxval : 0.0);  // alpha, if any, stays
     }
   }
-  if (C == 3) cv::cvtColor(img, img, cv::COLOR_RGB2BGR);
-  if (C == 4) cv::cvtColor(img, img, cv::COLOR_RGBA2BGRA);
+  if (CO == 3) cv::cvtColor(img, img, cv::COLOR_RGB2BGR);
+  if (CO == 4) cv::cvtColor(img, img, cv::COLOR_RGBA2BGRA);
   std::vector<uint8_t> buf;
   try {
     if (!cv::imencode(".png", img, buf)) return Status::IOError("encoding '" + path + "' as PNG failed");
@@ -209,17 +222,29 @@ Status ExportVolumePng(const TensorView& v, const ExportOptions& o, const fs::pa
   fs::create_directories(dir, ec);
   if (ec) return Status::IOError("creating '" + dir.string() + "': " + ec.message());
   const double scale = 255.0 / (hi - lo);
-  cv::Mat img(static_cast<int>(H), static_cast<int>(W), CV_8UC1);
+  cv::Mat gray(static_cast<int>(H), static_cast<int>(W), CV_8UC1), img;
   std::vector<uint8_t> buf;
   for (int64_t s = 0; s < S; ++s) {
     const float* plane = v.data + s * H * W;
+    bool nonfinite = false;
     for (int64_t y = 0; y < H; ++y) {
-      uint8_t* row = img.ptr<uint8_t>(static_cast<int>(y));
+      uint8_t* row = gray.ptr<uint8_t>(static_cast<int>(y));
       for (int64_t x = 0; x < W; ++x) {
-        double r = (static_cast<double>(plane[y * W + x]) - lo) * scale;
+        const float f = plane[y * W + x];
+        nonfinite = nonfinite || !std::isfinite(f);
+        double r = (static_cast<double>(f) - lo) * scale;
         if (!(r > 0)) r = 0;  // also NaN
         row[x] = static_cast<uint8_t>(std::nearbyint(std::min(r, 255.0)));
       }
+    }
+    img = gray;
+    if (nonfinite) {  // a slice holding NaN/inf: RGB, with those pixels in kNonFiniteRgb (BGR order here)
+      cv::cvtColor(gray, img, cv::COLOR_GRAY2BGR);
+      for (int64_t y = 0; y < H; ++y)
+        for (int64_t x = 0; x < W; ++x)
+          if (!std::isfinite(plane[y * W + x]))
+            img.at<cv::Vec3b>(static_cast<int>(y), static_cast<int>(x)) =
+                cv::Vec3b(kNonFiniteRgb[2], kNonFiniteRgb[1], kNonFiniteRgb[0]);
     }
     char name[32];
     std::snprintf(name, sizeof name, "%04lld.png", static_cast<long long>(s));

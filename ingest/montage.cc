@@ -50,20 +50,35 @@ cv::Mat ToDisplay(const float* data, int64_t C, int64_t h, int64_t w, const Reco
   for (int64_t y = 0; y < h; ++y)
     for (int64_t x = 0; x < w; ++x) {
       cv::Vec3b& px = out.at<cv::Vec3b>(static_cast<int>(y), static_cast<int>(x));
+      bool finite = true;
       for (int c = 0; c < 3; ++c) {
-        const int64_t src = C >= 3 ? c : 0;
-        px[c] = to8(data[src * plane + y * w + x]);
+        const float v = data[(C >= 3 ? c : 0) * plane + y * w + x];
+        finite = finite && std::isfinite(v);
+        px[c] = to8(v);
       }
+      if (!finite) px = cv::Vec3b(kNonFiniteRgb[0], kNonFiniteRgb[1], kNonFiniteRgb[2]);
     }
   return out;
 }
 
 void Overlay(cv::Mat* rgb, const float* mask, int64_t h, int64_t w) {
+  auto in = [&](int64_t y, int64_t x) {
+    if (y < 0 || x < 0 || y >= h || x >= w) return false;
+    const float m = mask[y * w + x];
+    return m != 0 && !std::isnan(m);
+  };
   for (int64_t y = 0; y < h; ++y)
     for (int64_t x = 0; x < w; ++x) {
-      const float m = mask[y * w + x];
-      if (m != 0 && !std::isnan(m)) {
-        cv::Vec3b& px = rgb->at<cv::Vec3b>(static_cast<int>(y), static_cast<int>(x));
+      const bool inside = in(y, x);
+      // The edge: pixels with a 4-neighbour on the other side (the image border does not count).
+      bool edge = false;
+      const int64_t ny[4] = {y - 1, y + 1, y, y}, nx[4] = {x, x, x - 1, x + 1};
+      for (int k = 0; k < 4 && !edge; ++k)
+        edge = ny[k] >= 0 && nx[k] >= 0 && ny[k] < h && nx[k] < w && in(ny[k], nx[k]) != inside;
+      cv::Vec3b& px = rgb->at<cv::Vec3b>(static_cast<int>(y), static_cast<int>(x));
+      if (edge) {
+        px = inside ? cv::Vec3b(255, 255, 255) : cv::Vec3b(0, 0, 0);  // white inside, black outside
+      } else if (inside) {
         px[0] = static_cast<uint8_t>((px[0] + 255) / 2);  // translucent red (RGB order)
         px[1] = static_cast<uint8_t>(px[1] / 2);
         px[2] = static_cast<uint8_t>(px[2] / 2);
@@ -94,7 +109,18 @@ Result<Setup> MakeSampler(const MontageOptions& o) {
   SamplerOptions so;
   const std::string field = o.field.empty() ? s.reader->field(0).name : o.field;
   so.fields = {field};
-  if (!o.overlay.empty()) so.fields.push_back(o.overlay);
+  if (!o.overlay.empty()) {
+    const int f = s.reader->meta().FieldIndex(o.overlay);
+    if (f >= 0 && !s.reader->field(f).is_mask) {
+      std::string masks;
+      for (int i = 0; i < s.reader->field_count(); ++i)
+        if (s.reader->field(i).is_mask) masks += (masks.empty() ? "'" : ", '") + s.reader->field(i).name + "'";
+      return Status::InvalidArgument("montage of '" + o.store + "': --overlay field '" + o.overlay +
+                                     "' is not a mask (" + (masks.empty() ? "the store has no mask field" :
+                                     "mask fields: " + masks) + "); ingest it with --mask " + o.overlay);
+    }
+    so.fields.push_back(o.overlay);
+  }
   so.patch_size = o.patch_size;
   so.patches_per_sample = o.patches_per_sample;
   so.require = !o.require.empty() ? o.require : (o.require_overlay ? o.overlay : "");

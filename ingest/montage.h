@@ -8,7 +8,11 @@
 //
 // Display mapping: integer-sourced fields invert their stored
 // normalisation (as export does); float fields map [lo, hi] (window, or
-// the tile's own range) to 0..255.
+// the tile's own finite range) to 0..255. A pixel with a non-finite value
+// (NaN, +inf, -inf) in any displayed channel is drawn in kNonFiniteRgb,
+// never as a value. The overlay field must be a mask (FieldMeta::is_mask);
+// besides the translucent red, its edge is outlined white inside the mask
+// and black just outside, so it shows on any image.
 //
 // Thread-safety: reentrant. Errors: as Reader and PatchSampler.
 #pragma once
@@ -20,6 +24,10 @@
 #include "store/status.h"
 
 namespace patchstore {
+
+// The colour of non-finite values in montages and PNG export: magenta.
+// (A gray field can never show it as a value.)
+inline constexpr uint8_t kNonFiniteRgb[3] = {255, 0, 255};
 
 // An 8-bit RGB image, row-major, height x width x 3.
 struct Image8 {

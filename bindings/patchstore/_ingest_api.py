@@ -12,6 +12,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
+from ._progress import ProgressArg, Reporter
 from ._store import Store, _encode_id
 
 __all__ = ["ingest_images", "ingest_hdf5", "export", "IngestSummary", "ExportSummary"]  # and montage via Store.montage
@@ -49,7 +50,15 @@ def _native():
     return _ingest
 
 
-def _run_cancellable(call: Callable[[Any], Any]) -> Any:
+def _run_cancellable(call: Callable[[Any], Any], reporter: Optional[Reporter] = None) -> Any:
+    try:
+        return _run_cancellable_inner(call)
+    finally:
+        if reporter is not None:
+            reporter.close()
+
+
+def _run_cancellable_inner(call: Callable[[Any], Any]) -> Any:
     """Runs call(cancel_flag) so that Ctrl-C stops it cleanly.
 
     In the main thread the C++ call runs on a helper thread (it releases
@@ -138,7 +147,8 @@ def ingest_images(
     batch_bytes: int = 256 << 20,
     durable: bool = True,
     max_pixels: int = 1 << 28,
-    progress: Optional[Callable[[Any], None]] = None,
+    progress: ProgressArg = None,
+    callback: Optional[Callable[[Any], None]] = None,
 ) -> IngestSummary:
     """Decodes images once into the store at `store` (created if missing).
 
@@ -163,9 +173,15 @@ def ingest_images(
     stays) or "skip" (record the failure in `report`, default
     <store>/ingest-errors.tsv, and go on).
     durable: fsync each commit (False is faster for scratch stores).
-    progress: called as progress(p) from the writer thread with the GIL
-    held; p has done, total, failed, skipped, bytes, seconds. If it raises,
-    it is not called again and the exception is raised at the end.
+    progress: None (default) shows progress on stderr as ``patchstore
+    ingest`` does: a bar when stderr is a terminal (tqdm's if tqdm is
+    installed), else a plain line every 5 seconds and one at the end;
+    False prints nothing; True is the same as None.
+    callback: called as callback(p) from the writer thread with the GIL
+    held (e.g. to update a notebook widget); p has done, total, failed,
+    skipped, bytes, seconds. If it raises, it is not called again and the
+    exception is raised at the end. (A callable given as progress= is taken
+    as the callback, with nothing printed.)
 
     Running the same ingest again resumes (samples present are skipped). A
     finished ingest seals the store. The GIL is released while it runs.
@@ -203,6 +219,7 @@ def ingest_images(
         args.append(f"on_error={on_error!r}")
     command_line = "patchstore.ingest_images(" + ", ".join(args) + ")"
     native = _native()
+    reporter = Reporter("ingest", "samples", progress, callback)
     d = _run_cancellable(lambda cancel: native.ingest_images(
         os.fspath(store),
         "" if manifest is None else os.fspath(manifest),
@@ -217,9 +234,9 @@ def ingest_images(
         bool(durable),
         int(max_pixels),
         command_line,
-        progress,
+        reporter.native(),
         cancel,
-    ))
+    ), reporter)
     return IngestSummary(**d)
 
 
@@ -260,9 +277,10 @@ def ingest_hdf5(
     on_error: str = "stop",
     report: Optional[PathLike] = None,
     durable: bool = True,
-    progress: Optional[Callable[[Any], None]] = None,
+    progress: ProgressArg = None,
     *,
     batch_bytes: int = 256 << 20,
+    callback: Optional[Callable[[Any], None]] = None,
 ) -> IngestSummary:
     """Reads 3D volumes from HDF5 files once into the volume store at `store` (created if missing).
 
@@ -296,7 +314,10 @@ def ingest_hdf5(
     <store>/ingest-errors.tsv, and go on; an unreadable file or a missing
     group is one line with an empty id).
     durable: fsync each commit (False is faster for scratch stores).
-    progress: called as progress(p) with the GIL held after each volume; p
+    progress: None (default) shows progress on stderr (a bar on a terminal,
+    tqdm's if installed; plain lines in logs), False prints nothing, as for
+    :func:`ingest_images`.
+    callback: called as callback(p) with the GIL held after each volume; p
     has done, total (volumes), failed, skipped, bytes, seconds. If it raises,
     it is not called again and the exception is raised at the end.
     batch_bytes: commit after this many float32 bytes.
@@ -350,6 +371,7 @@ def ingest_hdf5(
         args.append(f"on_error={on_error!r}")
     command_line = "patchstore.ingest_hdf5(" + ", ".join(args) + ")"
     native = _native()
+    reporter = Reporter("ingest hdf5", "volumes", progress, callback)
     d = _run_cancellable(lambda cancel: native.ingest_hdf5(
         paths,
         os.fspath(store),
@@ -364,9 +386,9 @@ def ingest_hdf5(
         int(batch_bytes),
         bool(durable),
         command_line,
-        progress,
+        reporter.native(),
         cancel,
-    ))
+    ), reporter)
     return IngestSummary(**d)
 
 

@@ -51,10 +51,19 @@ Reproducibility: windows and slice transforms depend on (seed, epoch,
 position) only, so a run yields the same items whatever num_workers,
 num_threads, the start method (fork, spawn, forkserver) or
 persistent_workers are.
+
+Resuming mid-epoch: ``state_dict()`` / ``load_state_dict(state)`` on all
+three (small dicts of ints and strings, saved with the model checkpoint):
+after loading, the rest of the saved epoch and every later epoch are those
+of the uninterrupted run. A BatchLoader iterated directly counts its
+batches; map-style datasets resume through ``dataset.batch_sampler(...)``
+(see :class:`EpochBatchSampler`) with ``state_dict(batch=step)``; torchdata's
+StatefulDataLoader works with all three as well.
 """
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import math
 import multiprocessing
@@ -72,9 +81,10 @@ from torch.utils.data import Dataset, IterableDataset, default_collate
 from . import _patchstore as _C
 from ._sampler import PatchSampler, _sampler_options
 from ._store import Store
+from ._resume import EpochBatchSampler, ResumableDataset
 from ._volumes import SliceIndex, SliceRef, SliceTransform, draw_transforms
 
-__all__ = ["BatchLoader", "PatchDataset", "SliceDataset", "collate", "slice_collate"]
+__all__ = ["BatchLoader", "EpochBatchSampler", "PatchDataset", "SliceDataset", "collate", "slice_collate"]
 
 
 class _SharedEpoch:
@@ -382,11 +392,13 @@ class BatchLoader(IterableDataset):
         self._epochs = _EpochCounter()
         self._ring: Optional[_Ring] = None
         self._ring_pid = -1
+        self._init_resume()
 
     def __getstate__(self) -> Dict[str, Any]:
         state = self.__dict__.copy()
         state["_ring"] = None
         state["_ring_pid"] = -1
+        state["_position"] = None  # each process counts its own iteration
         return state
 
     # -- description ----------------------------------------------------------------
@@ -429,6 +441,8 @@ class BatchLoader(IterableDataset):
         if e < 0:
             raise ValueError(f"epoch must be >= 0, got {epoch!r}")
         self._epochs.set(e)
+        if self._resume is not None and self._resume[0] != e:
+            self._resume = None  # a position restored by load_state_dict holds for its own epoch only
 
     # -- iteration -------------------------------------------------------------------
 
@@ -436,9 +450,15 @@ class BatchLoader(IterableDataset):
         info = torch.utils.data.get_worker_info()
         epoch = self._epochs.take(self._slot())
         nb = len(self)
-        if info is None:
-            return self._batches(epoch, range(nb), shared=False)
-        return self._batches(epoch, range(info.id, nb, info.num_workers), shared=True)
+        w, n = (0, 1) if info is None else (info.id, info.num_workers)
+        first = w
+        resume, self._resume = self._resume, None
+        if resume is not None and resume[0] == epoch:
+            # A worker state (StatefulDataLoader) gives this worker's own next batch; a training-process
+            # state gives the first batch not consumed, which worker w of n reads at offset w.
+            first = resume[1] if resume[2] else resume[1] + w
+        self._position = [epoch, first, n]
+        return self._batches(epoch, range(first, nb, n), shared=info is not None, track=True)
 
     def batches(self, epoch: int) -> Iterator[Dict[str, torch.Tensor]]:
         """The batches of `epoch` (does not touch the epoch counter)."""
@@ -447,13 +467,17 @@ class BatchLoader(IterableDataset):
             raise ValueError(f"epoch must be >= 0, got {epoch!r}")
         return self._batches(e, range(len(self)), shared=torch.utils.data.get_worker_info() is not None)
 
-    def _batches(self, epoch: int, which: range, shared: bool) -> Iterator[Dict[str, torch.Tensor]]:
+    def _batches(self, epoch: int, which: range, shared: bool,
+                 track: bool = False) -> Iterator[Dict[str, torch.Tensor]]:
         s = self.sampler._s()
         total = len(self.sampler)
         B = self.batch_size
         shapes = self.sampler.shapes(B)
         fields = self.fields
+        pos = self._position if track else None
         for b in which:
+            if pos is not None:
+                pos[1] = b + which.step  # counted when handed out: the caller has it
             first = b * B
             n = min(B, total - first)
             if shared:
@@ -465,6 +489,87 @@ class BatchLoader(IterableDataset):
             s.gather(epoch, first, n, [slot.arrays[f][:n] for f in fields])
             yield {f: slot.tensors[f][:n] for f in fields}  # new views: they keep the slot busy
 
+    # -- resuming ----------------------------------------------------------------------
+
+    def _init_resume(self) -> None:
+        # This process's iteration: [epoch, next batch, stride] (None before the first iter()).
+        self._position: Optional[List[int]] = None
+        # (epoch, first batch, worker-local) for the next iter() of that epoch, set by load_state_dict.
+        self._resume: Optional[Tuple[int, int, bool]] = None
+
+    def _state_options(self) -> Dict[str, Any]:
+        o = self.sampler.options
+        return {"seed": int(o["seed"]), "world_size": int(o["world_size"]), "batch_size": self.batch_size,
+                "batches": len(self)}
+
+    def state_dict(self, epoch: Optional[int] = None, batch: Optional[int] = None) -> Dict[str, Any]:
+        """Where this process stands: {type, version, seed, world_size, batch_size, batches, epoch, batch}.
+
+        Iterated directly (``for batch in loader``), the loader counts the
+        batches it handed out: ``epoch`` is the epoch in progress and
+        ``batch`` the number of its batches already yielded (the next epoch
+        and 0 once an epoch is done), so save it after the training step of
+        the last batch. Plain dicts of ints and strings: save it with the
+        model checkpoint and pass it to load_state_dict() in the new process.
+
+        Inside DataLoader workers, the training process does not see the
+        batches: with torchdata's StatefulDataLoader (which calls
+        state_dict() in each worker and load_state_dict() there again) it
+        works as is; with a plain DataLoader, give the epoch and the number
+        of batches your loop consumed in it: ``state_dict(epoch, step)``.
+        The state holds no rank: every rank of a synchronous job is at the
+        same position, so one rank's state resumes them all.
+        """
+        info = torch.utils.data.get_worker_info()
+        nb = len(self)
+        pos = self._position
+        if epoch is not None or batch is not None:
+            e = self.epoch if epoch is None else operator.index(epoch)
+            b = 0 if batch is None else operator.index(batch)
+            if e < 0 or b < 0:
+                raise ValueError(f"BatchLoader.state_dict: epoch and batch must be >= 0, got {epoch!r}, {batch!r}")
+            worker: Optional[Tuple[int, int]] = None
+        elif pos is None:
+            e, b = self.epoch, 0 if info is None else info.id
+            worker = None if info is None else (info.id, info.num_workers)
+        else:
+            e, b = pos[0], pos[1]
+            worker = None if info is None else (info.id, info.num_workers)
+        if b >= nb and worker is None:  # that epoch is done: the start of the next one
+            e, b = e + 1, 0
+        # (A worker's state keeps its epoch: the DataLoader may not have ended that epoch yet.)
+        state: Dict[str, Any] = {"type": "BatchLoader", "version": 1, **self._state_options(), "epoch": e, "batch": b}
+        if worker is not None:
+            state["worker"], state["num_workers"] = worker
+        return state
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Continues a run from a state_dict(): the next iter() yields the rest of the saved epoch (the
+        batches after the ones consumed), and later iter() calls the epochs after it, exactly as the
+        uninterrupted run would have, here and in DataLoader workers started afterwards (fork or spawn).
+
+        ValueError if the state was saved with another seed, world_size, batch_size or number of
+        batches per epoch. Calling ``set_epoch`` with the saved epoch afterwards keeps the position;
+        another epoch drops it.
+        """
+        from ._resume import check_state
+
+        epoch, batch = check_state(state, "BatchLoader", self._state_options())
+        info = torch.utils.data.get_worker_info()
+        if "worker" in state:
+            w, n = state.get("worker"), state.get("num_workers")
+            if info is None or (info.id, info.num_workers) != (w, n):
+                where = "the training process" if info is None else f"worker {info.id} of {info.num_workers}"
+                raise ValueError(f"BatchLoader.load_state_dict: this state was saved in DataLoader worker {w} of "
+                                 f"{n} (by torchdata's StatefulDataLoader); it cannot be loaded in {where}")
+            slot = self._slot()
+            a = self._epochs._shared
+            a[slot] = epoch - int(a[0])  # this worker's next iter() yields `epoch`, later ones the following
+            self._resume = (epoch, batch, True)
+            return
+        self._epochs.set(epoch)
+        self._resume = (epoch, batch, False) if batch else None
+
     def _ring_for(self, shapes: Dict[str, Tuple[int, ...]]) -> _Ring:
         if self._ring is None or self._ring_pid != os.getpid():
             self._ring = _Ring(shapes, self.buffers, self.pin_memory, "patchstore.torch.BatchLoader")
@@ -472,7 +577,7 @@ class BatchLoader(IterableDataset):
         return self._ring
 
 
-class PatchDataset(Dataset):
+class PatchDataset(ResumableDataset, Dataset):
     """Random patches cut from the samples of a store (map-style).
 
     Item i is a dict {field: float32 tensor (k, C, P, P)} with k =
@@ -582,7 +687,7 @@ class PatchDataset(Dataset):
 
     def __getstate__(self) -> Dict[str, Any]:
         state = self.__dict__.copy()
-        for k in ("_sampler", "_pid", "_eligible", "_warned", "_cache", "_empty"):
+        for k in ("_sampler", "_pid", "_eligible", "_warned", "_cache", "_empty", "_item_cache"):
             state.pop(k, None)
         return state
 
@@ -694,7 +799,31 @@ class PatchDataset(Dataset):
         return self._windows([i], epoch)[1]
 
     def __getitem__(self, i: int) -> Dict[str, torch.Tensor]:
-        return self.__getitems__([i])[0]
+        """Item i alone: the same values as ``__getitems__([i])[0]``, on a path cut to the copy itself.
+
+        (In the training process, for a sample with a valid window; items in DataLoader workers, of
+        skipped samples or of non-square patches take the batched path.)
+        """
+        if self._options is None or torch.utils.data.get_worker_info() is not None:
+            return self.__getitems__([i])[0]
+        s = self._native()
+        cache = getattr(self, "_item_cache", None)
+        if cache is None or cache[0] is not s:
+            ok = np.zeros(self._n, dtype=np.uint8)
+            ok[self._eligible] = 1
+            cache = (s, ok.tobytes())
+            self._item_cache = cache
+        j = self._index(i)
+        if not cache[1][j]:  # a skipped sample: the batched path warns and borrows the next one
+            return self.__getitems__([i])[0]
+        k = self.patches_per_sample
+        ph, pw = self.patch_size
+        wins = np.empty((k, 6), dtype=np.int64)
+        s.windows_of_samples(self.epoch, np.array([j], dtype=np.int64), wins, None)
+        arrays = [np.empty((k, c, ph, pw), dtype=np.float32) for c in s.channels]
+        s.gather_windows(wins, arrays)
+        item = {f: torch.from_numpy(a[0] if k == 1 else a) for f, a in zip(self.fields, arrays)}
+        return item if self.transform is None else self.transform(item)
 
     def __getitems__(self, indices: Sequence[int]) -> List[Dict[str, torch.Tensor]]:
         """Items for a whole batch of indices (used by DataLoader's fetcher).
@@ -925,7 +1054,62 @@ def _clamps(clamp: Any, fields: Tuple[str, ...]) -> Dict[str, Tuple[float, float
     return out
 
 
-class SliceDataset(Dataset):
+_M64 = (1 << 64) - 1
+
+
+def _mix64(z: int) -> int:
+    """SplitMix64's finaliser on a Python int (patchstore._volumes._mix, one value)."""
+    z = (z + 0x9E3779B97F4A7C15) & _M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return z ^ (z >> 31)
+
+
+def _slice_transform_row(seed: int, epoch: int, i: int, H: int, W: int, crop: Optional[Tuple[int, int]],
+                         flip: Union[bool, str], rot90: bool) -> List[int]:
+    """draw_transforms(seed, epoch, [i], [H], [W], crop, flip, rot90)[0] with Python ints (one item)."""
+    key = _mix64(seed & _M64)
+    for part in (epoch, i, 0x534C4943):  # _volumes._SLICE_TAG
+        key = _mix64(key ^ (part & _M64))
+    row = [0] * 7
+    if crop is not None:
+        ch, cw = crop
+        row[0] = ((_mix64(key ^ 1) >> 32) * (H - ch + 1)) >> 32
+        row[1] = ((_mix64(key ^ 2) >> 32) * (W - cw + 1)) >> 32
+        row[2], row[3] = ch, cw
+    if flip:
+        u = _mix64(key ^ 3)
+        row[4] = u & 1
+        row[5] = (u >> 1) & 1 if flip == "independent" else u & 1
+    if rot90:
+        v = _mix64(key ^ 4)
+        row[6] = (1 + (((v >> 32) * 3) >> 32)) if v & 1 else 0
+    return row
+
+
+class _SliceItemPlan:
+    """What SliceDataset.__getitem__ needs, as plain Python values, built once per process."""
+
+    __slots__ = ("pid", "n", "firsts", "volumes", "reader", "fields", "depth", "augment", "identity")
+
+    def __init__(self, ds: "SliceDataset") -> None:
+        ix = ds.index
+        self.pid = os.getpid()
+        self.n = len(ix)
+        self.firsts = [ix.first(v) for v in range(ix.volume_count)]
+        self.volumes = []
+        for v in range(ix.volume_count):
+            _, H, W = ix.shape(v)
+            self.volumes.append((ix.sample(v), H, W))
+        self.reader = ds.store._r()
+        self.fields = list(ds.fields)
+        self.depth = 2 * ds.context + 1
+        self.augment = ds.crop is not None or bool(ds.flip) or ds.rot90
+        self.identity = np.zeros((1, 7), dtype=np.int64)  # no crop, flip or turn (read only)
+        self.identity.setflags(write=False)
+
+
+class SliceDataset(ResumableDataset, Dataset):
     """2D slices (or 2.5D stacks) of the volumes of a volume store, as a map-style Dataset.
 
     The replacement of a Dataset that reads ``h5["MR"][patient][..., k]``
@@ -1125,7 +1309,57 @@ class SliceDataset(Dataset):
     # -- items ------------------------------------------------------------------------
 
     def __getitem__(self, i: int) -> Tuple[torch.Tensor, ...]:
-        return self.__getitems__([i])[0]
+        """Item i alone: the same values as ``__getitems__([i])[0]``, on a path cut to the copy itself.
+
+        What DataLoader with batch_size=None or a per-item sampler calls, and what a loop over the
+        dataset calls: plain-int lookups (no NumPy round trips), the transform drawn with Python ints,
+        reused request arrays and one C++ copy per item (see bench/python_item_bench.py).
+        """
+        plan = self._item_plan()
+        n = plan.n
+        j = operator.index(i)
+        if j < 0:
+            j += n
+        if not 0 <= j < n:
+            raise IndexError(f"SliceDataset index {i} out of range [0, {n}) for '{self.store.path}'")
+        v = bisect.bisect_right(plan.firsts, j) - 1
+        sample, H, W = plan.volumes[v]
+        refs = np.array([[sample, j - plan.firsts[v]]], dtype=np.int64)  # per call: threads may share ds
+        if plan.augment:
+            row = _slice_transform_row(self.seed, self.epoch, j, H, W, self.crop, self.flip, self.rot90)
+            tr = np.array([row], dtype=np.int64)
+            h, w = (row[2], row[3]) if self.crop is not None else (H, W)
+            if row[6] % 2:
+                h, w = w, h
+        else:
+            tr, (h, w) = plan.identity, (H, W)
+        nf = len(plan.fields)
+        if torch.utils.data.get_worker_info() is None:
+            # One allocation for all fields; the items are views of it (as __getitems__'s are of the batch).
+            buf = np.empty((nf, 1, plan.depth, h, w), dtype=np.float32)
+            _C.copy_slice_stacks(plan.reader, refs, tr, plan.fields, self.context, list(buf), 1)
+            out = torch.from_numpy(buf.reshape(nf, plan.depth, h, w)).unbind(0)
+        else:  # in shared memory, which the worker hands to the training process without a copy
+            out = tuple(_empty((plan.depth, h, w), True) for _ in plan.fields)
+            _C.copy_slice_stacks(plan.reader, refs, tr, plan.fields, self.context, [t.numpy()[None] for t in out],
+                                 1)
+        for f, t in zip(self.fields, out):
+            c = self.clamp.get(f)
+            if c is not None:
+                t.clamp_(c[0], c[1])
+        return out
+
+    def _item_plan(self) -> "_SliceItemPlan":
+        plan = getattr(self, "_plan_cache", None)
+        if plan is None or plan.pid != os.getpid():
+            plan = _SliceItemPlan(self)
+            self._plan_cache = plan
+        return plan
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = self.__dict__.copy()
+        state.pop("_plan_cache", None)  # per process
+        return state
 
     def __getitems__(self, indices: Sequence[int]) -> List[Tuple[torch.Tensor, ...]]:
         """Items for a whole batch of indices (used by DataLoader's fetcher): one C++ copy per field."""

@@ -2,7 +2,10 @@
 # and MASK, one (H, W, slices) dataset per patient. patchstore replaces the
 # Dataset that reads h5py slices (and decompresses gzip chunks) in every worker.
 # Run from the folder that holds synthrad.h5.
+import os
+
 import patchstore
+import torch
 from patchstore.torch import SliceDataset, slice_collate
 from torch.utils.data import DataLoader
 
@@ -18,8 +21,9 @@ def main():
     # copy out of the store, the same for A, B and M; they depend on (seed, epoch, i).
     train_dataset = SliceDataset("synthrad.ps", fields=("MR", "CT", "MASK"), crop=256,
                                  flip=True, rot90=True, clamp={"MR": (-1, 1), "CT": (-1, 1)})
-    train_data_loader = DataLoader(train_dataset, batch_size=32, shuffle=True, num_workers=4,
-                                   pin_memory=True, persistent_workers=True,
+    train_data_loader = DataLoader(train_dataset, batch_size=32, shuffle=True,
+                                   num_workers=min(4, os.cpu_count()),
+                                   pin_memory=torch.cuda.is_available(), persistent_workers=True,
                                    collate_fn=slice_collate)  # the batch as gathered, no extra copy
 
     for epoch in range(2):
