@@ -300,6 +300,7 @@ void Reader::Prefetch(uint64_t sample, int field) const {
 
 void Reader::PrefetchWindow(const TensorView& v) const {
   if (v.data == nullptr || v.rank != 3) return;
+  if (snapshot_->Resident(v.data)) return;  // the common case, in the page cache: one mincore()
   const auto* base = reinterpret_cast<const uint8_t*>(v.data);
   const size_t row = static_cast<size_t>(v.shape[2]) * sizeof(float);
   std::vector<std::pair<const void*, size_t>> rows;

@@ -1,5 +1,8 @@
 #include "reader/verify.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <set>
 #include <utility>
 
@@ -63,19 +66,45 @@ Result<VerifyReport> VerifyStore(const std::string& path, const std::function<vo
   }
   std::set<std::pair<uint64_t, uint16_t>> seen;
   uint64_t total = ids.size() * nf;
+  // Streaming with the map opened for random access (no kernel readahead):
+  // list the records first (keys only, no record is touched), then keep
+  // kReadAhead bytes of records requested ahead of the one being checked,
+  // and drop each record's pages from this process once checked, so memory
+  // stays flat whatever the store's size (the pages stay in the page cache
+  // for other readers).
+  struct Ref {
+    uint64_t sample;
+    uint16_t field;
+    const uint8_t* data;
+    size_t size;
+  };
+  std::vector<Ref> refs;
   Status st = snap->ForEachRecord([&](uint64_t s, uint16_t f, const uint8_t* data, size_t size) -> Status {
+    refs.push_back({s, f, data, size});
+    return Status::OK();
+  });
+  constexpr uint64_t kReadAhead = uint64_t{64} << 20;
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  size_t ahead = 0;
+  uint64_t ahead_bytes = 0;
+  for (size_t i = 0; i < refs.size(); ++i) {
+    while (ahead < refs.size() && (ahead <= i || ahead_bytes < kReadAhead)) {
+      snap->Advise(Access::kWillNeed, refs[ahead].data, refs[ahead].size);
+      ahead_bytes += refs[ahead].size;
+      ++ahead;
+    }
+    ahead_bytes -= std::min<uint64_t>(ahead_bytes, refs[i].size);
+    const uint64_t s = refs[i].sample;
+    const uint16_t f = refs[i].field;
+    const uint8_t* data = refs[i].data;
+    const size_t size = refs[i].size;
     ++report.records;
     report.bytes += size;
     seen.emplace(s, f);
     if (s >= ids.size() || (f >= nf && (f < kAuxFieldBase || static_cast<size_t>(f - kAuxFieldBase) >= nf))) {
       report.problems.push_back({sample_name(s), field_name(f), "record belongs to no sample or field"});
-      return Status::OK();
+      continue;
     }
-    // Streaming with the map opened for random access (no readahead): ask
-    // for the whole record at once, and drop its pages from this process
-    // once checked, so memory stays flat whatever the store's size (the
-    // pages stay in the page cache for other readers).
-    snap->Advise(Access::kWillNeed, data, size);
     auto h = ParseRecordHeader(data, size);
     Status rst = h.ok() ? VerifyRecordBody(*h, data) : h.status();
     if (rst.ok() && h->layout != (f >= kAuxFieldBase ? Layout::kSAT : meta.fields[f].layout))
@@ -94,10 +123,13 @@ Result<VerifyReport> VerifyStore(const std::string& path, const std::function<vo
         rst = Status::Corruption("the sample index disagrees with the record (shape, layout or mask count)");
     }
     if (!rst.ok()) report.problems.push_back({sample_name(s), field_name(f), rst.message()});
-    snap->Advise(Access::kDontNeed, data, size);
+    // Whole pages, the record's first and last included: a neighbour that
+    // shares one faults it in again from the page cache (a minor fault).
+    const uintptr_t b = reinterpret_cast<uintptr_t>(data) & ~(page - 1);
+    const uintptr_t e = (reinterpret_cast<uintptr_t>(data) + size + page - 1) & ~(page - 1);
+    snap->Advise(Access::kDontNeed, reinterpret_cast<const void*>(b), e - b);
     if (progress) progress(report.records, total);
-    return Status::OK();
-  });
+  }
   if (!st.ok()) report.problems.push_back({"", "", st.message()});
   for (uint64_t s = 0; s < ids.size(); ++s)
     for (uint16_t f = 0; f < nf; ++f)

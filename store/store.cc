@@ -324,14 +324,17 @@ void Snapshot::Advise(Access access, const void* data, size_t size) const {
   ::madvise(reinterpret_cast<void*>(begin), end - begin, advice);
 }
 
+bool Snapshot::Resident(const void* data) const {
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  unsigned char resident = 0;
+  void* first = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(data) & ~(page - 1));
+  return ::mincore(first, 1, &resident) == 0 && (resident & 1);
+}
+
 void Snapshot::WillNeed(const std::vector<std::pair<const void*, size_t>>& ranges) const {
   if (empty_ || !env_ || !env_->InOpeningProcess() || ranges.empty()) return;
   const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  {
-    unsigned char resident = 0;
-    void* first = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(ranges[0].first) & ~(page - 1));
-    if (::mincore(first, 1, &resident) == 0 && (resident & 1)) return;
-  }
+  if (Resident(ranges[0].first)) return;
   uintptr_t run_begin = 0, run_end = 0;
   for (const auto& [p, n] : ranges) {
     if (n == 0) continue;

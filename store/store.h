@@ -134,6 +134,8 @@ class Snapshot {
   // Skipped when the first range's first page is already resident, so a
   // store in the page cache pays one mincore() per call.
   void WillNeed(const std::vector<std::pair<const void*, size_t>>& ranges) const;
+  // Whether the page holding `data` is in memory (mincore); false on error.
+  bool Resident(const void* data) const;
 
  private:
   Snapshot() = default;
