@@ -29,54 +29,80 @@ Status Reader::Index() {
   const uint64_t n = snapshot_->id_count();
   const size_t nf = meta().fields.size();
   ids_.assign(n, std::string_view());
-  std::vector<bool> seen(n, false);
-  PS_RETURN_IF_ERROR(snapshot_->ForEachId([&](uint64_t idx, std::string_view id) -> Status {
-    if (idx >= n || seen[idx])
-      return Status::Corruption("opening store '" + path_ + "': sample index " + std::to_string(idx) +
-                                " out of sequence (ids are not dense)");
-    seen[idx] = true;
-    ids_[idx] = id;
-    return Status::OK();
-  }));
-  records_.assign(n * nf, RecordRef{});
-  aux_.assign(n * nf, RecordRef{});
   summaries_.assign(n * nf, RecordSummary{});
-  {
+  auto fill = [&](uint64_t idx, const SampleSummary& sum) {
+    for (size_t f = 0; f < sum.fields.size() && f < nf; ++f) summaries_[idx * nf + f] = sum.fields[f];
+  };
+  auto sealed = snapshot_->SealedIndex();
+  if (sealed.ok()) {
+    // A sealed store: every id and summary in one contiguous value, read
+    // with one request instead of a walk over scattered B-tree pages.
+    snapshot_->Advise(Access::kWillNeed, sealed->data(), sealed->size());
+    auto entries = DecodeSealedIndex(sealed->data(), sealed->size());
+    if (!entries.ok())
+      return entries.status().WithContext("opening store '" + path_ + "' (run `patchstore verify`)");
+    if (entries->size() != n)
+      return Status::Corruption("opening store '" + path_ + "': the sealed index lists " +
+                                std::to_string(entries->size()) + " samples, the store " + std::to_string(n));
+    for (uint64_t i = 0; i < n; ++i) {
+      ids_[i] = (*entries)[i].id;
+      auto sum = DecodeSampleSummary(i, (*entries)[i].summary.data(), (*entries)[i].summary.size());
+      if (!sum.ok() || sum->fields.size() > nf)
+        return Status::Corruption("opening store '" + path_ + "': sealed index entry #" + std::to_string(i) +
+                                  " is damaged (run `patchstore verify`)");
+      fill(i, *sum);
+    }
+  } else if (sealed.status().code() != Code::kNotFound) {
+    return sealed.status();
+  } else {
+    std::vector<bool> seen(n, false);
+    PS_RETURN_IF_ERROR(snapshot_->ForEachId([&](uint64_t idx, std::string_view id) -> Status {
+      if (idx >= n || seen[idx])
+        return Status::Corruption("opening store '" + path_ + "': sample index " + std::to_string(idx) +
+                                  " out of sequence (ids are not dense)");
+      seen[idx] = true;
+      ids_[idx] = id;
+      return Status::OK();
+    }));
     std::vector<bool> have(n, false);
     PS_RETURN_IF_ERROR(snapshot_->ForEachSummary([&](uint64_t idx, const SampleSummary& sum) -> Status {
       if (idx >= n || have[idx] || sum.fields.size() > nf)
         return Status::Corruption("opening store '" + path_ + "': sample index entry #" + std::to_string(idx) +
                                   " does not match the samples and fields of the store (run `patchstore verify`)");
       have[idx] = true;
-      for (size_t f = 0; f < sum.fields.size(); ++f) summaries_[idx * nf + f] = sum.fields[f];
+      fill(idx, sum);
       return Status::OK();
     }));
   }
-  PS_RETURN_IF_ERROR(snapshot_->ForEachRecord(
-      [&](uint64_t idx, uint16_t field, const uint8_t* data, size_t size) -> Status {
-        if (field >= kAuxFieldBase) {
-          const uint16_t base = static_cast<uint16_t>(field - kAuxFieldBase);
-          if (idx < n && base < nf) aux_[idx * nf + base] = RecordRef{data, size};
-          return Status::OK();  // stray auxiliary records are reported by verify
-        }
-        if (idx >= n || field >= nf)
-          return Status::Corruption("opening store '" + path_ + "': record for sample " + std::to_string(idx) +
-                                    " field " + std::to_string(field) + " has no sample or field");
-        if (!summaries_[idx * nf + field].present)
-          return Status::Corruption("opening store '" + path_ + "': " + Describe(idx, field) +
-                                    " has a record the sample index does not list (run `patchstore verify`)");
-        records_[idx * nf + field] = RecordRef{data, size};
-        return Status::OK();
-      }));
-  for (size_t i = 0; i < records_.size(); ++i)
-    if (summaries_[i].present && records_[i].data == nullptr)
-      return Status::Corruption("opening store '" + path_ + "': " + Describe(i / nf, static_cast<int>(i % nf)) +
-                                " is listed in the sample index but has no record (run `patchstore verify`)");
+  // Record locations are looked up on first access (one B-tree descent
+  // each), not walked here: opening reads no record page.
+  slot_count_ = n * nf;
+  slots_.reset(new RecordSlot[slot_count_]);
   if (options_.verify_checksums) {
-    verified_.reset(new std::atomic<uint8_t>[records_.size()]);
-    for (size_t i = 0; i < records_.size(); ++i) verified_[i].store(0, std::memory_order_relaxed);
+    verified_.reset(new std::atomic<uint8_t>[slot_count_]);
+    for (size_t i = 0; i < slot_count_; ++i) verified_[i].store(0, std::memory_order_relaxed);
   }
   return Status::OK();
+}
+
+Result<Reader::RecordRef> Reader::Ref(uint64_t sample, int field) const {
+  const size_t slot = sample * meta().fields.size() + static_cast<size_t>(field);
+  RecordSlot& s = slots_[slot];
+  if (s.state.load(std::memory_order_acquire) == 1)
+    return RecordRef{s.data.load(std::memory_order_relaxed), s.size.load(std::memory_order_relaxed)};
+  if (!summaries_[slot].present) return RecordRef{};
+  auto rec = snapshot_->GetRecord(sample, static_cast<uint16_t>(field));
+  if (!rec.ok()) {
+    if (rec.status().code() == Code::kNotFound)
+      return Status::Corruption("reading " + Describe(sample, field) +
+                                ": listed in the store's sample index but has no record (run `patchstore verify`)");
+    return rec.status().WithContext("reading " + Describe(sample, field));
+  }
+  // Threads racing here store the same values.
+  s.data.store(reinterpret_cast<const uint8_t*>(rec->data()), std::memory_order_relaxed);
+  s.size.store(rec->size(), std::memory_order_relaxed);
+  s.state.store(1, std::memory_order_release);
+  return RecordRef{reinterpret_cast<const uint8_t*>(rec->data()), rec->size()};
 }
 
 Result<uint64_t> Reader::Find(std::string_view id) const {
@@ -105,14 +131,15 @@ std::string Reader::Describe(uint64_t sample, int field) const {
   return s + " in '" + path_ + "'";
 }
 
-Result<RecordHeader> Reader::CheckedHeader(uint64_t sample, int field) const {
+Result<RecordHeader> Reader::CheckedHeader(uint64_t sample, int field, const uint8_t** data_out) const {
   if (sample >= ids_.size())
     return Status::OutOfRange("sample index " + std::to_string(sample) + " out of range [0, " +
                               std::to_string(ids_.size()) + ") in '" + path_ + "'");
   if (field < 0 || field >= field_count())
     return Status::NotFound("field #" + std::to_string(field) + " does not exist in '" + path_ + "'");
   const size_t slot = sample * meta().fields.size() + field;
-  const RecordRef& ref = records_[slot];
+  PS_ASSIGN_OR_RETURN(RecordRef ref, Ref(sample, field));
+  if (data_out != nullptr) *data_out = ref.data;
   if (ref.data == nullptr) return Status::NotFound("reading " + Describe(sample, field) + ": record missing");
   auto h = ParseRecordHeader(ref.data, ref.size);
   if (!h.ok()) return h.status().WithContext("reading " + Describe(sample, field));
@@ -152,9 +179,10 @@ Result<RecordSummary> Reader::Summary(uint64_t sample, int field) const {
 }
 
 Result<TensorView> Reader::Get(uint64_t sample, int field) const {
-  PS_ASSIGN_OR_RETURN(RecordHeader h, CheckedHeader(sample, field));
+  const uint8_t* data = nullptr;
+  PS_ASSIGN_OR_RETURN(RecordHeader h, CheckedHeader(sample, field, &data));
   TensorView v;
-  v.data = reinterpret_cast<const float*>(records_[sample * meta().fields.size() + field].data + kRecordHeaderSize);
+  v.data = reinterpret_cast<const float*>(data + kRecordHeaderSize);
   v.rank = h.rank;
   int64_t stride = 4;
   for (int i = h.rank - 1; i >= 0; --i) {
@@ -256,7 +284,12 @@ Result<SatView> Reader::Sat(uint64_t sample, int field, bool cache) const {
                                    " channels; a mask must have one");
   const int64_t planes = mask.shape[0], H = mask.shape[1], W = mask.shape[2];
   const size_t slot = sample * meta().fields.size() + field;
-  const RecordRef& ref = aux_[slot];
+  // Format-1 stores may hold a stored table as an auxiliary record.
+  RecordRef ref;
+  if (field_has_sat(field)) {
+    auto aux = snapshot_->GetRecord(sample, static_cast<uint16_t>(kAuxFieldBase + field));
+    if (aux.ok()) ref = RecordRef{reinterpret_cast<const uint8_t*>(aux->data()), aux->size()};
+  }
   if (ref.data != nullptr) {
     auto h = ParseRecordHeader(ref.data, ref.size);
     if (!h.ok()) return h.status().WithContext("reading the mask index of " + Describe(sample, field));
@@ -294,8 +327,8 @@ Result<SatView> Reader::Sat(uint64_t sample, int field, bool cache) const {
 
 void Reader::Prefetch(uint64_t sample, int field) const {
   if (sample >= ids_.size() || field < 0 || field >= field_count()) return;
-  const RecordRef& ref = records_[sample * meta().fields.size() + field];
-  if (ref.data != nullptr) snapshot_->Advise(Access::kWillNeed, ref.data, ref.size);
+  auto ref = Ref(sample, field);
+  if (ref.ok() && ref->data != nullptr) snapshot_->Advise(Access::kWillNeed, ref->data, ref->size);
 }
 
 void Reader::PrefetchWindow(const TensorView& v) const {
@@ -317,7 +350,7 @@ void Reader::PrefetchBytes(const void* data, size_t size) const {
 Status Reader::Verify(uint64_t sample, int field) const {
   if (sample >= ids_.size() || field < 0 || field >= field_count())
     return Status::OutOfRange("verify: no such record");
-  const RecordRef& ref = records_[sample * meta().fields.size() + field];
+  PS_ASSIGN_OR_RETURN(RecordRef ref, Ref(sample, field));
   if (ref.data == nullptr) return Status::Corruption("verifying " + Describe(sample, field) + ": record missing");
   auto h = ParseRecordHeader(ref.data, ref.size);
   if (!h.ok()) return h.status().WithContext("verifying " + Describe(sample, field));

@@ -153,16 +153,24 @@ class Reader {
     const uint8_t* data = nullptr;  // null: record missing
     uint64_t size = 0;
   };
+  struct RecordSlot {
+    std::atomic<const uint8_t*> data{nullptr};
+    std::atomic<uint64_t> size{0};
+    std::atomic<uint8_t> state{0};  // 1: data/size resolved
+  };
   Reader() = default;
   Status Index();
-  Result<RecordHeader> CheckedHeader(uint64_t sample, int field) const;
+  // The record's bytes (data null: the index lists no such record).
+  Result<RecordRef> Ref(uint64_t sample, int field) const;
+  Result<RecordHeader> CheckedHeader(uint64_t sample, int field, const uint8_t** data_out = nullptr) const;
+  bool field_has_sat(int f) const { return meta().fields[f].has_sat; }
 
   std::string path_;
   ReaderOptions options_;
   std::shared_ptr<Snapshot> snapshot_;
   std::vector<std::string_view> ids_;
-  std::vector<RecordRef> records_;  // sample * field_count + field
-  std::vector<RecordRef> aux_;      // summed-area tables, same indexing
+  std::unique_ptr<RecordSlot[]> slots_;   // sample * field_count + field, resolved on first access
+  size_t slot_count_ = 0;
   std::vector<RecordSummary> summaries_;  // from the sample index, same indexing
   mutable std::mutex sat_mu_;
   mutable std::unordered_map<uint64_t, SatView> sat_cache_;  // computed tables

@@ -64,6 +64,32 @@ Result<VerifyReport> VerifyStore(const std::string& path, const std::function<vo
     report.problems.push_back({"", "", "store format " + std::to_string(meta.format_version) +
                                            " has no sample index: run `patchstore upgrade " + path + "`"});
   }
+  // The sealed index (sealed stores): the same ids and summaries in one value.
+  if (meta.sealed && snap->has_index()) {
+    auto blob = snap->SealedIndex();
+    if (!blob.ok()) {
+      report.problems.push_back({"", "", "sealed store without its sealed index: " + blob.status().message()});
+    } else {
+      auto entries = DecodeSealedIndex(blob->data(), blob->size());
+      if (!entries.ok()) {
+        report.problems.push_back({"", "", "sealed index: " + entries.status().message()});
+      } else if (entries->size() != ids.size()) {
+        report.problems.push_back({"", "", "sealed index lists " + std::to_string(entries->size()) + " samples, the store " +
+                                               std::to_string(ids.size())});
+      } else {
+        for (size_t i = 0; i < ids.size(); ++i) {
+          const auto& e = (*entries)[i];
+          auto sum = DecodeSampleSummary(i, e.summary.data(), e.summary.size());
+          bool same = sum.ok() && have_id[i] && e.id == ids[i] && have_sum[i];
+          if (same) {
+            sum->fields.resize(nf);
+            for (size_t f = 0; f < nf && same; ++f) same = sum->fields[f] == sums[i].fields[f];
+          }
+          if (!same) report.problems.push_back({sample_name(i), "", "the sealed index disagrees with the sample's id or index entry"});
+        }
+      }
+    }
+  }
   std::set<std::pair<uint64_t, uint16_t>> seen;
   uint64_t total = ids.size() * nf;
   // Streaming with the map opened for random access (no kernel readahead):

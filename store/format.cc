@@ -504,6 +504,70 @@ Result<SampleSummary> DecodeSampleSummary(uint64_t sample, const void* data, siz
   return s;
 }
 
+namespace {
+void PutU32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+uint32_t GetU32(const uint8_t* p) {
+  return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) | (static_cast<uint32_t>(p[2]) << 16) |
+         (static_cast<uint32_t>(p[3]) << 24);
+}
+constexpr char kSealedMagic[4] = {'P', 'S', 'I', 'X'};
+}  // namespace
+
+std::string BeginSealedIndex(uint64_t count) {
+  std::string b(16, '\0');
+  auto* p = reinterpret_cast<uint8_t*>(b.data());
+  std::memcpy(p, kSealedMagic, 4);
+  PutU32(p + 4, 1);
+  PutU64(p + 8, count);
+  return b;
+}
+
+void AppendSealedIndexEntry(std::string* blob, std::string_view id, std::string_view summary) {
+  uint8_t len[4];
+  PutU32(len, static_cast<uint32_t>(id.size()));
+  blob->append(reinterpret_cast<const char*>(len), 4);
+  blob->append(id);
+  PutU32(len, static_cast<uint32_t>(summary.size()));
+  blob->append(reinterpret_cast<const char*>(len), 4);
+  blob->append(summary);
+}
+
+void FinishSealedIndex(std::string* blob) {
+  uint8_t sum[8];
+  PutU64(sum, Checksum64(blob->data(), blob->size()));
+  blob->append(reinterpret_cast<const char*>(sum), 8);
+}
+
+Result<std::vector<SealedIndexEntry>> DecodeSealedIndex(const void* data, size_t size) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  if (data == nullptr || size < 16 + 8 || std::memcmp(p, kSealedMagic, 4) != 0)
+    return Status::Corruption("sealed index: bad header");
+  if (GetU32(p + 4) != 1) return Status::Corruption("sealed index: unknown version " + std::to_string(GetU32(p + 4)));
+  if (GetU64(p + size - 8) != Checksum64(p, size - 8)) return Status::Corruption("sealed index: checksum mismatch");
+  const uint64_t count = GetU64(p + 8);
+  const size_t end = size - 8;
+  if (count > end / 8) return Status::Corruption("sealed index: bad count");
+  std::vector<SealedIndexEntry> out;
+  out.reserve(static_cast<size_t>(count));
+  size_t at = 16;
+  for (uint64_t i = 0; i < count; ++i) {
+    SealedIndexEntry e;
+    for (std::string_view* field : {&e.id, &e.summary}) {
+      if (end - at < 4) return Status::Corruption("sealed index: truncated");
+      const uint32_t n = GetU32(p + at);
+      at += 4;
+      if (end - at < n) return Status::Corruption("sealed index: truncated");
+      *field = std::string_view(reinterpret_cast<const char*>(p + at), n);
+      at += n;
+    }
+    out.push_back(e);
+  }
+  if (at != end) return Status::Corruption("sealed index: trailing bytes");
+  return out;
+}
+
 Result<StoreMeta> StoreMeta::Decode(std::string_view text) {
   // The last line is "checksum=<16 hex digits>" over everything before it.
   {

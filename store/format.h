@@ -216,6 +216,24 @@ std::string EncodeSampleSummary(uint64_t sample, const SampleSummary& summary);
 // Decodes and validates (checksum, enums, rank, dimension limits).
 Result<SampleSummary> DecodeSampleSummary(uint64_t sample, const void* data, size_t size);
 
+// The sealed index: every id and summary of a sealed store in one value
+// (meta key "sealed_index"), so that opening a store that is not in the page
+// cache is one contiguous read instead of a B-tree walk of scattered pages.
+//   blob := "PSIX" u32le version=1 u64le count
+//           { u32le id_len id u32le summary_len summary }*count
+//           u64le xxh3_64(all before)
+// Summaries are EncodeSampleSummary(index, ...) of index 0..count-1.
+struct SealedIndexEntry {
+  std::string_view id;       // into the blob
+  std::string_view summary;  // encoded; into the blob
+};
+void AppendSealedIndexEntry(std::string* blob, std::string_view id, std::string_view summary);
+// Starts a blob for `count` entries; finish with FinishSealedIndex.
+std::string BeginSealedIndex(uint64_t count);
+void FinishSealedIndex(std::string* blob);
+// Checks magic, version, lengths and the checksum; entries point into `data`.
+Result<std::vector<SealedIndexEntry>> DecodeSealedIndex(const void* data, size_t size);
+
 // Parses a normalisation spec as the command line takes it:
 //   "none" | "symmetric" | "unit" | "binary" | "affine:SCALE,OFFSET"
 // optionally followed by "+clamp:LO,HI" ("clamp:LO,HI" alone means none+clamp).

@@ -18,6 +18,7 @@ namespace {
 constexpr unsigned kMaxReaders = 1024;  // fixed by the first opener; keep it large
 constexpr unsigned kMaxDbs = 8;
 constexpr char kMetaKey[] = "store";
+constexpr char kSealedIndexKey[] = "sealed_index";
 
 MDB_val Val(const void* p, size_t n) { return MDB_val{n, const_cast<void*>(p)}; }
 
@@ -64,6 +65,50 @@ Result<StoreMeta> ReadMeta(MDB_txn* txn, MDB_dbi dbi, const std::string& path) {
   auto meta = StoreMeta::Decode(std::string_view(static_cast<const char*>(v.mv_data), v.mv_size));
   if (!meta.ok()) return meta.status().WithContext("opening store '" + path + "'");
   return meta;
+}
+
+// Builds the sealed index (FORMAT.md) from the ids and index databases.
+Status PutSealedIndex(Env* env, MDB_txn* txn, uint64_t count) {
+  std::string blob = BeginSealedIndex(count);
+  MDB_cursor* ic = nullptr;
+  int rc = mdb_cursor_open(txn, env->ids_dbi, &ic);
+  if (rc != 0) return LmdbError("sealing: reading ids of", env->path(), rc);
+  MDB_val k, v;
+  uint64_t n = 0;
+  Status st;
+  for (rc = mdb_cursor_get(ic, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(ic, &k, &v, MDB_NEXT), ++n) {
+    uint64_t idx = 0;
+    if (!DecodeIndexKey(k.mv_data, k.mv_size, &idx) || idx != n) {
+      st = Status::Corruption("sealing '" + env->path() + "': ids are not dense");
+      break;
+    }
+    auto id = DecodeIdValue(idx, v.mv_data, v.mv_size);
+    if (!id.ok()) {
+      st = id.status().WithContext("sealing '" + env->path() + "'");
+      break;
+    }
+    MDB_val sv;
+    MDB_val sk{k.mv_size, k.mv_data};
+    int src = mdb_get(txn, env->index_dbi, &sk, &sv);
+    if (src != 0) {
+      st = src == MDB_NOTFOUND ? Status::Corruption("sealing '" + env->path() + "': sample #" + std::to_string(idx) +
+                                                    " has no index entry")
+                               : LmdbError("sealing: reading the index of", env->path(), src);
+      break;
+    }
+    AppendSealedIndexEntry(&blob, *id, std::string_view(static_cast<const char*>(sv.mv_data), sv.mv_size));
+  }
+  mdb_cursor_close(ic);
+  if (!st.ok()) return st;
+  if (rc != MDB_NOTFOUND) return LmdbError("sealing: reading ids of", env->path(), rc);
+  if (n != count)
+    return Status::Corruption("sealing '" + env->path() + "': " + std::to_string(n) + " ids for " +
+                              std::to_string(count) + " samples");
+  FinishSealedIndex(&blob);
+  MDB_val bk = Val(kSealedIndexKey, sizeof(kSealedIndexKey) - 1), bv = Val(blob.data(), blob.size());
+  rc = mdb_put(txn, env->meta_dbi, &bk, &bv, 0);
+  if (rc != 0) return LmdbError("sealing: writing the sealed index of", env->path(), rc);
+  return Status::OK();
 }
 
 }  // namespace
@@ -271,6 +316,15 @@ Result<std::string_view> Snapshot::GetRecord(uint64_t sample, uint16_t field) co
   int rc = mdb_get(txn_, env_->records_dbi, &k, &v);
   if (rc == MDB_NOTFOUND) return Status::NotFound("record not found");
   if (rc != 0) return LmdbError("reading record of", path(), rc);
+  return std::string_view(static_cast<const char*>(v.mv_data), v.mv_size);
+}
+
+Result<std::string_view> Snapshot::SealedIndex() const {
+  if (empty_ || !meta_.sealed) return Status::NotFound("store '" + path() + "' is not sealed");
+  MDB_val k = Val(kSealedIndexKey, sizeof(kSealedIndexKey) - 1), v;
+  int rc = mdb_get(txn_, env_->meta_dbi, &k, &v);
+  if (rc == MDB_NOTFOUND) return Status::NotFound("store '" + path() + "' has no sealed index");
+  if (rc != 0) return LmdbError("reading the sealed index of", path(), rc);
   return std::string_view(static_cast<const char*>(v.mv_data), v.mv_size);
 }
 
@@ -538,6 +592,13 @@ Status Writer::TryWrite(const std::vector<SampleInput>& samples, bool* map_full)
 
   StoreMeta next = meta_;
   next.sealed = false;
+  {
+    // Unsealing: the sealed index describes the samples of the sealed store
+    // only; it goes in the same transaction as the first new sample.
+    MDB_val bk = Val(kSealedIndexKey, sizeof(kSealedIndexKey) - 1);
+    rc = mdb_del(txn, env_->meta_dbi, &bk, nullptr);
+    if (rc != 0 && rc != MDB_NOTFOUND) return lmdb_fail("removing the sealed index of", rc);
+  }
   uint64_t index = meta_.sample_count;
   std::unordered_set<std::string> batch_ids;
   for (const SampleInput& s : samples) {
@@ -660,6 +721,7 @@ Status Writer::Upgrade(MDB_txn* txn) {
     rc = mdb_put(txn, env_->index_dbi, &sk, &sv, 0);
     if (rc != 0) return LmdbError("upgrading: writing the sample index of", path, rc);
   }
+  if (meta_.sealed) PS_RETURN_IF_ERROR(PutSealedIndex(env_.get(), txn, meta_.sample_count));
   meta_.format_version = kStoreFormatVersion;
   const std::string text = meta_.Encode();
   MDB_val mk = Val(kMetaKey, sizeof(kMetaKey) - 1), mv = Val(text.data(), text.size());
@@ -693,6 +755,10 @@ Status Writer::Seal() {
   if (rc != 0) {
     mdb_txn_abort(txn);
     return LmdbError("sealing", env_->path(), rc);
+  }
+  if (Status st = PutSealedIndex(env_.get(), txn, next.sample_count); !st.ok()) {
+    mdb_txn_abort(txn);
+    return st;
   }
   rc = mdb_txn_commit(txn);
   if (rc != 0) return LmdbError("sealing", env_->path(), rc);

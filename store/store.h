@@ -123,6 +123,9 @@ class Snapshot {
   // decoded and checked. A store of format 1 has none (NotFound).
   Status ForEachSummary(const std::function<Status(uint64_t, const SampleSummary&)>& visit) const;
   bool has_index() const { return has_index_; }
+  // The sealed index blob (FORMAT.md) of a sealed store, unvalidated
+  // (DecodeSealedIndex checks it); NotFound when unsealed or absent.
+  Result<std::string_view> SealedIndex() const;
 
   // Advice for the pages of [data, data + size) (rounded out to pages; for
   // kDontNeed, in to whole pages). REQUIRES: the range lies inside values

@@ -5,6 +5,7 @@
 #include <lmdb.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "reader/reader.h"
@@ -28,7 +29,7 @@ float MaskValue(uint64_t s, int64_t i) {
   return (i % 2) ? -0.0f : 0.0f;
 }
 
-std::string MakeStore(const TempDir& dir, uint64_t n, const std::string& name = "s.ps") {
+std::string MakeStore(const TempDir& dir, uint64_t n, const std::string& name = "s.ps", bool seal = true) {
   const std::string path = dir / name;
   WriterOptions wo;
   wo.durable = false;
@@ -57,7 +58,7 @@ std::string MakeStore(const TempDir& dir, uint64_t n, const std::string& name = 
     in.records = {ra, rm};
     EXPECT_TRUE(w->WriteBatch({in}).ok());
   }
-  EXPECT_TRUE(w->Seal().ok());
+  if (seal) EXPECT_TRUE(w->Seal().ok());
   return path;
 }
 
@@ -242,7 +243,9 @@ TEST(SampleIndex, Format1StoreIsRefusedWithTheUpgradeCommandThenUpgraded) {
 
 TEST(SampleIndex, IndexDisagreeingWithRecordsIsRefusedAndNamed) {
   TempDir dir;
-  const std::string path = MakeStore(dir, 4);
+  // Unsealed: readers use the per-sample entries (a sealed store's readers
+  // use the sealed index; see SealedIndex* below).
+  const std::string path = MakeStore(dir, 4, "s.ps", /*seal=*/false);
   // A well-formed summary (good checksum) that lies: sample 2's img is said
   // to be 2x12x9, and its mask count is off by one.
   EditLmdb(path, [&](MDB_txn* txn, MDB_dbi, MDB_dbi index) {
@@ -308,6 +311,112 @@ TEST(SampleIndex, ReadAheadHintsNeverFailAndChangeNothing) {
     for (int64_t y = 0; y < 5; ++y)
       for (int64_t x = 0; x < 6; ++x)
         EXPECT_EQ(w.data[c * kH * kW + y * kW + x], static_cast<float>(2000 + c * kH * kW + (y + 3) * kW + x + 4));
+}
+
+}  // namespace
+}  // namespace patchstore
+
+namespace patchstore {
+namespace {
+
+std::string SealedBlob(const std::string& path) {
+  auto snap = Snapshot::Open(path).value();
+  auto blob = snap->SealedIndex();
+  return blob.ok() ? std::string(*blob) : std::string();
+}
+
+TEST(SampleIndex, SealedStoresAreOpenedFromOneValueThatAppendingRemoves) {
+  TempDir dir;
+  const std::string sealed = MakeStore(dir, 5, "a.ps");
+  const std::string open = MakeStore(dir, 5, "b.ps", /*seal=*/false);
+  EXPECT_FALSE(SealedBlob(sealed).empty());
+  EXPECT_TRUE(SealedBlob(open).empty());
+  auto entries = DecodeSealedIndex(SealedBlob(sealed).data(), SealedBlob(sealed).size()).value();
+  ASSERT_EQ(entries.size(), 5u);
+  EXPECT_EQ(entries[3].id, "s3");
+  auto a = Reader::Open(sealed).value(), b = Reader::Open(open).value();
+  ASSERT_EQ(a->size(), b->size());
+  for (uint64_t s = 0; s < 5; ++s) {
+    EXPECT_EQ(a->id(s), b->id(s));
+    for (int f = 0; f < 2; ++f) {
+      EXPECT_TRUE(a->summary(s, f) == b->summary(s, f));
+      auto va = a->Get(s, f).value(), vb = b->Get(s, f).value();
+      EXPECT_EQ(0, std::memcmp(va.data, vb.data, static_cast<size_t>(va.elements()) * 4));
+    }
+  }
+  EXPECT_TRUE(VerifyStore(sealed).value().ok());
+  // Appending unseals the store and drops the sealed index in the same
+  // transaction; sealing again writes a new one that lists every sample.
+  {
+    WriterOptions wo;
+    wo.durable = false;
+    auto w = Writer::Open(sealed, wo).value();
+    std::vector<float> img(2 * kH * kW, 1.0f), mask(kH * kW, 1.0f);
+    SampleInput in;
+    in.id = "extra";
+    RecordInput ra, rm;
+    ra.field = 0;
+    ra.header.shape = {2, kH, kW, 0};
+    ra.data = img.data();
+    rm.field = 1;
+    rm.header.shape = {1, kH, kW, 0};
+    rm.data = mask.data();
+    in.records = {ra, rm};
+    ASSERT_TRUE(w->WriteBatch({in}).ok());
+    EXPECT_TRUE(SealedBlob(sealed).empty());
+    auto r = Reader::Open(sealed).value();
+    EXPECT_EQ(r->size(), 6u);
+    EXPECT_EQ(r->summary(5, 1).valid_count, static_cast<uint64_t>(kH * kW));
+    ASSERT_TRUE(w->Seal().ok());
+  }
+  EXPECT_EQ(DecodeSealedIndex(SealedBlob(sealed).data(), SealedBlob(sealed).size()).value().size(), 6u);
+  EXPECT_EQ(Reader::Open(sealed).value()->id(5), "extra");
+  EXPECT_TRUE(VerifyStore(sealed).value().ok());
+}
+
+TEST(SampleIndex, DamagedOrDisagreeingSealedIndexIsRefusedAndNamed) {
+  TempDir dir;
+  const std::string path = MakeStore(dir, 4);
+  std::string blob = SealedBlob(path);
+  // One flipped byte inside: the checksum refuses it at open.
+  std::string bad = blob;
+  bad[bad.size() / 2] = static_cast<char>(bad[bad.size() / 2] ^ 0x10);
+  auto put = [&](const std::string& value) {
+    EditLmdb(path, [&](MDB_txn* txn, MDB_dbi meta, MDB_dbi) {
+      MDB_val k{12, const_cast<char*>("sealed_index")}, v{value.size(), const_cast<char*>(value.data())};
+      ASSERT_EQ(mdb_put(txn, meta, &k, &v, 0), 0);
+    });
+  };
+  put(bad);
+  auto r = Reader::Open(path);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kCorruption);
+  EXPECT_NE(r.status().message().find("sealed index"), std::string::npos) << r.status().message();
+  auto rep = VerifyStore(path).value();
+  ASSERT_EQ(rep.problems.size(), 1u);
+  EXPECT_NE(rep.problems[0].message.find("sealed index"), std::string::npos);
+  // A well-formed blob that names another id for sample 1: verify names it.
+  std::string other = BeginSealedIndex(4);
+  auto snap = Snapshot::Open(path, SnapshotOptions{}).value();
+  for (uint64_t i = 0; i < 4; ++i) {
+    SampleSummary s;
+    s.fields.resize(2);
+    s.fields[0].present = s.fields[1].present = true;
+    s.fields[0].rank = s.fields[1].rank = 3;
+    s.fields[0].shape = {2, kH, kW, 0};
+    s.fields[1].shape = {1, kH, kW, 0};
+    s.fields[1].has_valid_count = true;
+    s.fields[1].valid_count = i * 7;
+    AppendSealedIndexEntry(&other, i == 1 ? "zz" : "s" + std::to_string(i), EncodeSampleSummary(i, s));
+  }
+  FinishSealedIndex(&other);
+  snap.reset();
+  put(other);
+  EXPECT_EQ(Reader::Open(path).value()->id(1), "zz");  // what the sealed index says...
+  rep = VerifyStore(path).value();                    // ...and verify says it is wrong
+  ASSERT_EQ(rep.problems.size(), 1u);
+  EXPECT_EQ(rep.problems[0].id, "s1");
+  EXPECT_NE(rep.problems[0].message.find("sealed index disagrees"), std::string::npos);
 }
 
 }  // namespace
