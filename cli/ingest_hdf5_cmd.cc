@@ -53,7 +53,8 @@ Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet) {
                   "merely named MASK keeps its values (labels) without this");
   cmd->add_option("--norm", args->norm_specs,
                   "FIELD=SPEC: none (default: values unchanged, a CT keeps its HU) | unit | symmetric (uint8/16 "
-                  "sources) | binary | affine:SCALE,OFFSET, optionally +clamp:LO,HI");
+                  "sources) | binary | affine:SCALE,OFFSET, optionally +clamp:LO,HI | range:LO,HI ([LO,HI] onto [-1,1], "
+                  "clamped; e.g. CT=range:-1024,3000)");
   cmd->add_flag("--allow-external", o.allow_external,
                 "Follow HDF5 external links and read external/virtual storage (refused by default: they can read "
                 "arbitrary files)");
@@ -71,7 +72,7 @@ Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet) {
       "Examples:\n"
       "  patchstore ingest hdf5 synthrad.h5 synthrad.ps --group MR --group CT --group MASK\n"
       "  patchstore ingest hdf5 train.h5 val.h5 ct.ps --group MR --group CT \\\n"
-      "      --norm CT=affine:0.0005,0+clamp:-1,1        # ids train/patient001, val/patient042, ...\n"
+      "      --norm CT=range:-1024,3000 --norm MR=range:0,3000   # ids train/patient001, val/patient042, ...\n"
       "  patchstore ingest hdf5 vols.h5 vols.ps --group /data/img=image --group /data/seg=mask \\\n"
       "      --mask mask --slice-axis 0                   # (S,H,W) sources\n"
       "Running the same command again resumes: complete volumes are skipped.\n"

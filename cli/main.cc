@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
                                                "always is)");
   images->add_option("--norm", norm_specs,
                      "FIELD=SPEC: none | symmetric (x/max*2-1, default for 8/16-bit) | unit (x/max) | binary | "
-                     "affine:SCALE,OFFSET, optionally +clamp:LO,HI");
+                     "affine:SCALE,OFFSET, optionally +clamp:LO,HI | range:LO,HI ([LO,HI] onto [-1,1], clamped)");
   images->add_option("-j,--threads", io.threads, "Decoder threads (default: all cores)");
   images->add_option("--on-error", on_error, "stop (default): stop at the first bad file, keeping what was "
                                              "committed; skip: record failures in the report and go on")

@@ -100,6 +100,7 @@ double Invert(const Normalization& n, float v, double maxval) {
     case NormKind::kUnit: return static_cast<double>(v) * n.scale;
     case NormKind::kAffine: return n.scale != 0 ? (static_cast<double>(v) - n.offset) / n.scale : 0.0;
     case NormKind::kBinary: return v != 0 ? maxval : 0.0;
+    case NormKind::kRange: return (n.scale + n.offset) / 2 + static_cast<double>(v) * ((n.offset - n.scale) / 2);
     case NormKind::kNone: return v;
   }
   return v;

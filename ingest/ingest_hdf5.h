@@ -28,7 +28,7 @@
 // integer-based enum (h5py's bool) source type is accepted and recorded as
 // the record's SourceType. Per-field normalisation on request with
 // norm[FIELD] = "none | unit | symmetric | binary | affine:SCALE,OFFSET",
-// optionally "+clamp:LO,HI" (see ParseNormalization; unit and symmetric
+// optionally "+clamp:LO,HI", or "range:LO,HI" ([LO,HI] onto [-1,1], clamped) (see ParseNormalization; unit and symmetric
 // need a uint8 or uint16 source). A field listed in mask_fields is marked
 // is_mask and stored binary ({0,1}) unless norm says otherwise; a group
 // merely NAMED "MASK" is not special: its values (labels) are kept as they

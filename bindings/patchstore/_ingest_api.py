@@ -156,7 +156,8 @@ def ingest_images(
 
     masks: fields stored as {0,1} (a field named "mask" always is).
     norm: {field: spec}, spec "none" | "symmetric" | "unit" | "binary" |
-    "affine:SCALE,OFFSET", optionally "+clamp:LO,HI". Defaults: 8/16-bit
+    "affine:SCALE,OFFSET", optionally "+clamp:LO,HI", or "range:LO,HI"
+    ([LO, HI] linearly onto [-1, 1], clamped outside). Defaults: 8/16-bit
     images to [-1,1] (x/maxval*2-1), masks to {0,1}, float data unchanged.
     threads: decoder threads (0 = all cores).
     on_error: "stop" (default; everything committed before the bad file
@@ -287,7 +288,9 @@ def ingest_hdf5(
     otherwise). A group merely named "MASK" keeps its values (labels).
     norm: {field: spec}, spec "none" (default: values unchanged, a CT keeps
     its HU) | "unit" | "symmetric" (uint8/uint16 sources) | "binary" |
-    "affine:SCALE,OFFSET", optionally "+clamp:LO,HI".
+    "affine:SCALE,OFFSET", optionally "+clamp:LO,HI", or "range:LO,HI":
+    [LO, HI] linearly onto [-1, 1] (exactly -1, 0, 1 at LO, the midpoint and
+    HI), clamped outside, e.g. {"CT": "range:-1024,3000", "MR": "range:0,3000"}.
     allow_external: follow HDF5 external links and read external/virtual
     storage (refused by default: they can make the library read arbitrary
     files).
@@ -468,4 +471,57 @@ def montage(
         path, count, int(patch_size), field or "", overlay or "", require or "", require is None,
         int(patches_per_sample), int(seed), int(epoch), bool(flip), bool(rot90), window is not None, lo, hi,
         0 if tile is None else int(tile))
+    return np.frombuffer(pixels, dtype=np.uint8).reshape(h, w, 3)
+
+
+def volume_montage(
+    path: str,
+    count: int = 64,
+    field: Optional[str] = None,
+    overlay: Optional[str] = None,
+    seed: int = 0,
+    *,
+    epoch: int = 0,
+    crop: Any = None,
+    context: int = 0,
+    flip: Any = False,
+    rot90: bool = False,
+    ids: Optional[Iterable[str]] = None,
+    window: Any = None,
+    tile: Optional[int] = None,
+    labels: bool = True,
+) -> Any:
+    """patchstore::RenderVolumeMontage as an (H, W, 3) uint8 NumPy array (see Store.montage)."""
+    import numpy as np
+
+    count = int(count)
+    if not 1 <= count <= 4096:
+        raise ValueError(f"montage: count must be in 1..4096, got {count}")
+    if int(seed) < 0 or int(epoch) < 0:
+        raise ValueError("montage: seed and epoch must be >= 0")
+    if tile is not None and not 8 <= int(tile) <= 4096:
+        raise ValueError(f"montage: tile must be in 8..4096, got {tile}")
+    if crop is None:
+        ch = cw = 0
+    elif isinstance(crop, int):
+        ch = cw = int(crop)
+    else:
+        ch, cw = (int(v) for v in crop)
+    if crop is not None and min(ch, cw) < 1:
+        raise ValueError(f"montage: crop must be positive, got {crop!r}")
+    if flip not in (False, True, "independent"):
+        raise ValueError(f"montage: flip must be False, True or 'independent', got {flip!r}")
+    if isinstance(ids, (str, bytes)):
+        raise TypeError(f"montage: ids must be a list of volume ids, not the string {ids!r}")
+    if window is None or (isinstance(window, str) and window == "auto"):
+        has_window, lo, hi = False, 0.0, 1.0
+    else:
+        lo, hi = (float(v) for v in window)
+        if not lo < hi:
+            raise ValueError(f"montage: window needs lo < hi, got {window!r}")
+        has_window = True
+    h, w, pixels, _, _ = _native().render_volume_montage(
+        path, count, field or "", overlay or "", [str(i) for i in (ids or [])], ch, cw, int(context),
+        "independent" if flip == "independent" else ("both" if flip else ""), bool(rot90), int(seed), int(epoch),
+        has_window, lo, hi, 0 if tile is None else int(tile), bool(labels))
     return np.frombuffer(pixels, dtype=np.uint8).reshape(h, w, 3)
