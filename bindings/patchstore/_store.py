@@ -486,10 +486,26 @@ class Store:
         epoch: int = 0,
         flip: bool = False,
         rot90: bool = False,
-        window: Optional[Tuple[float, float]] = None,
+        window: Any = None,
         tile: Optional[int] = None,
+        crop: Any = None,
+        context: int = 0,
+        ids: Optional[Iterable[str]] = None,
+        labels: bool = True,
     ) -> np.ndarray:
         """A contact sheet of the windows a PatchSampler with these options serves first: (H, W, 3) uint8.
+
+        Volume stores: the slices a :class:`patchstore.torch.SliceDataset`
+        with the same ``crop``, ``context``, ``flip`` (False, True or
+        "independent"), ``rot90``, ``seed``, ``ids`` serves in ``epoch``:
+        ``count`` items spread evenly over the dataset (item ``j * len // count``),
+        each tile the centre slice of the item's stack, cropped, flipped and
+        turned as the dataset does, in gray: ``window`` (lo, hi) in stored
+        units (after the ingest normalisation) onto 0..255, default "auto"
+        (the 1st..99th percentile of the shown values); tiles labelled
+        "<id> s<slice>" (``labels=False`` for none); ``overlay`` a mask field
+        drawn in red. ``patch_size``, ``require`` and ``patches_per_sample``
+        do not apply.
 
         The same picture as ``patchstore montage`` (ingest/montage.h): the
         first `count` windows of `epoch` (continuing into later epochs) of a
@@ -508,9 +524,17 @@ class Store:
         PatchSampler: KeyError for an unknown field, ValueError for bad
         options, IndexError when no sample has an admissible window.
         """
-        from ._ingest_api import montage
+        from ._ingest_api import montage, volume_montage
 
         self._r()  # FileNotFoundError / closed store here
+        if self.kind == "volumes":
+            return volume_montage(self._path, count, field, overlay, seed, epoch=epoch, crop=crop, context=context,
+                                  flip=flip, rot90=rot90, ids=ids, window=window, tile=tile, labels=labels)
+        if crop is not None or context or ids is not None:
+            raise ValueError(f"montage: crop, context and ids are for volume stores; '{self._path}' holds images "
+                             f"(use patch_size)")
+        if isinstance(window, str):
+            window = None if window == "auto" else window
         return montage(self._path, count, patch_size, field, overlay, seed, require=require,
                        patches_per_sample=patches_per_sample, epoch=epoch, flip=flip, rot90=rot90,
                        window=window, tile=tile)

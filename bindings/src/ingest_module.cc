@@ -33,6 +33,7 @@
 #include "ingest/ingest.h"
 #include "ingest/ingest_hdf5.h"
 #include "ingest/montage.h"
+#include "ingest/volume_montage.h"
 #include "status_py.h"
 
 namespace py = pybind11;
@@ -232,6 +233,42 @@ py::tuple Montage(const std::string& store, int count, int64_t patch_size, const
   return py::make_tuple(img.height, img.width, pixels);
 }
 
+// RenderVolumeMontage: (height, width, bytearray of RGB bytes, (lo, hi) window used, items shown).
+py::tuple VolumeMontage(const std::string& store, int count, const std::string& field, const std::string& overlay,
+                        const std::vector<std::string>& ids, int64_t crop_h, int64_t crop_w, int64_t context,
+                        const std::string& flip, bool rot90, uint64_t seed, uint64_t epoch, bool has_window,
+                        double lo, double hi, int tile, bool labels) {
+  patchstore::VolumeMontageOptions o;
+  o.store = store;
+  o.count = count;
+  o.field = field;
+  o.overlay = overlay;
+  o.ids = ids;
+  o.crop_h = crop_h;
+  o.crop_w = crop_w;
+  o.context = context;
+  o.flip = flip == "independent" ? patchstore::SliceFlip::kIndependent
+           : flip == "both"      ? patchstore::SliceFlip::kBoth
+                                 : patchstore::SliceFlip::kNone;
+  o.rot90 = rot90;
+  o.seed = seed;
+  o.epoch = epoch;
+  o.has_window = has_window;
+  o.window_lo = lo;
+  o.window_hi = hi;
+  o.tile = tile;
+  o.labels = labels;
+  patchstore::Result<patchstore::VolumeMontage> r = patchstore::Status::Internal("montage did not run");
+  {
+    py::gil_scoped_release nogil;
+    r = patchstore::RenderVolumeMontage(o);
+  }
+  if (!r.ok()) RaiseStatus(r.status(), Where::kLookup);
+  const patchstore::VolumeMontage& m = r.value();
+  py::bytearray pixels(reinterpret_cast<const char*>(m.image.rgb.data()), m.image.rgb.size());
+  return py::make_tuple(m.image.height, m.image.width, pixels, py::make_tuple(m.window_lo, m.window_hi), m.items);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_ingest, m) {
@@ -271,6 +308,11 @@ PYBIND11_MODULE(_ingest, m) {
         "patchstore::IngestHdf5 with the GIL released. Returns the IngestSummary as a dict.\n"
         "cancel: a CancelFlag polled between volumes (RuntimeError once set: committed volumes stay).\n"
         "NotFound (a missing group or dataset) raises KeyError.");
+  m.def("render_volume_montage", &VolumeMontage, py::arg("store"), py::arg("count"), py::arg("field"),
+        py::arg("overlay"), py::arg("ids"), py::arg("crop_h"), py::arg("crop_w"), py::arg("context"), py::arg("flip"),
+        py::arg("rot90"), py::arg("seed"), py::arg("epoch"), py::arg("has_window"), py::arg("lo"), py::arg("hi"),
+        py::arg("tile"), py::arg("labels"),
+        "patchstore::RenderVolumeMontage with the GIL released: (height, width, RGB bytearray, (lo, hi), items).");
   m.def("render_montage", &Montage, py::arg("store"), py::arg("count"), py::arg("patch_size"), py::arg("field"),
         py::arg("overlay"), py::arg("require"), py::arg("require_overlay"), py::arg("patches_per_sample"),
         py::arg("seed"), py::arg("epoch"), py::arg("flip"), py::arg("rot90"), py::arg("has_window"),

@@ -1,0 +1,166 @@
+"""The volumes user's first hour (issue 17): volume montage, batch buffer reuse, shapes, ids, small points.
+
+Small generated HDF5 files in the seed's layout; everything runs in a few seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import warnings
+from pathlib import Path
+from typing import Dict, Tuple
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import patchstore
+import patchstore.torch as pt
+from patchstore.torch import PatchDataset, SliceDataset, collate, slice_collate
+
+
+def write_h5(path: Path, vols: Dict[str, Dict[str, np.ndarray]]) -> None:
+    """{group: {patient: (H, W, S) array}} as the seed writes it."""
+    with h5py.File(path, "w") as f:
+        for g, per in vols.items():
+            for p, a in per.items():
+                f.create_dataset(f"{g}/{p}", data=a)
+
+
+def hu_volumes(rng, shapes: Dict[str, Tuple[int, int, int]]):
+    """MR int16 0..3000, CT float32 -1024..3000 HU, MASK uint8 {0, 1}; shapes are (H, W, S)."""
+    return {
+        "MR": {p: rng.integers(0, 3000, s).astype(np.int16) for p, s in shapes.items()},
+        "CT": {p: rng.uniform(-1024, 3000, s).astype(np.float32) for p, s in shapes.items()},
+        "MASK": {p: (rng.random(s) < 0.3).astype(np.uint8) for p, s in shapes.items()},
+    }
+
+
+@pytest.fixture(scope="module")
+def volstore(tmp_path_factory):
+    base = tmp_path_factory.mktemp("first_hour")
+    vols = hu_volumes(np.random.default_rng(5), {"p1": (40, 40, 6), "p2": (40, 40, 9), "p3": (40, 40, 4)})
+    write_h5(base / "v.h5", vols)
+    store = base / "v.ps"
+    patchstore.ingest_hdf5(base / "v.h5", store, norm={"MR": "range:0,3000", "CT": "range:-1024,3000"},
+                           durable=False)
+    return str(store), vols
+
+
+# -- 2. montage of a volume store shows exactly what SliceDataset serves ----------------------------
+
+
+def _tiles(sheet: np.ndarray, n: int, tile: int):
+    cols = int(np.ceil(np.sqrt(n)))
+    for j in range(n):
+        r, c = divmod(j, cols)
+        yield sheet[2 + r * (tile + 2):2 + r * (tile + 2) + tile, 2 + c * (tile + 2):2 + c * (tile + 2) + tile]
+
+
+def _gray(plane: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    u = (plane.astype(np.float64) - lo) / (hi - lo)
+    return np.rint(np.clip(u, 0, 1) * 255).astype(np.uint8)
+
+
+@pytest.mark.parametrize("flip", [True, "independent"])
+def test_cli_montage_tiles_equal_slice_dataset_centre_slices(volstore, tmp_path, cli, flip):
+    store, _ = volstore
+    ds = SliceDataset(store, ("CT",), context=1, crop=24, flip=flip, rot90=True, seed=7)
+    ds.set_epoch(2)
+    out = tmp_path / "ct.png"
+    n = 9
+    args = [cli, "montage", store, str(out), "--field", "CT", "--count", str(n), "--crop", "24", "--context", "1",
+            "--rot90", "--seed", "7", "--epoch", "2", "--window", "-0.5,0.75", "--tile", "24"]
+    args += ["--flip"] if flip is True else ["--flip-independent"]
+    r = subprocess.run(args, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "window [-0.5, 0.75] in stored units" in r.stdout
+    sheet = np.asarray(Image.open(out).convert("RGB"))
+    items = [j * len(ds) // n for j in range(n)]
+    assert len(set(ds.ref(i).id for i in items)) == 3  # every volume shows up
+    for i, tile in zip(items, _tiles(sheet, n, 24)):
+        (ct,) = ds[i]
+        want = _gray(ct[1].numpy(), -0.5, 0.75)  # the centre slice of the (3, 24, 24) stack
+        # The label covers the top rows of the tile; below it, the picture is the item.
+        np.testing.assert_array_equal(tile[16:, :, 0], want[16:], err_msg=f"item {i}")
+        np.testing.assert_array_equal(tile[16:, :, 1], want[16:])
+    # Python gives the same sheet.
+    same = patchstore.open(store).montage(count=n, field="CT", seed=7, epoch=2, crop=24, context=1, flip=flip,
+                                          rot90=True, window=(-0.5, 0.75), tile=24)
+    np.testing.assert_array_equal(same, sheet)
+
+
+def test_montage_auto_window_overlay_ids_and_labels(volstore, cli, tmp_path):
+    store, _ = volstore
+    s = patchstore.open(store)
+    ds = SliceDataset(store, ("MR", "MASK"), ids=["p2"])
+    n = 4
+    sheet = s.montage(count=n, field="MR", overlay="MASK", ids=["p2"], labels=False)
+    items = [j * len(ds) // n for j in range(n)]
+    planes = [ds[i] for i in items]
+    vals = np.concatenate([mr.numpy().ravel() for mr, _ in planes])
+    lo, hi = np.percentile(vals, 1, method="lower"), np.percentile(vals, 99, method="lower")
+    for (mr, mask), tile in zip(planes, _tiles(sheet, n, 40)):
+        g = _gray(mr[0].numpy(), lo, hi)
+        m = mask[0].numpy() != 0
+        np.testing.assert_array_equal(tile[..., 0], np.where(m, (g.astype(int) + 255) // 2, g))
+        np.testing.assert_array_equal(tile[..., 1], np.where(m, g // 2, g))
+    r = subprocess.run([cli, "montage", store, str(tmp_path / "a.png"), "--field", "MR", "--count", "4"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "(auto: 1st..99th percentile)" in r.stdout, r.stdout + r.stderr
+    r = subprocess.run([cli, "montage", store, str(tmp_path / "a.png"), "--crop", "64"], capture_output=True, text=True)
+    assert r.returncode == 1 and "crop 64x64 is larger than the 40x40 slices of volume 'p1'" in r.stderr
+    r = subprocess.run([cli, "montage", store, str(tmp_path / "a.png"), "--window", "1,0"], capture_output=True,
+                       text=True)
+    assert r.returncode == 2 and "--window takes LO,HI" in r.stderr
+
+
+# -- 5. batch buffers are reused, never while held ----------------------------------------------------
+
+
+def test_slice_batches_reuse_free_buffers_and_never_overwrite_held_ones(volstore):
+    store, _ = volstore
+    ds = SliceDataset(store, ("MR", "CT"), context=2)
+    a = slice_collate(ds.__getitems__(list(range(8))))
+    keep = a[0].clone()
+    b = slice_collate(ds.__getitems__(list(range(8, 16))))  # `a` is held: new buffers
+    assert a[0].data_ptr() != b[0].data_ptr()
+    ptrs = {b[0].data_ptr(), b[1].data_ptr()}
+    del b
+    c = slice_collate(ds.__getitems__(list(range(4))))  # b's buffers are free again (smaller batch fits)
+    assert {c[0].data_ptr(), c[1].data_ptr()} == ptrs
+    torch.testing.assert_close(a[0], keep, rtol=0, atol=0)  # never overwritten
+    for j in range(4):
+        ref = ds.ref(j)
+        np.testing.assert_array_equal(c[1][j].numpy(), ds.store.slice(ref.id, "CT", ref.slice, 2))
+    view = c[0][1:2].numpy()  # a NumPy view keeps the buffer busy too
+    view_copy, busy = view.copy(), c[0].data_ptr()
+    del c
+    d = slice_collate(ds.__getitems__(list(range(8, 12))))
+    assert d[0].data_ptr() != busy
+    np.testing.assert_array_equal(view, view_copy)
+    assert len(ds._pool.bufs) <= 3 * 2
+
+
+def test_patch_dataset_batches_reuse_buffers(volstore, frameset):
+    ds = PatchDataset(frameset.store, ["rgb", "mask"], patch_size=32, patches_per_sample=2)
+    a = collate(ds.__getitems__([0, 1]))
+    ptr = a["rgb"].data_ptr()
+    ref = a["rgb"].clone()
+    b = collate(ds.__getitems__([1, 0]))
+    assert b["rgb"].data_ptr() != ptr
+    torch.testing.assert_close(a["rgb"], ref, rtol=0, atol=0)
+    del a
+    c = collate(ds.__getitems__([0, 1]))
+    assert c["rgb"].data_ptr() == ptr
+    torch.testing.assert_close(c["rgb"], ref, rtol=0, atol=0)
+
+
+def test_pooling_off_allocates_per_batch(volstore, monkeypatch):
+    monkeypatch.setattr(pt, "_POOL_BATCH_BUFFERS", False)
+    ds = SliceDataset(volstore[0], ("MR",))
+    ds[0]
+    assert "_pool" not in ds.__dict__
