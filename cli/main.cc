@@ -183,7 +183,7 @@ int main(int argc, char** argv) {
   // ---- export
   auto* exp = app.add_subcommand("export", "Write records back to images: OUTDIR/<id>/<field>.<ext>");
   ps::ExportOptions eo;
-  std::vector<double> window;
+  std::string window;
   exp->add_option("STORE", eo.store, "Store directory")->required();
   exp->add_option("OUTDIR", eo.outdir, "Output folder (created if missing)")->required();
   exp->add_option("--id", eo.ids, "Sample ids to export (default: all)");
@@ -193,8 +193,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"png", "exr", "h5"}));
   exp->add_option("--axis-order", eo.axis_order, "Volumes as h5: source (default: slice axis back where it was in "
                   "the HDF5 input) or shw (slices first, as stored)")->check(CLI::IsMember({"source", "shw"}));
-  exp->add_option("--window", window, "LO,HI: map [LO,HI] to the PNG range (float data; volume slices default to each volume's min..max)")->delimiter(',')
-      ->expected(2);
+  exp->add_option("--window", window, "LO,HI in stored units (after the ingest normalisation: a CT stored with "
+                                     "range:-1024,3000 holds -1..1) mapped to the PNG range, or auto (each record's "
+                                     "1st..99th percentile). Float data; volume slices default to each volume's "
+                                     "min..max");
   bool boxes = false;
   ps::MontageOptions bo;
   exp->add_flag("--boxes", boxes, "Instead of the records, draw the windows the sampler takes from each frame "
@@ -377,12 +379,22 @@ int main(int argc, char** argv) {
   }
 
   if (exp->parsed()) {
-    if (window.size() == 2) {
-      eo.has_window = true;
-      eo.window_lo = window[0];
-      eo.window_hi = window[1];
+    if (!window.empty()) {
+      bool is_auto = false;
+      if (!ps::cli::ParseWindow(window, &eo.window_lo, &eo.window_hi, &is_auto)) {
+        std::cerr << "patchstore: error: --window takes LO,HI with LO < HI, or auto (got '" << window << "')\n";
+        return 2;
+      }
+      eo.has_window = !is_auto;
+      eo.window_auto = is_auto;
     }
     if (boxes) {
+      if (auto kind = ps::Reader::Open(eo.store); kind.ok() && (*kind)->meta().kind == "volumes") {
+        std::cerr << "patchstore: error: export --boxes draws the sampler's windows on the frames of an image "
+                     "store; '" << eo.store << "' holds volumes: see what SliceDataset serves with 'patchstore "
+                     "montage " << eo.store << " OUT.png [--crop N --flip --rot90 --field F]'\n";
+        return 2;
+      }
       bo.store = eo.store;
       bo.field = eo.fields.empty() ? "" : eo.fields[0];
       bo.count = 4096;
@@ -406,6 +418,7 @@ int main(int argc, char** argv) {
     }
     auto r = ps::Export(eo);
     if (!r.ok()) return Fail(r.status());
+    for (const std::string& w : r->warnings) std::cerr << "patchstore: warning: " << w << "\n";
     std::printf("exported %llu files (%s) to '%s'\n", static_cast<unsigned long long>(r->files_written),
                 ps::cli::HumanBytes(static_cast<double>(r->bytes_written)).c_str(), eo.outdir.c_str());
     return 0;

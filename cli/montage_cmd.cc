@@ -11,9 +11,7 @@
 #include "reader/reader.h"
 
 namespace patchstore::cli {
-namespace {
 
-// "LO,HI" -> true with both set; "auto" -> true with *is_auto; else false.
 bool ParseWindow(const std::string& s, double* lo, double* hi, bool* is_auto) {
   *is_auto = s == "auto";
   if (*is_auto) return true;
@@ -27,6 +25,8 @@ bool ParseWindow(const std::string& s, double* lo, double* hi, bool* is_auto) {
   if (b.empty() || *end) return false;
   return std::isfinite(*lo) && std::isfinite(*hi) && *lo < *hi;
 }
+
+namespace {
 
 // `patchstore montage` on a volume store: what SliceDataset serves.
 int RunVolumeMontage(const MontageOptions& m, const std::string& window, const std::vector<int64_t>& crop,

@@ -164,3 +164,45 @@ def test_pooling_off_allocates_per_batch(volstore, monkeypatch):
     ds = SliceDataset(volstore[0], ("MR",))
     ds[0]
     assert "_pool" not in ds.__dict__
+
+
+def test_cli_bench_measures_slices_and_stacks_of_a_volume_store(volstore, cli):
+    store, _ = volstore
+    r = subprocess.run([cli, "bench", store, "--seconds", "0.1", "--processes", "1", "--batch", "4", "--context",
+                        "2", "--crop", "32", "--json"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert (d["kind"], d["height"], d["width"], d["fields"], d["batch"]) == ("volumes", 32, 32, 3, 4)
+    assert [(x["context"], x["processes"]) for x in d["runs"]] == [(0, 1), (2, 1)]
+    assert all(x["items_per_s"] > 0 for x in d["runs"])
+    r = subprocess.run([cli, "bench", store, "--seconds", "0.1", "--crop", "41"], capture_output=True, text=True)
+    assert r.returncode == 1 and "--crop 41 is larger than the 40x40 slices of volume 'p1'" in r.stderr
+
+
+# -- 6. export --window is in stored units, accepts auto; --boxes points volume users at montage -----
+
+
+def test_export_window_auto_and_stored_units_warning(volstore, cli, tmp_path):
+    store, _ = volstore
+    s = patchstore.open(store)
+    r = subprocess.run([cli, "export", store, str(tmp_path / "a"), "--id", "p2", "--field", "CT", "--window",
+                        "auto"], capture_output=True, text=True)
+    assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
+    vol = s.volume("p2", "CT").astype(np.float64)
+    lo, hi = np.percentile(vol, 1, method="lower"), np.percentile(vol, 99, method="lower")
+    for k in (0, 4, 8):
+        png = np.asarray(Image.open(tmp_path / "a" / "p2" / "CT" / f"{k:04}.png"))
+        want = np.rint(np.clip((vol[k] - lo) * (255.0 / (hi - lo)), 0, 255)).astype(np.uint8)
+        np.testing.assert_array_equal(png, want)
+    # HU window on a store normalised with range:-1024,3000: nearly flat slices, and now a warning saying why.
+    r = subprocess.run([cli, "export", store, str(tmp_path / "b"), "--field", "CT", "--window", "-1024,2000"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("warning") == 1 and "field 'CT' is stored normalised (range[-1024,3000]" in r.stderr
+    assert "is in stored units" in r.stderr and "--window auto" in r.stderr
+    r = subprocess.run([cli, "export", store, str(tmp_path / "c"), "--window", "3,1"], capture_output=True, text=True)
+    assert r.returncode == 2 and "--window takes LO,HI" in r.stderr
+    r = subprocess.run([cli, "export", store, str(tmp_path / "d"), "--boxes"], capture_output=True, text=True)
+    assert r.returncode == 2 and "holds volumes" in r.stderr and "patchstore montage" in r.stderr
+    h = subprocess.run([cli, "export", "--help"], capture_output=True, text=True).stdout
+    assert "in stored units" in h and "auto" in h
