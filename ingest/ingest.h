@@ -93,6 +93,10 @@ struct IngestSummary {
   double seconds = 0;
   std::string report_path;       // where failures were written, if any
   std::vector<std::string> errors;  // one message per failed sample (first 100)
+  // Things that went through but look wrong (HDF5: a patient already stored
+  // under another file prefix, slices much thinner one way than another axis
+  // would give, an all-zero mask volume): one line each, first 100.
+  std::vector<std::string> warnings;
 };
 
 // Runs an image ingest. Errors name the file, the sample and the cause.

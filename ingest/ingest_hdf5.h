@@ -95,6 +95,12 @@ struct Hdf5IngestOptions {
   int slice_axis = -1;
 
   std::string ids = "auto";  // "auto" | "stem" | "name" (see above)
+  // Ids across files: a volume whose dataset name is already in the store
+  // (or in this ingest) under another file prefix ("a/patient001" next to
+  // "b/patient001": the same patient listed twice, or on both sides of a
+  // split by id) is a warning in IngestSummary::warnings, or with
+  // strict_ids an InvalidArgument before anything is written.
+  bool strict_ids = false;
 
   // Fields stored as masks: is_mask and, unless `norm` says otherwise, {0,1}.
   std::vector<std::string> mask_fields;

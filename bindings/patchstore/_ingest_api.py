@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -32,6 +33,9 @@ class IngestSummary:
     seconds: float
     report_path: str  #: where failures were written, if any
     errors: List[str] = field(default_factory=list)  #: one message per failed sample (first 100)
+    #: things that went through but look wrong (HDF5: a patient under two file prefixes, slices much
+    #: thinner one way than another slice axis would give, an all-zero mask); each also warned
+    warnings: List[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -264,6 +268,7 @@ def ingest_hdf5(
     progress: Optional[Callable[[Any], None]] = None,
     *,
     batch_bytes: int = 256 << 20,
+    strict_ids: bool = False,
 ) -> IngestSummary:
     """Reads 3D volumes from HDF5 files once into the volume store at `store` (created if missing).
 
@@ -303,6 +308,15 @@ def ingest_hdf5(
     has done, total (volumes), failed, skipped, bytes, seconds. If it raises,
     it is not called again and the exception is raised at the end.
     batch_bytes: commit after this many float32 bytes.
+    strict_ids: with prefixed ids (several files), refuse (ValueError)
+    instead of warning when a dataset name is already in the store, or in
+    this ingest, under another file prefix (the same patient twice). To add
+    new patients to a store, list only the new file or use ids="name".
+
+    Warnings (RuntimeWarning, also in the summary's ``warnings``): a patient
+    under several file prefixes, slices much thinner in one direction than
+    another slice axis would give (e.g. (S, H, W) data without
+    slice_axis=0), an all-zero mask volume.
 
     Running the same ingest again resumes (volumes present are skipped); a
     finished ingest without failures seals the store. The GIL is released
@@ -369,8 +383,12 @@ def ingest_hdf5(
         command_line,
         progress,
         cancel,
+        bool(strict_ids),
     ))
-    return IngestSummary(**d)
+    summary = IngestSummary(**d)
+    for w in summary.warnings:
+        warnings.warn(f"patchstore.ingest_hdf5: {w}", RuntimeWarning, stacklevel=2)
+    return summary
 
 
 def export(

@@ -102,6 +102,7 @@ py::dict SummaryDict(const IngestSummary& s) {
   d["seconds"] = s.seconds;
   d["report_path"] = s.report_path;
   d["errors"] = s.errors;
+  d["warnings"] = s.warnings;
   return d;
 }
 
@@ -151,8 +152,9 @@ py::dict IngestHdf5(const std::vector<std::string>& files, const std::string& st
                     const std::vector<std::string>& masks, const std::map<std::string, std::string>& norm,
                     bool allow_external, bool skip_errors, const std::string& report_path, uint64_t batch_bytes,
                     bool durable, const std::string& command_line, py::object progress,
-                    std::shared_ptr<CancelFlag> cancel) {
+                    std::shared_ptr<CancelFlag> cancel, bool strict_ids) {
   Hdf5IngestOptions o;
+  o.strict_ids = strict_ids;
   o.files = files;
   o.store = store;
   o.groups = groups;
@@ -304,7 +306,7 @@ PYBIND11_MODULE(_ingest, m) {
   m.def("ingest_hdf5", &IngestHdf5, py::arg("files"), py::arg("store"), py::arg("groups"), py::arg("slice_axis"),
         py::arg("ids"), py::arg("masks"), py::arg("norm"), py::arg("allow_external"), py::arg("skip_errors"),
         py::arg("report_path"), py::arg("batch_bytes"), py::arg("durable"), py::arg("command_line"),
-        py::arg("progress"), py::arg("cancel") = nullptr,
+        py::arg("progress"), py::arg("cancel") = nullptr, py::arg("strict_ids") = false,
         "patchstore::IngestHdf5 with the GIL released. Returns the IngestSummary as a dict.\n"
         "cancel: a CancelFlag polled between volumes (RuntimeError once set: committed volumes stay).\n"
         "NotFound (a missing group or dataset) raises KeyError.");

@@ -206,3 +206,58 @@ def test_export_window_auto_and_stored_units_warning(volstore, cli, tmp_path):
     assert r.returncode == 2 and "holds volumes" in r.stderr and "patchstore montage" in r.stderr
     h = subprocess.run([cli, "export", "--help"], capture_output=True, text=True).stdout
     assert "in stored units" in h and "auto" in h
+
+
+# -- 4. ids across files ---------------------------------------------------------------------------
+
+
+def test_relisting_a_file_next_to_a_new_one_warns_and_strict_ids_refuses(tmp_path, cli):
+    rng = np.random.default_rng(9)
+    write_h5(tmp_path / "a.h5", hu_volumes(rng, {"patient001": (8, 8, 3), "patient002": (8, 8, 3)}))
+    write_h5(tmp_path / "b.h5", hu_volumes(rng, {"patient003": (8, 8, 3)}))
+    write_h5(tmp_path / "a_copy.h5", hu_volumes(rng, {"patient001": (8, 8, 3)}))
+    store = tmp_path / "t.ps"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        patchstore.ingest_hdf5([tmp_path / "a.h5", tmp_path / "b.h5"], store, durable=False)  # distinct: silent
+    # The same patient under another prefix (a copy of a.h5): warned, naming both ids and --ids name.
+    with pytest.warns(RuntimeWarning, match="dataset 'patient001' would be stored 2 times, as 'a/patient001', "
+                                            "'a_copy/patient001'") as rec:
+        s = patchstore.ingest_hdf5([tmp_path / "a_copy.h5", tmp_path / "b.h5"], store, durable=False)
+    assert "--ids name" in str(rec[0].message) and s.warnings == [str(rec[0].message)[len("patchstore.ingest_hdf5: "):]]
+    assert sorted(patchstore.open(store).ids) == ["a/patient001", "a/patient002", "a_copy/patient001",
+                                                  "b/patient003"]
+    # --strict-ids refuses before writing anything.
+    write_h5(tmp_path / "c.h5", hu_volumes(rng, {"patient002": (8, 8, 3), "patient009": (8, 8, 3)}))
+    r = subprocess.run([cli, "ingest", "hdf5", str(tmp_path / "c.h5"), str(tmp_path / "b.h5"), str(store),
+                        "--group", "MR", "--group", "CT", "--group", "MASK", "--strict-ids"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "--strict-ids" in r.stderr and "'a/patient002', 'c/patient002'" in r.stderr
+    assert "c/patient009" not in patchstore.open(store).ids
+    with pytest.raises(ValueError, match="strict-ids"):
+        patchstore.ingest_hdf5([tmp_path / "c.h5", tmp_path / "b.h5"], store, strict_ids=True, durable=False)
+    # The CLI prints the warning too.
+    r = subprocess.run([cli, "ingest", "hdf5", str(tmp_path / "c.h5"), str(tmp_path / "b.h5"), str(store),
+                        "--group", "MR", "--group", "CT", "--group", "MASK"], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stderr.count("patchstore: warning:") == 1, r.stderr
+
+
+# -- 3. a wrong slice axis is visible; 6. an empty mask is reported ----------------------------------
+
+
+def test_thin_slices_and_empty_masks_warn_at_ingest(tmp_path):
+    rng = np.random.default_rng(3)
+    # (S, H, W) = (12, 48, 48) data ingested with the default slice axis (-1): 48 slices of 12x48.
+    vols = {g: {"p1": np.moveaxis(a, -1, 0).copy()} for g, a in
+            ((g, per["p1"]) for g, per in hu_volumes(rng, {"p1": (48, 48, 12)}).items())}
+    vols["MASK"]["p1"][:] = 0
+    write_h5(tmp_path / "shw.h5", vols)
+    with pytest.warns(RuntimeWarning) as rec:
+        patchstore.ingest_hdf5(tmp_path / "shw.h5", tmp_path / "wrong.ps", durable=False)
+    msgs = [str(w.message) for w in rec]
+    assert any("'p1' 12x48x48 gives 48 slices of 12x48 along --slice-axis 2; --slice-axis 0 would give 12 "
+               "slices of 48x48" in m for m in msgs), msgs
+    assert any("field 'MASK'" in m and "is all zero" in m for m in msgs), msgs
+    with pytest.warns(RuntimeWarning) as rec:
+        patchstore.ingest_hdf5(tmp_path / "shw.h5", tmp_path / "right.ps", slice_axis=0, durable=False)
+    assert [m for m in (str(w.message) for w in rec) if "slice" in m and "thinner" in m] == []
