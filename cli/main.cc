@@ -17,6 +17,7 @@
 
 #include "cli/commands.h"
 #include "cli/progress.h"
+#include "cli/shapes.h"
 #include "ingest/ingest.h"
 #include "ingest/montage.h"
 #include "reader/reader.h"
@@ -167,12 +168,15 @@ int main(int argc, char** argv) {
   bool info_json = false;
   info->add_option("STORE", info_store, "Store directory")->required();
   info->add_flag("--json", info_json, "Machine-readable output");
+  bool info_all = false;
+  info->add_flag("--all", info_all, "Also list every sample's shapes, e.g. each volume's (S,H,W)");
 
-  auto* ls = app.add_subcommand("ls", "List sample ids (one per line, in index order)");
+  auto* ls = app.add_subcommand("ls", "List sample ids (one per line, in index order); --json: ids with each "
+                                      "sample's shapes");
   std::string ls_store;
   bool ls_json = false;
   ls->add_option("STORE", ls_store, "Store directory")->required();
-  ls->add_flag("--json", ls_json, "Machine-readable output");
+  ls->add_flag("--json", ls_json, "Machine-readable output: [{\"id\": ID, \"shapes\": {FIELD: [dims]}}, ...]");
 
   auto* verify = app.add_subcommand("verify", "Recompute every checksum; exit 3 and name each damaged record");
   std::string verify_store;
@@ -318,9 +322,19 @@ int main(int argc, char** argv) {
            << JsonString(ps::SourceTypeName(fm.source_type)) << ", \"source_format\": "
            << JsonString(fm.source_format) << ", \"normalisation\": " << JsonString(fm.norm.ToString())
            << ", \"channel_names\": " << JsonList(fm.channel_names) << ", \"mask\": "
-           << (fm.is_mask ? "true" : "false") << "}";
+           << (fm.is_mask ? "true" : "false")
+           << ", \"shape_range\": " << ps::cli::ShapeRangeJson(ps::cli::FieldShapeRange(*reader, static_cast<int>(f)))
+           << "}";
       }
-      os << "]}";
+      os << "]";
+      if (info_all) {
+        os << ", \"sample_shapes\": [";
+        for (uint64_t i = 0; i < reader->size(); ++i)
+          os << (i ? ", " : "") << "{\"id\": " << JsonString(reader->id(i))
+             << ", \"shapes\": " << ps::cli::SampleShapesJson(*reader, i, JsonString) << "}";
+        os << "]";
+      }
+      os << "}";
       std::cout << os.str() << "\n";
     } else {
       std::printf("store:          %s\n", info_store.c_str());
@@ -335,6 +349,15 @@ int main(int argc, char** argv) {
         std::printf("  %-10s C=%u shape=%s source=%s %s norm=%s channels=%s%s\n", fm.name.c_str(), fm.channels,
                     shapes[f].c_str(), fm.source_format.c_str(), ps::SourceTypeName(fm.source_type),
                     fm.norm.ToString().c_str(), fm.channel_names.c_str(), fm.is_mask ? " (mask)" : "");
+        if (shapes[f] == "varies")
+          std::printf("  %-10s shapes: %s%s\n", "", ps::cli::ShapeRangeText(
+                          ps::cli::FieldShapeRange(*reader, static_cast<int>(f)), m.kind == "volumes").c_str(),
+                      info_all ? "" : "; --all lists each sample");
+      }
+      if (info_all) {
+        std::printf("samples (%s):\n", m.kind == "volumes" ? "S x H x W per field" : "C x H x W per field");
+        for (uint64_t i = 0; i < reader->size(); ++i)
+          std::printf("  %s: %s\n", Printable(reader->id(i)).c_str(), ps::cli::SampleShapesText(*reader, i).c_str());
       }
     }
     return 0;
@@ -346,7 +369,9 @@ int main(int argc, char** argv) {
     const auto& reader = *r;
     if (ls_json) {
       std::cout << "[";
-      for (uint64_t i = 0; i < reader->size(); ++i) std::cout << (i ? ", " : "") << JsonString(reader->id(i));
+      for (uint64_t i = 0; i < reader->size(); ++i)
+        std::cout << (i ? ", " : "") << "{\"id\": " << JsonString(reader->id(i))
+                  << ", \"shapes\": " << ps::cli::SampleShapesJson(*reader, i, JsonString) << "}";
       std::cout << "]\n";
     } else {
       for (uint64_t i = 0; i < reader->size(); ++i) std::cout << Printable(reader->id(i)) << "\n";

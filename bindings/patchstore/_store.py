@@ -45,7 +45,9 @@ class FieldInfo(NamedTuple):
 
     ``shape`` is the shape of the first sample's record, e.g. ``(3, 1080, 1920)``
     (None for an empty store); samples may differ, ``Store.shape(key, field)``
-    gives one sample's shape.
+    gives one sample's shape. Volume stores: ``shape`` is the (S, H, W)
+    shared by every volume, or None when they differ (``Store.shapes(field)``
+    gives each volume's).
     """
 
     name: str
@@ -261,6 +263,8 @@ class Store:
                         shape = tuple(r.header(0, f["name"])["shape"])
                     except (KeyError, OSError):  # record missing or damaged for sample 0
                         shape = None
+                if shape is not None and f["layout"] == "SHW" and len(r) > 1:
+                    shape = _common_shape(r, f["name"], shape)
                 names = tuple(x for x in f["channel_names"].split(",") if x)
                 out[f["name"]] = FieldInfo(
                     f["name"], int(f["channels"]), shape, f["layout"], f["norm"], f["source_type"],
@@ -308,7 +312,7 @@ class Store:
             return False
 
     def __getitem__(self, key: Key) -> Dict[str, np.ndarray]:
-        """{field: read-only float32 array (C,H,W)} of one sample (no copy)."""
+        """{field: read-only float32 array (C,H,W), or (S,H,W) in a volume store} of one sample (no copy)."""
         r = self._r()
         views = r.sample(self._index(r, key))
         return {f["name"]: _array(v) for f, v in zip(r.fields(), views)}
@@ -319,7 +323,7 @@ class Store:
             yield self[i]
 
     def get(self, key: Key, field: str) -> np.ndarray:
-        """The whole record of one field: a read-only float32 (C,H,W) array (no copy)."""
+        """The whole record of one field: a read-only float32 array (no copy), (C,H,W) or (S,H,W) for volumes."""
         r = self._r()
         return _array(r.get(self._index(r, key), field))
 
@@ -329,8 +333,15 @@ class Store:
         return r.header(self._index(r, key), field)
 
     def shape(self, key: Key, field: str) -> Tuple[int, ...]:
-        """The (C,H,W) shape of one record."""
+        """The shape of one record: (C,H,W) for images, (S,H,W) for volumes."""
         return tuple(self.header(key, field)["shape"])
+
+    def shapes(self, field: str) -> Dict[str, Tuple[int, ...]]:
+        """{id: shape} of one field over every sample, in index order ((S,H,W) per volume)."""
+        r = self._r()
+        if field not in self.fields:
+            raise KeyError(f"no field '{field}' in '{self._path}' (fields: {', '.join(self.fields)})")
+        return {self.ids[i]: tuple(r.header(i, field)["shape"]) for i in range(len(r))}
 
     def patch(self, key: Key, field: str, y: int, x: int, h: int, w: int) -> np.ndarray:
         """The (C,h,w) window at (y, x) of one record: a read-only view, no copy.
@@ -538,6 +549,17 @@ class Store:
         return montage(self._path, count, patch_size, field, overlay, seed, require=require,
                        patches_per_sample=patches_per_sample, epoch=epoch, flip=flip, rot90=rot90,
                        window=window, tile=tile)
+
+
+def _common_shape(r: "_C.Reader", field: str, first: Tuple[int, ...]) -> Optional[Tuple[int, ...]]:
+    """`first` if every sample's record of `field` has that shape, else None (volumes of different sizes)."""
+    for i in range(1, len(r)):
+        try:
+            if tuple(r.header(i, field)["shape"]) != first:
+                return None
+        except (KeyError, OSError):
+            return None
+    return first
 
 
 def _writable_buffer(out: Any, path: str) -> Any:

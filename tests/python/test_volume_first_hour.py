@@ -261,3 +261,32 @@ def test_thin_slices_and_empty_masks_warn_at_ingest(tmp_path):
     with pytest.warns(RuntimeWarning) as rec:
         patchstore.ingest_hdf5(tmp_path / "shw.h5", tmp_path / "right.ps", slice_axis=0, durable=False)
     assert [m for m in (str(w.message) for w in rec) if "slice" in m and "thinner" in m] == []
+
+
+# -- 3. shapes visible: info, info --all, ls --json, FieldInfo.shape ---------------------------------
+
+
+def test_shapes_of_volumes_of_different_depths_are_visible(volstore, cli):
+    store, vols = volstore
+    want = {p: (a.shape[2], a.shape[0], a.shape[1]) for p, a in vols["MR"].items()}  # (S, H, W)
+    s = patchstore.open(store)
+    assert s.fields["MR"].shape is None and s.fields["MR"].layout == "SHW"
+    assert s.shapes("CT") == want and s.shape("p2", "MR") == want["p2"]
+    r = subprocess.run([cli, "info", store], capture_output=True, text=True, check=True).stdout
+    assert r.count("shapes: S=4..9 H=40 W=40 (3 shapes); --all lists each sample") == 3
+    r = subprocess.run([cli, "info", store, "--all"], capture_output=True, text=True, check=True).stdout
+    assert "  p1: MR 6x40x40, CT 6x40x40, MASK 6x40x40\n" in r and "  p3: MR 4x40x40" in r
+    d = json.loads(subprocess.run([cli, "info", store, "--json", "--all"], capture_output=True, text=True,
+                                  check=True).stdout)
+    assert d["fields"][0]["shape"] is None
+    assert d["fields"][0]["shape_range"] == {"min": [4, 40, 40], "max": [9, 40, 40], "distinct": 3}
+    assert {x["id"]: tuple(x["shapes"]["CT"]) for x in d["sample_shapes"]} == want
+    ls = json.loads(subprocess.run([cli, "ls", store, "--json"], capture_output=True, text=True, check=True).stdout)
+    assert [x["id"] for x in ls] == ["p1", "p2", "p3"]
+    assert {x["id"]: tuple(x["shapes"]["MASK"]) for x in ls} == want
+
+
+def test_frame_store_field_shape_is_unchanged(frameset):
+    s = patchstore.open(frameset.store)
+    first = s.ids[0]
+    assert s.fields["rgb"].shape == s.shape(first, "rgb")
