@@ -393,6 +393,9 @@ class Store:
         """
         from ._volumes import SliceIndex
 
+        if isinstance(ids, (str, bytes)):
+            raise TypeError(f"slice_index: ids must be a list of volume ids, not the single string {ids!r} "
+                            f"(did you mean [{ids!r}]?)")
         return SliceIndex(self, None if ids is None else list(ids))
 
     @property

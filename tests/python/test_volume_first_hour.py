@@ -290,3 +290,33 @@ def test_frame_store_field_shape_is_unchanged(frameset):
     s = patchstore.open(frameset.store)
     first = s.ids[0]
     assert s.fields["rgb"].shape == s.shape(first, "rgb")
+
+
+# -- 6. the smaller points ----------------------------------------------------------------------------
+
+
+def test_ids_as_a_string_or_empty_are_clear_errors(volstore):
+    store, _ = volstore
+    with pytest.raises(TypeError, match=r"not the single string 'p2' \(did you mean ids=\['p2'\]\?\)"):
+        SliceDataset(store, ("MR",), ids="p2")
+    with pytest.raises(TypeError, match="single string 'p2'"):
+        patchstore.open(store).slice_index("p2")
+    with pytest.raises(ValueError, match=r"ids=\[\] selects no volume"):
+        SliceDataset(store, ("MR",), ids=[])
+    assert len(SliceDataset(store, ("MR",), ids=["p2"])) == 9
+
+
+def test_mixed_slice_sizes_without_crop_warn_and_fail_with_a_clear_message(tmp_path):
+    rng = np.random.default_rng(2)
+    write_h5(tmp_path / "m.h5", hu_volumes(rng, {"small": (16, 16, 3), "big": (24, 20, 2)}))
+    patchstore.ingest_hdf5(tmp_path / "m.h5", tmp_path / "m.ps", durable=False)
+    with pytest.warns(RuntimeWarning, match=r"slices of 2 sizes \(24x20 \('big'\), 16x16 \('small'\)\) and no crop"):
+        ds = SliceDataset(tmp_path / "m.ps", ("MR", "CT"))
+    with pytest.raises(ValueError, match=r"slice_collate: the items of this batch have 2 different shapes "
+                                         r"\(\(1, 16, 16\), \(1, 24, 20\)\).*give SliceDataset a crop"):
+        slice_collate(ds.__getitems__([0, 4]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cropped = SliceDataset(tmp_path / "m.ps", ("MR", "CT"), crop=16)
+    a, b = slice_collate(cropped.__getitems__([0, 4]))
+    assert a.shape == (2, 1, 16, 16)
