@@ -19,9 +19,9 @@ Above glibc's mmap threshold (32 MiB at most) a fresh tensor per batch is a
 fresh mapping: every 4 KiB page faults and is zeroed on first touch, and the
 mapping is unmapped again on free.
 
-Run:  PYTHONPATH=build/bindings/python python bench/python_batch_bench.py [--seconds 3]
+Run:  PYTHONPATH=build/bindings/python python bench/python_batch_bench.py [--seconds 3] [--rounds 3]
 Writes a Markdown table to bench/results/batch_sizes.md (--out). About 2
-minutes on 2 cores, 0.5 GB of temporary files.
+minutes per round on 2 cores, 0.5 GB of temporary files.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -95,6 +96,7 @@ def make_stores(work: Path) -> tuple:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds; each cell is their median")
     ap.add_argument("--out", default=str(HERE / "results" / "batch_sizes.md"))
     ap.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -105,26 +107,38 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="ps_batch_bench_"))
     try:
         vol, frames = make_stores(work)
+        configs = [(kind, store, what, batch, pool, tuned)
+                   for kind, store, what in (("slices", vol, "SliceDataset 2.5D (context=2, 3 fields, 256x256)"),
+                                             ("patches", frames, "PatchDataset (rgb+mask+depth, 256x256)"))
+                   for batch in (16, 32, 64) for pool in (False, True) for tuned in (False, True)]
+        results: dict = {c: [] for c in configs}
+        # Rounds interleave every configuration, so a busy spell on a shared machine hits them all alike;
+        # each cell is the median over the rounds.
+        for rnd in range(a.rounds):
+            for c in configs:
+                kind, store, what, batch, pool, tuned = c
+                r = subprocess.run([sys.executable, __file__, "--child", kind, store, str(batch),
+                                    "1" if pool else "0", str(a.seconds)],
+                                   env=dict(os.environ, **(TUNED if tuned else {})), capture_output=True, text=True,
+                                   check=True)
+                v = json.loads(r.stdout.strip().splitlines()[-1])["items_per_s"]
+                results[c].append(v)
+                print(rnd, kind, batch, "pool" if pool else "fresh", "tuned" if tuned else "default", f"{v:,.0f}",
+                      flush=True)
         rows = []
         for kind, store, what in (("slices", vol, "SliceDataset 2.5D (context=2, 3 fields, 256x256)"),
                                   ("patches", frames, "PatchDataset (rgb+mask+depth, 256x256)")):
             for batch in (16, 32, 64):
                 row = [what, str(batch)]
                 for pool in (False, True):
-                    for env in ({}, TUNED):
-                        r = subprocess.run([sys.executable, __file__, "--child", kind, store, str(batch),
-                                            "1" if pool else "0", str(a.seconds)],
-                                           env=dict(os.environ, **env), capture_output=True, text=True, check=True)
-                        v = json.loads(r.stdout.strip().splitlines()[-1])["items_per_s"]
-                        row.append(f"{v:,.0f}")
-                        print(kind, batch, "pool" if pool else "fresh", "tuned" if env else "default", f"{v:,.0f}",
-                              flush=True)
+                    for tuned in (False, True):
+                        row.append(f"{statistics.median(results[(kind, store, what, batch, pool, tuned)]):,.0f}")
                 rows.append(row)
         unit = "items/s (slices for SliceDataset, windows for PatchDataset)"
         lines = [
             "### Python: batch size and glibc's mmap threshold (in-process batches)",
             "",
-            f"`bench/python_batch_bench.py --seconds {a.seconds:g}`: {unit}; `__getitems__` + collate in the "
+            f"`bench/python_batch_bench.py --seconds {a.seconds:g} --rounds {a.rounds}`: {unit}, median of the rounds; `__getitems__` + collate in the "
             f"training process, torch 1 thread, {os.cpu_count()} cores ({platform.machine()}). \"before\": a new "
             "tensor per batch and field (`_POOL_BATCH_BUFFERS = False`); \"after\": pooled buffers. \"tuned\": "
             "`MALLOC_MMAP_THRESHOLD_=268435456` in the environment.",
