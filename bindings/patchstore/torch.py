@@ -1042,6 +1042,13 @@ class SliceDataset(Dataset):
     * ``clamp=(lo, hi)``: values clipped to [lo, hi] (as the seed's
       ``torch.clamp(A, -1, 1)``), or ``{field: (lo, hi)}`` for some fields
       only, e.g. ``{"MR": (-1, 1), "CT": (-1, 1)}`` to leave a mask alone.
+      Values are clamped in the units they were STORED in: a CT ingested
+      without normalisation keeps its HU, and clamping that to [-1, 1]
+      destroys it; ingest with ``norm={"CT": "range:-1024,3000"}``. A clamp
+      that cuts more than ``clamp_warn`` (default 0.01) of a batch's values
+      of a field (counted before clamping, on up to 65,536 evenly strided
+      values) warns once per field and process, naming the field and the
+      fraction; ``clamp_warn=None`` silences it.
 
     Crop, flips and rotation are applied by the C++ copy out of the map
     (patchstore::CopySliceStacks with a patchstore::SliceTransform): one
@@ -1070,6 +1077,18 @@ class SliceDataset(Dataset):
             ds.set_epoch(epoch)
             for A, B, M in loader:        # (32, 1, 256, 256) each
                 ...
+
+    In the training process (no workers), the batch tensors come from a
+    small pool of buffers that are reused once nothing refers to a previous
+    batch any more (never while the batch, an item, a view or a NumPy array
+    of it is alive), so batch 32 or 64 of 2.5D stacks (40+ MB per field)
+    costs no fresh memory mapping per batch; about two batches' worth of
+    buffers stay allocated.
+
+    ids: a list (or other sequence) of volume ids, in that order; a single
+    string is a TypeError and an empty list a ValueError. Volumes whose
+    slices differ in size need ``crop`` to be batched (warned here;
+    :func:`slice_collate` says so when a batch mixes them).
 
     Processes: pickles as the store path and the options (fork, spawn and
     forkserver workers); each process reopens the store and rebuilds the
