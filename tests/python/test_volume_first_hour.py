@@ -320,3 +320,51 @@ def test_mixed_slice_sizes_without_crop_warn_and_fail_with_a_clear_message(tmp_p
         cropped = SliceDataset(tmp_path / "m.ps", ("MR", "CT"), crop=16)
     a, b = slice_collate(cropped.__getitems__([0, 4]))
     assert a.shape == (2, 1, 16, 16)
+
+
+# -- 1. range:LO,HI in Python, for images and volumes ----------------------------------------------------
+
+
+def test_range_normalisation_images_exact_and_export_inverts(tmp_path, cli):
+    from conftest import make_frames
+
+    frames = make_frames(tmp_path / "data", ["v1"], [1], h=24, w=32, seed=4)
+    store = tmp_path / "f.ps"
+    patchstore.ingest_images(store, root=tmp_path / "data", norm={"depth": "range:10,60", "rgb": "range:0,255"},
+                             fields={"rgb": "{video}/render/rgb/{frame}.png",
+                                     "depth": "{video}/render/depth/{frame}.exr"})
+    s = patchstore.open(store)
+    assert s.fields["depth"].norm == "range[10,60] clamp[-1,1]"
+    fr = frames["v1/0001"]
+    want_depth = np.clip((fr.depth.astype(np.float64) - 35) / 25, -1, 1).astype(np.float32)
+    np.testing.assert_array_equal(s["v1/0001"]["depth"][0], want_depth)
+    rgb = np.moveaxis(fr.rgb, 2, 0).astype(np.float64)
+    np.testing.assert_array_equal(s["v1/0001"]["rgb"], ((rgb - 127.5) / 127.5).astype(np.float32))
+    assert s["v1/0001"]["rgb"].min() >= -1 and s["v1/0001"]["rgb"].max() <= 1
+    # PNG export inverts range like the other normalisations: pixel-identical 8-bit RGB.
+    r = subprocess.run([cli, "export", str(store), str(tmp_path / "out"), "--field", "rgb"], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    np.testing.assert_array_equal(np.asarray(Image.open(tmp_path / "out" / "v1" / "0001" / "rgb.png")), fr.rgb)
+
+
+def test_range_normalisation_errors(tmp_path):
+    write_h5(tmp_path / "e.h5", hu_volumes(np.random.default_rng(1), {"p": (8, 8, 2)}))
+    for spec, words in (("range:3000,-1024", "LO < HI"), ("range:0,1+clamp:-1,1", "already clamps"),
+                        ("range:a,b", "two finite numbers")):
+        with pytest.raises(ValueError, match=words):
+            patchstore.ingest_hdf5(tmp_path / "e.h5", tmp_path / "e.ps", norm={"CT": spec}, durable=False)
+
+
+def test_pickled_datasets_leave_their_buffers_behind(volstore, frameset):
+    import pickle
+
+    ds = SliceDataset(volstore[0], ("MR", "CT"), context=1)
+    ds[0]
+    assert ds._pool.bufs
+    clone = pickle.loads(pickle.dumps(ds))
+    assert "_pool" not in clone.__dict__
+    torch.testing.assert_close(clone[3][1], ds[3][1], rtol=0, atol=0)
+    pd = PatchDataset(frameset.store, ["rgb"], patch_size=16)
+    pd[0]
+    assert "_pool" not in pickle.loads(pickle.dumps(pd)).__dict__
