@@ -45,6 +45,8 @@ class ExportSummary:
     files_written: int
     bytes_written: int
     paths: List[str] = field(default_factory=list)  #: the first 1000 files written
+    #: e.g. a window far wider than a normalised field's stored values (windows are in stored units)
+    warnings: List[str] = field(default_factory=list)
 
 
 def _native():
@@ -397,7 +399,7 @@ def export(
     ids: Optional[Iterable[Union[str, bytes]]] = None,
     fields: Optional[Iterable[str]] = None,
     format: Optional[str] = None,
-    window: Optional[Tuple[float, float]] = None,
+    window: Union[None, str, Tuple[float, float]] = None,
     *,
     axis_order: Optional[str] = None,
     progress: Optional[Callable[[Any], None]] = None,
@@ -406,7 +408,10 @@ def export(
 
     Same options as ``patchstore export``. ids / fields: a selection (None:
     all). format: None (by source: png for integer sources, exr for float),
-    "png", "exr" or "h5". window: (lo, hi) for float data written as PNG.
+    "png", "exr" or "h5". window: (lo, hi) for float data written as PNG,
+    in STORED units (after the ingest normalisation: a CT ingested with
+    range:-1024,3000 holds -1..1), or "auto" (each record's 1st..99th
+    percentile). A window far off a normalised field's values warns.
     PNG output inverts the stored normalisation and keeps the source bit
     depth and channels; EXR output is float32, bit-exact. Ids are made safe as
     paths (each '/'-part a folder; other bytes percent-encoded).
@@ -426,7 +431,8 @@ def export(
         path = store.path
     else:
         path = Store(store).path  # FileNotFoundError here, before any output is written
-    if window is not None:
+    auto = isinstance(window, str) and window == "auto"
+    if window is not None and not auto:
         lo, hi = (float(v) for v in window)
     else:
         lo, hi = 0.0, 1.0
@@ -442,13 +448,17 @@ def export(
         [] if ids is None else [_encode_id(i) for i in ids],
         [] if fields is None else list(fields),
         "" if format is None else str(format),
-        window is not None,
+        window is not None and not auto,
         lo,
         hi,
         progress,
         "" if axis_order is None else axis_order,
+        auto,
     )
-    return ExportSummary(**d)
+    summary = ExportSummary(**d)
+    for w in summary.warnings:
+        warnings.warn(f"patchstore.export: {w}", RuntimeWarning, stacklevel=2)
+    return summary
 
 
 def montage(

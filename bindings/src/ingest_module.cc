@@ -173,8 +173,9 @@ py::dict IngestHdf5(const std::vector<std::string>& files, const std::string& st
 
 py::dict Export(const std::string& store, const std::string& outdir, const std::vector<py::bytes>& ids,
                 const std::vector<std::string>& fields, const std::string& format, bool has_window, double lo,
-                double hi, py::object progress, const std::string& axis_order) {
+                double hi, py::object progress, const std::string& axis_order, bool window_auto) {
   ExportOptions o;
+  o.window_auto = window_auto;
   o.store = store;
   o.outdir = outdir;
   for (const py::bytes& id : ids) o.ids.push_back(std::string(id));
@@ -199,6 +200,7 @@ py::dict Export(const std::string& store, const std::string& outdir, const std::
   d["files_written"] = s.files_written;
   d["bytes_written"] = s.bytes_written;
   d["paths"] = s.paths;
+  d["warnings"] = s.warnings;
   return d;
 }
 
@@ -322,7 +324,7 @@ PYBIND11_MODULE(_ingest, m) {
         "patchstore::RenderMontage with the GIL released: (height, width, bytearray of RGB bytes).");
   m.def("export", &Export, py::arg("store"), py::arg("outdir"), py::arg("ids"), py::arg("fields"),
         py::arg("format"), py::arg("has_window"), py::arg("window_lo"), py::arg("window_hi"),
-        py::arg("progress"), py::arg("axis_order") = "",
+        py::arg("progress"), py::arg("axis_order") = "", py::arg("window_auto") = false,
         "patchstore::Export with the GIL released. Returns the ExportSummary as a dict.");
   m.def(
       "safe_relative_path", [](const py::bytes& id) { return py::bytes(patchstore::SafeRelativePath(id)); },

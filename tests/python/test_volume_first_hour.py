@@ -368,3 +368,15 @@ def test_pickled_datasets_leave_their_buffers_behind(volstore, frameset):
     pd = PatchDataset(frameset.store, ["rgb"], patch_size=16)
     pd[0]
     assert "_pool" not in pickle.loads(pickle.dumps(pd)).__dict__
+
+
+def test_python_export_window_auto_and_warning(volstore, tmp_path):
+    store, _ = volstore
+    s = patchstore.export(store, tmp_path / "a", ids=["p3"], fields=["MR"], window="auto")
+    assert s.files_written == 4 and s.warnings == []
+    vol = patchstore.open(store).volume("p3", "MR").astype(np.float64)
+    lo, hi = np.percentile(vol, 1, method="lower"), np.percentile(vol, 99, method="lower")
+    png = np.asarray(Image.open(tmp_path / "a" / "p3" / "MR" / "0002.png"))
+    np.testing.assert_array_equal(png, np.rint(np.clip((vol[2] - lo) * (255.0 / (hi - lo)), 0, 255)).astype(np.uint8))
+    with pytest.warns(RuntimeWarning, match="field 'MR' is stored normalised .* is in stored units"):
+        patchstore.export(store, tmp_path / "b", ids=["p3"], fields=["MR"], window=(0, 3000))
