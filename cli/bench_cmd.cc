@@ -17,6 +17,7 @@
 
 #include "cli/commands.h"
 #include "reader/reader.h"
+#include "reader/volume.h"
 
 namespace patchstore::cli {
 namespace {
@@ -31,6 +32,10 @@ struct BenchConfig {
   int threads = 1;
   unsigned seed = 0;
   bool json = false;
+  // Volume stores: slices (context 0) and stacks of 2*context+1 slices, cut to crop x crop (0 = whole).
+  int64_t context = 2;
+  int64_t crop = 0;
+  int64_t stack_context = 0;  // what one measurement copies (set per row)
 };
 
 struct Counts {
@@ -40,8 +45,60 @@ struct Counts {
   int error = 0;
 };
 
+// One process's work on a volume store: random slice stacks of every
+// selected field (SliceDataset's copy: CopySliceStacks, a random crop).
+void RunVolumeWorker(const BenchConfig& cfg, int worker, Counts* out) {
+  auto r = Reader::Open(cfg.store);
+  auto ix = r.ok() ? SliceIndex::Build(**r) : Result<SliceIndex>(r.status());
+  if (!ix.ok()) {
+    std::fprintf(stderr, "patchstore bench: worker %d: %s\n", worker, ix.status().message().c_str());
+    out->error = 1;
+    return;
+  }
+  const Reader& reader = **r;
+  std::vector<int> fields;
+  for (const std::string& f : cfg.fields) fields.push_back(*reader.FieldIndex(f));
+  const int64_t depth = 2 * cfg.stack_context + 1;
+  const int64_t h = cfg.crop ? cfg.crop : ix->height(0), w = cfg.crop ? cfg.crop : ix->width(0);
+  std::vector<std::vector<float>> bufs(fields.size(), std::vector<float>(static_cast<size_t>(cfg.batch * depth * h * w)));
+  std::vector<SliceStackRequest> reqs(static_cast<size_t>(cfg.batch));
+  std::vector<std::pair<int64_t, int64_t>> hw(reader.size());
+  for (uint64_t v = 0; v < ix->volume_count(); ++v) hw[ix->sample(v)] = {ix->height(v), ix->width(v)};
+  std::mt19937_64 rng(cfg.seed * 1000003u + static_cast<unsigned>(worker));
+  const auto start = std::chrono::steady_clock::now();
+  double elapsed = 0;
+  while (elapsed < cfg.seconds) {
+    for (SliceStackRequest& q : reqs) {
+      const SliceRef ref = (*ix)[rng() % ix->size()];
+      const auto [H, W] = hw[ref.sample];
+      q = SliceStackRequest{};
+      q.sample = ref.sample;
+      q.slice = ref.slice;
+      if (cfg.crop) {
+        q.transform.height = q.transform.width = cfg.crop;
+        q.transform.y = static_cast<int64_t>(rng() % static_cast<uint64_t>(H - cfg.crop + 1));
+        q.transform.x = static_cast<int64_t>(rng() % static_cast<uint64_t>(W - cfg.crop + 1));
+      }
+    }
+    for (size_t f = 0; f < fields.size(); ++f) {
+      for (SliceStackRequest& q : reqs) q.field = fields[f];
+      Status st = CopySliceStacks(reader, reqs, cfg.stack_context, bufs[f].data(), cfg.threads);
+      if (!st.ok()) {
+        std::fprintf(stderr, "patchstore bench: %s\n", st.message().c_str());
+        out->error = 1;
+        return;
+      }
+    }
+    out->patches += static_cast<uint64_t>(cfg.batch);
+    out->bytes += static_cast<uint64_t>(cfg.batch) * fields.size() * depth * h * w * sizeof(float);
+    elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  out->seconds = elapsed;
+}
+
 // One process's work: returns counts through shared memory.
 void RunWorker(const BenchConfig& cfg, int worker, Counts* out) {
+
   auto r = Reader::Open(cfg.store);
   if (!r.ok()) {
     std::fprintf(stderr, "patchstore bench: worker %d: %s\n", worker, r.status().message().c_str());
@@ -116,6 +173,101 @@ double MemcpyGBps(size_t bytes) {
   return done / t / 1e9;
 }
 
+// Forks `procs` processes running `work`; sums their counts. False when one failed.
+bool Measure(const BenchConfig& cfg, int procs, void (*work)(const BenchConfig&, int, Counts*), Counts* total) {
+  auto* counts = static_cast<Counts*>(
+      mmap(nullptr, sizeof(Counts) * procs, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  if (counts == MAP_FAILED) return false;
+  for (int p = 0; p < procs; ++p) new (&counts[p]) Counts();
+  std::vector<pid_t> pids;
+  for (int p = 0; p < procs; ++p) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      work(cfg, p, &counts[p]);
+      _exit(counts[p].error);
+    }
+    pids.push_back(pid);
+  }
+  int failed = 0;
+  for (pid_t pid : pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
+  }
+  *total = Counts{};
+  for (int p = 0; p < procs; ++p) {
+    total->patches += counts[p].patches;
+    total->bytes += counts[p].bytes;
+    total->seconds = std::max(total->seconds, counts[p].seconds);
+  }
+  munmap(counts, sizeof(Counts) * procs);
+  return failed == 0;
+}
+
+// `patchstore bench` on a volume store: slices and stacks, as SliceDataset copies them.
+int RunVolumes(BenchConfig cfg, const Reader& reader) {
+  auto ix = SliceIndex::Build(reader);
+  if (!ix.ok()) {
+    std::fprintf(stderr, "patchstore: error: %s\n", ix.status().message().c_str());
+    return 1;
+  }
+  for (uint64_t v = 0; v < ix->volume_count(); ++v) {
+    if (cfg.crop > std::min(ix->height(v), ix->width(v))) {
+      std::fprintf(stderr, "patchstore: error: --crop %lld is larger than the %lldx%lld slices of volume '%s'\n",
+                   static_cast<long long>(cfg.crop), static_cast<long long>(ix->height(v)),
+                   static_cast<long long>(ix->width(v)), std::string(reader.id(ix->sample(v))).c_str());
+      return 1;
+    }
+    if (!cfg.crop && (ix->height(v) != ix->height(0) || ix->width(v) != ix->width(0))) {
+      std::fprintf(stderr, "patchstore: error: the volumes have slices of different sizes (%lldx%lld in '%s', "
+                           "%lldx%lld in '%s'): give --crop\n",
+                   static_cast<long long>(ix->height(0)), static_cast<long long>(ix->width(0)),
+                   std::string(reader.id(ix->sample(0))).c_str(), static_cast<long long>(ix->height(v)),
+                   static_cast<long long>(ix->width(v)), std::string(reader.id(ix->sample(v))).c_str());
+      return 1;
+    }
+  }
+  const int64_t h = cfg.crop ? cfg.crop : ix->height(0), w = cfg.crop ? cfg.crop : ix->width(0);
+  std::string names;
+  for (auto& f : cfg.fields) names += (names.empty() ? "" : "+") + f;
+  std::ostringstream json;
+  if (cfg.json) {
+    json << "{\"store\": \"" << cfg.store << "\", \"kind\": \"volumes\", \"height\": " << h << ", \"width\": " << w
+         << ", \"fields\": " << cfg.fields.size() << ", \"batch\": " << cfg.batch << ", \"runs\": [";
+  } else {
+    std::printf("store %s: %zu volumes, %llu slices; random %lldx%lld slices of %s (SliceDataset's copy), batch "
+                "%d, %d thread(s) per process\n",
+                cfg.store.c_str(), static_cast<size_t>(ix->volume_count()),
+                static_cast<unsigned long long>(ix->size()), static_cast<long long>(h), static_cast<long long>(w),
+                names.c_str(), cfg.batch, cfg.threads);
+    std::printf("%8s %10s %14s %10s %16s\n", "stack", "processes", "items/s", "GB/s", "per process GB/s");
+  }
+  bool first = true;
+  std::vector<int64_t> contexts{0};
+  if (cfg.context > 0) contexts.push_back(cfg.context);
+  for (int64_t c : contexts) {
+    cfg.stack_context = c;
+    for (int procs : cfg.processes) {
+      Counts t;
+      if (!Measure(cfg, procs, RunVolumeWorker, &t)) {
+        std::fprintf(stderr, "patchstore: error: reader process(es) failed\n");
+        return 1;
+      }
+      const double ips = t.patches / t.seconds, gbps = t.bytes / t.seconds / 1e9;
+      if (cfg.json) {
+        json << (first ? "" : ", ") << "{\"context\": " << c << ", \"processes\": " << procs
+             << ", \"items_per_s\": " << ips << ", \"gbps\": " << gbps << "}";
+      } else {
+        std::printf("%8s %10d %14.0f %10.2f %16.2f\n", (std::to_string(2 * c + 1) + (c ? " sl." : " slice")).c_str(),
+                    procs, ips, gbps, gbps / procs);
+      }
+      first = false;
+    }
+  }
+  if (cfg.json) std::printf("%s]}\n", json.str().c_str());
+  return 0;
+}
+
 int Run(const BenchConfig& cfg0) {
   BenchConfig cfg = cfg0;
   auto r = Reader::Open(cfg.store);
@@ -126,6 +278,18 @@ int Run(const BenchConfig& cfg0) {
   if ((*r)->size() == 0) {
     std::fprintf(stderr, "patchstore: error: store '%s' holds no samples\n", cfg.store.c_str());
     return 1;
+  }
+  if ((*r)->meta().kind == "volumes") {
+    if (cfg.fields.empty())
+      for (int f = 0; f < (*r)->field_count(); ++f) cfg.fields.push_back((*r)->field(f).name);
+    for (const std::string& f : cfg.fields) {
+      auto fi = (*r)->FieldIndex(f);
+      if (!fi.ok()) {
+        std::fprintf(stderr, "patchstore: error: %s\n", fi.status().message().c_str());
+        return 1;
+      }
+    }
+    return RunVolumes(cfg, **r);
   }
   if ((*r)->meta().kind != "frames") {
     std::fprintf(stderr, "patchstore: error: bench measures image stores (this one holds %s)\n",
@@ -234,8 +398,14 @@ Runner RegisterBench(CLI::App* app, const bool* quiet) {
   cmd->add_option("--threads", cfg->threads, "Gather threads per process")->check(CLI::Range(1, 256));
   cmd->add_option("--seed", cfg->seed, "Random seed for window positions");
   cmd->add_flag("--json", cfg->json, "Machine-readable output");
+  cmd->add_option("--context", cfg->context, "Volume stores: also measure stacks of 2*C+1 slices (default 2; 0: "
+                                             "single slices only)")->check(CLI::Range(int64_t{0}, int64_t{1} << 16));
+  cmd->add_option("--crop", cfg->crop, "Volume stores: random SIZE x SIZE crops (default: whole slices)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
   cmd->footer("Examples:\n  patchstore bench frames.ps\n  patchstore bench frames.ps --patch 128 --processes 1,2,4,8 "
-              "--field rgb\nWindows are uniform over each sample (no mask requirement). Run it twice: the first "
+              "--field rgb\n  patchstore bench synthrad.ps --context 2 --crop 256 --batch 32\n"
+              "Windows are uniform over each sample (no mask requirement). Volume stores: random slices, then\n"
+              "stacks of 2*C+1 slices (SliceDataset's copy; --patch does not apply). Run it twice: the first\n"
               "run may read from disk, the second from the page cache.");
   return [cmd, cfg]() -> int { return cmd->parsed() ? Run(*cfg) : -1; };
 }

@@ -33,4 +33,8 @@ namespace patchstore::cli {
 // [--overlay mask] [--seed S]`: a contact sheet of the sampler's windows.
 Runner RegisterMontage(CLI::App* app, const bool* quiet);
 
+// --window: "LO,HI" (LO < HI, finite) -> true with both set; "auto" -> true
+// with *is_auto set; anything else -> false.
+bool ParseWindow(const std::string& s, double* lo, double* hi, bool* is_auto);
+
 }  // namespace patchstore::cli

@@ -48,12 +48,16 @@ Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet) {
                   "Sample ids: auto (dataset name; FILESTEM/name when several files are given), stem (always "
                   "FILESTEM/name), name (never prefixed)")
       ->check(CLI::IsMember({"auto", "stem", "name"}));
+  cmd->add_flag("--strict-ids", o.strict_ids,
+                "Refuse (instead of warning) when prefixed ids would store a patient already present under another "
+                "file prefix");
   cmd->add_option("--mask", o.mask_fields,
                   "Treat FIELD as a mask: marked as such and stored as {0,1} unless --norm says otherwise. A group "
                   "merely named MASK keeps its values (labels) without this");
   cmd->add_option("--norm", args->norm_specs,
                   "FIELD=SPEC: none (default: values unchanged, a CT keeps its HU) | unit | symmetric (uint8/16 "
-                  "sources) | binary | affine:SCALE,OFFSET, optionally +clamp:LO,HI");
+                  "sources) | binary | affine:SCALE,OFFSET, optionally +clamp:LO,HI | range:LO,HI ([LO,HI] onto [-1,1], "
+                  "clamped; e.g. CT=range:-1024,3000)");
   cmd->add_flag("--allow-external", o.allow_external,
                 "Follow HDF5 external links and read external/virtual storage (refused by default: they can read "
                 "arbitrary files)");
@@ -71,7 +75,9 @@ Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet) {
       "Examples:\n"
       "  patchstore ingest hdf5 synthrad.h5 synthrad.ps --group MR --group CT --group MASK\n"
       "  patchstore ingest hdf5 train.h5 val.h5 ct.ps --group MR --group CT \\\n"
-      "      --norm CT=affine:0.0005,0+clamp:-1,1        # ids train/patient001, val/patient042, ...\n"
+      "      --norm CT=range:-1024,3000 --norm MR=range:0,3000   # ids train/patient001, val/patient042, ...\n"
+      "  patchstore ingest hdf5 new.h5 synthrad.ps --group MR --group CT --group MASK --ids name\n"
+      "                                                   # add new patients to a store, ids without prefix\n"
       "  patchstore ingest hdf5 vols.h5 vols.ps --group /data/img=image --group /data/seg=mask \\\n"
       "      --mask mask --slice-axis 0                   # (S,H,W) sources\n"
       "Running the same command again resumes: complete volumes are skipped.\n"
@@ -117,6 +123,7 @@ Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet) {
       return st.code() == Code::kInvalidArgument && st.message().rfind("ingest: ", 0) == 0 ? 2 : 1;
     }
     const IngestSummary& s = *r;
+    for (const std::string& w : s.warnings) std::cerr << "patchstore: warning: " << w << "\n";
     std::printf("ingested %llu new volumes (%llu already present, %llu failed) of %llu into '%s'\n",
                 static_cast<unsigned long long>(s.samples_written), static_cast<unsigned long long>(s.samples_present),
                 static_cast<unsigned long long>(s.samples_failed), static_cast<unsigned long long>(s.samples_total),

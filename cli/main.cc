@@ -17,6 +17,7 @@
 
 #include "cli/commands.h"
 #include "cli/progress.h"
+#include "cli/shapes.h"
 #include "ingest/ingest.h"
 #include "ingest/montage.h"
 #include "reader/reader.h"
@@ -131,7 +132,7 @@ int main(int argc, char** argv) {
                                                "always is)");
   images->add_option("--norm", norm_specs,
                      "FIELD=SPEC: none | symmetric (x/max*2-1, default for 8/16-bit) | unit (x/max) | binary | "
-                     "affine:SCALE,OFFSET, optionally +clamp:LO,HI");
+                     "affine:SCALE,OFFSET, optionally +clamp:LO,HI | range:LO,HI ([LO,HI] onto [-1,1], clamped)");
   images->add_option("-j,--threads", io.threads, "Decoder threads (default: all cores)");
   images->add_option("--on-error", on_error, "stop (default): stop at the first bad file, keeping what was "
                                              "committed; skip: record failures in the report and go on")
@@ -167,12 +168,15 @@ int main(int argc, char** argv) {
   bool info_json = false;
   info->add_option("STORE", info_store, "Store directory")->required();
   info->add_flag("--json", info_json, "Machine-readable output");
+  bool info_all = false;
+  info->add_flag("--all", info_all, "Also list every sample's shapes, e.g. each volume's (S,H,W)");
 
-  auto* ls = app.add_subcommand("ls", "List sample ids (one per line, in index order)");
+  auto* ls = app.add_subcommand("ls", "List sample ids (one per line, in index order); --json: ids with each "
+                                      "sample's shapes");
   std::string ls_store;
   bool ls_json = false;
   ls->add_option("STORE", ls_store, "Store directory")->required();
-  ls->add_flag("--json", ls_json, "Machine-readable output");
+  ls->add_flag("--json", ls_json, "Machine-readable output: [{\"id\": ID, \"shapes\": {FIELD: [dims]}}, ...]");
 
   auto* verify = app.add_subcommand("verify", "Recompute every checksum; exit 3 and name each damaged record");
   std::string verify_store;
@@ -191,7 +195,7 @@ int main(int argc, char** argv) {
   // ---- export
   auto* exp = app.add_subcommand("export", "Write records back to images: OUTDIR/<id>/<field>.<ext>");
   ps::ExportOptions eo;
-  std::vector<double> window;
+  std::string window;
   exp->add_option("STORE", eo.store, "Store directory")->required();
   exp->add_option("OUTDIR", eo.outdir, "Output folder (created if missing)")->required();
   exp->add_option("--id", eo.ids, "Sample ids to export (default: all)");
@@ -201,8 +205,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"png", "exr", "h5"}));
   exp->add_option("--axis-order", eo.axis_order, "Volumes as h5: source (default: slice axis back where it was in "
                   "the HDF5 input) or shw (slices first, as stored)")->check(CLI::IsMember({"source", "shw"}));
-  exp->add_option("--window", window, "LO,HI: map [LO,HI] to the PNG range (float data; volume slices default to each volume's min..max)")->delimiter(',')
-      ->expected(2);
+  exp->add_option("--window", window, "LO,HI in stored units (after the ingest normalisation: a CT stored with "
+                                     "range:-1024,3000 holds -1..1) mapped to the PNG range, or auto (each record's "
+                                     "1st..99th percentile). Float data; volume slices default to each volume's "
+                                     "min..max");
   bool boxes = false;
   ps::MontageOptions bo;
   exp->add_flag("--boxes", boxes, "Instead of the records, draw the windows the sampler takes from each frame "
@@ -339,9 +345,19 @@ int main(int argc, char** argv) {
            << JsonString(ps::SourceTypeName(fm.source_type)) << ", \"source_format\": "
            << JsonString(fm.source_format) << ", \"normalisation\": " << JsonString(fm.norm.ToString())
            << ", \"channel_names\": " << JsonList(fm.channel_names) << ", \"mask\": "
-           << (fm.is_mask ? "true" : "false") << "}";
+           << (fm.is_mask ? "true" : "false")
+           << ", \"shape_range\": " << ps::cli::ShapeRangeJson(ps::cli::FieldShapeRange(*reader, static_cast<int>(f)))
+           << "}";
       }
-      os << "]}";
+      os << "]";
+      if (info_all) {
+        os << ", \"sample_shapes\": [";
+        for (uint64_t i = 0; i < reader->size(); ++i)
+          os << (i ? ", " : "") << "{\"id\": " << JsonString(reader->id(i))
+             << ", \"shapes\": " << ps::cli::SampleShapesJson(*reader, i, JsonString) << "}";
+        os << "]";
+      }
+      os << "}";
       std::cout << os.str() << "\n";
     } else {
       std::printf("store:          %s\n", info_store.c_str());
@@ -356,6 +372,15 @@ int main(int argc, char** argv) {
         std::printf("  %-10s C=%u shape=%s source=%s %s norm=%s channels=%s%s\n", fm.name.c_str(), fm.channels,
                     shapes[f].c_str(), fm.source_format.c_str(), ps::SourceTypeName(fm.source_type),
                     fm.norm.ToString().c_str(), fm.channel_names.c_str(), fm.is_mask ? " (mask)" : "");
+        if (shapes[f] == "varies")
+          std::printf("  %-10s shapes: %s%s\n", "", ps::cli::ShapeRangeText(
+                          ps::cli::FieldShapeRange(*reader, static_cast<int>(f)), m.kind == "volumes").c_str(),
+                      info_all ? "" : "; --all lists each sample");
+      }
+      if (info_all) {
+        std::printf("samples (%s):\n", m.kind == "volumes" ? "S x H x W per field" : "C x H x W per field");
+        for (uint64_t i = 0; i < reader->size(); ++i)
+          std::printf("  %s: %s\n", Printable(reader->id(i)).c_str(), ps::cli::SampleShapesText(*reader, i).c_str());
       }
     }
     return 0;
@@ -367,7 +392,9 @@ int main(int argc, char** argv) {
     const auto& reader = *r;
     if (ls_json) {
       std::cout << "[";
-      for (uint64_t i = 0; i < reader->size(); ++i) std::cout << (i ? ", " : "") << JsonString(reader->id(i));
+      for (uint64_t i = 0; i < reader->size(); ++i)
+        std::cout << (i ? ", " : "") << "{\"id\": " << JsonString(reader->id(i))
+                  << ", \"shapes\": " << ps::cli::SampleShapesJson(*reader, i, JsonString) << "}";
       std::cout << "]\n";
     } else {
       for (uint64_t i = 0; i < reader->size(); ++i) std::cout << Printable(reader->id(i)) << "\n";
@@ -410,12 +437,22 @@ int main(int argc, char** argv) {
   }
 
   if (exp->parsed()) {
-    if (window.size() == 2) {
-      eo.has_window = true;
-      eo.window_lo = window[0];
-      eo.window_hi = window[1];
+    if (!window.empty()) {
+      bool is_auto = false;
+      if (!ps::cli::ParseWindow(window, &eo.window_lo, &eo.window_hi, &is_auto)) {
+        std::cerr << "patchstore: error: --window takes LO,HI with LO < HI, or auto (got '" << window << "')\n";
+        return 2;
+      }
+      eo.has_window = !is_auto;
+      eo.window_auto = is_auto;
     }
     if (boxes) {
+      if (auto kind = ps::Reader::Open(eo.store); kind.ok() && (*kind)->meta().kind == "volumes") {
+        std::cerr << "patchstore: error: export --boxes draws the sampler's windows on the frames of an image "
+                     "store; '" << eo.store << "' holds volumes: see what SliceDataset serves with 'patchstore "
+                     "montage " << eo.store << " OUT.png [--crop N --flip --rot90 --field F]'\n";
+        return 2;
+      }
       bo.store = eo.store;
       bo.field = eo.fields.empty() ? "" : eo.fields[0];
       bo.count = 4096;
@@ -439,6 +476,7 @@ int main(int argc, char** argv) {
     }
     auto r = ps::Export(eo);
     if (!r.ok()) return Fail(r.status());
+    for (const std::string& w : r->warnings) std::cerr << "patchstore: warning: " << w << "\n";
     std::printf("exported %llu files (%s) to '%s'\n", static_cast<unsigned long long>(r->files_written),
                 ps::cli::HumanBytes(static_cast<double>(r->bytes_written)).c_str(), eo.outdir.c_str());
     return 0;

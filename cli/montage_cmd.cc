@@ -2,17 +2,85 @@
 // serves for a seed, to look at what the model will be fed.
 #include <cstdio>
 
+#include <cmath>
+#include <cstdlib>
+
 #include "cli/commands.h"
 #include "ingest/montage.h"
+#include "ingest/volume_montage.h"
+#include "reader/reader.h"
 
 namespace patchstore::cli {
+
+bool ParseWindow(const std::string& s, double* lo, double* hi, bool* is_auto) {
+  *is_auto = s == "auto";
+  if (*is_auto) return true;
+  const size_t comma = s.find(',');
+  if (comma == std::string::npos) return false;
+  char* end = nullptr;
+  const std::string a = s.substr(0, comma), b = s.substr(comma + 1);
+  *lo = std::strtod(a.c_str(), &end);
+  if (a.empty() || *end) return false;
+  *hi = std::strtod(b.c_str(), &end);
+  if (b.empty() || *end) return false;
+  return std::isfinite(*lo) && std::isfinite(*hi) && *lo < *hi;
+}
+
+namespace {
+
+// `patchstore montage` on a volume store: what SliceDataset serves.
+int RunVolumeMontage(const MontageOptions& m, const std::string& window, const std::vector<int64_t>& crop,
+                     int64_t context, bool flip_independent, const std::vector<std::string>& ids,
+                     const std::string& out) {
+  VolumeMontageOptions o;
+  o.store = m.store;
+  o.count = m.count;
+  o.field = m.field;
+  o.overlay = m.overlay;
+  o.ids = ids;
+  if (crop.size() == 1) o.crop_h = o.crop_w = crop[0];
+  if (crop.size() == 2) {
+    o.crop_h = crop[0];
+    o.crop_w = crop[1];
+  }
+  o.context = context;
+  o.flip = flip_independent ? SliceFlip::kIndependent : m.flip ? SliceFlip::kBoth : SliceFlip::kNone;
+  o.rot90 = m.rot90;
+  o.seed = m.seed;
+  o.epoch = m.epoch;
+  bool is_auto = true;
+  if (!window.empty()) ParseWindow(window, &o.window_lo, &o.window_hi, &is_auto);
+  o.has_window = !is_auto;
+  o.tile = m.tile;
+  auto r = RenderVolumeMontage(o);
+  if (!r.ok()) {
+    std::fprintf(stderr, "patchstore: error: %s\n", r.status().message().c_str());
+    return 1;
+  }
+  Status st = WritePng(r->image, out);
+  if (!st.ok()) {
+    std::fprintf(stderr, "patchstore: error: %s\n", st.message().c_str());
+    return 1;
+  }
+  std::printf("wrote %s (%dx%d): %zu slices of field '%s', window [%.6g, %.6g] in stored units%s\n", out.c_str(),
+              r->image.width, r->image.height, r->items.size(), o.field.empty() ? "(first)" : o.field.c_str(),
+              r->window_lo, r->window_hi, o.has_window ? "" : " (auto: 1st..99th percentile)");
+  return 0;
+}
+
+}  // namespace
 
 Runner RegisterMontage(CLI::App* app, const bool* quiet) {
   auto o = std::make_shared<MontageOptions>();
   auto out = std::make_shared<std::string>();
-  auto window = std::make_shared<std::vector<double>>();
+  auto window = std::make_shared<std::string>();
+  auto crop = std::make_shared<std::vector<int64_t>>();
+  auto context = std::make_shared<int64_t>(0);
+  auto flip_independent = std::make_shared<bool>(false);
+  auto ids = std::make_shared<std::vector<std::string>>();
   auto no_require = std::make_shared<bool>(false);
-  auto* cmd = app->add_subcommand("montage", "Contact sheet of the windows the sampler serves (PNG)");
+  auto* cmd = app->add_subcommand("montage", "Contact sheet of the windows the sampler (image stores) or the slices "
+                                             "SliceDataset (volume stores) serves (PNG)");
   cmd->add_option("STORE", o->store)->required();
   cmd->add_option("OUT", *out, "Output PNG file")->required();
   cmd->add_option("--count", o->count, "Number of windows (tiles)")->capture_default_str()->check(CLI::Range(1, 4096));
@@ -28,25 +96,56 @@ Runner RegisterMontage(CLI::App* app, const bool* quiet) {
   cmd->add_option("--epoch", o->epoch, "Sampler epoch");
   cmd->add_flag("--flip", o->flip, "Random flips, as the sampler's flip=True");
   cmd->add_flag("--rot90", o->rot90, "Random quarter turns, as the sampler's rot90=True");
-  cmd->add_option("--window", *window, "LO,HI display range for float fields (default: each tile's range)")
-      ->delimiter(',')->expected(2);
+  cmd->add_option("--window", *window, "LO,HI display range in stored units (after the ingest normalisation), or "
+                                       "auto: the 1st..99th percentile of the shown values (volumes; the default "
+                                       "there). Image stores: float fields; default each tile's range");
+  cmd->add_option("--crop", *crop, "Volumes: SIZE or H,W, as SliceDataset(crop=...) (default: whole slices)")
+      ->delimiter(',')->expected(1, 2)->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+  cmd->add_option("--context", *context, "Volumes: as SliceDataset(context=C); the centre slice of each stack is "
+                                         "shown")->check(CLI::Range(int64_t{0}, int64_t{1} << 16));
+  cmd->add_flag("--flip-independent", *flip_independent, "Volumes: as SliceDataset(flip=\"independent\") (--flip is "
+                                                          "flip=True: a 180 degree turn)");
+  cmd->add_option("--ids", *ids, "Volumes: as SliceDataset(ids=[...]) (default: every volume)");
   cmd->add_option("--tile", o->tile, "Tile size in pixels (default: min(patch, 256))")->check(CLI::Range(8, 4096));
   cmd->footer("Examples:\n  patchstore montage frames.ps sheet.png --count 64 --patch 256 --field rgb --overlay mask\n"
               "  patchstore montage frames.ps depth.png --field depth --window 0,10 --seed 3\n"
+              "  patchstore montage synthrad.ps ct.png --field CT --crop 256 --flip --rot90 --window -1,1\n"
               "Tiles are labelled '<id> y<row> x<col>', the top-left corner of the window in the frame.\n"
               "The overlay must be a mask field; its edge is outlined white inside, black outside.\n"
-              "Non-finite values (NaN, +inf, -inf) are drawn magenta (255,0,255), never as a value.");
-  return [cmd, o, out, window, no_require]() -> int {
+              "Non-finite values (NaN, +inf, -inf) are drawn magenta (255,0,255), never as a value.\n"
+              "Volume stores: COUNT items spread evenly over the SliceDataset with these options (--crop,\n"
+              "--context, --flip, --rot90, --seed, --epoch, --ids), each the centre slice of its stack as the\n"
+              "dataset serves it, labelled '<id> s<slice>' (v/h: flipped, rK: K quarter turns).");
+  return [cmd, o, out, window, no_require, crop, context, flip_independent, ids]() -> int {
     if (!cmd->parsed()) return -1;
-    if (window->size() == 2) {
+    double wlo = 0, whi = 1;
+    bool wauto = false;
+    if (!window->empty() && !ParseWindow(*window, &wlo, &whi, &wauto)) {
+      std::fprintf(stderr, "patchstore: error: --window takes LO,HI with LO < HI, or auto (got '%s')\n",
+                   window->c_str());
+      return 2;
+    }
+    if (!window->empty() && !wauto) {
       o->has_window = true;
-      o->window_lo = (*window)[0];
-      o->window_hi = (*window)[1];
+      o->window_lo = wlo;
+      o->window_hi = whi;
     }
     o->require_overlay = !*no_require;
     if (out->size() < 4 || out->compare(out->size() - 4, 4, ".png") != 0) {
       std::fprintf(stderr, "patchstore: error: montage writes PNG: give an OUT file ending in .png (got '%s')\n",
                    out->c_str());
+      return 2;
+    }
+    {
+      auto reader = Reader::Open(o->store);
+      if (reader.ok() && (*reader)->meta().kind == "volumes") {
+        reader->reset();
+        return RunVolumeMontage(*o, *window, *crop, *context, *flip_independent, *ids, *out);
+      }
+    }
+    if (!crop->empty() || *context || *flip_independent || !ids->empty()) {
+      std::fprintf(stderr, "patchstore: error: --crop, --context, --flip-independent and --ids are for volume "
+                           "stores; '%s' holds images (use --patch)\n", o->store.c_str());
       return 2;
     }
     auto img = RenderMontage(*o);

@@ -10,7 +10,9 @@
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -95,12 +97,37 @@ Status WriteFileAtomic(const std::string& path, const void* data, size_t size) {
   return Status::OK();
 }
 
+std::string G(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+// [lo, hi] = the 1st and 99th percentiles of the finite values (lower
+// interpolation); FiniteRange's fallback when they coincide or none are finite.
+void PercentileWindow(const float* data, int64_t n, double* lo, double* hi) {
+  std::vector<float> v;
+  v.reserve(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    if (std::isfinite(data[i])) v.push_back(data[i]);
+  if (v.empty()) return FiniteRange(data, n, lo, hi);
+  auto at = [&](double q) {
+    const size_t k = static_cast<size_t>(std::floor(q * static_cast<double>(v.size() - 1)));
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
+    return static_cast<double>(v[k]);
+  };
+  *lo = at(0.01);
+  *hi = at(0.99);
+  if (!(*lo < *hi)) FiniteRange(data, n, lo, hi);
+}
+
 double Invert(const Normalization& n, float v, double maxval) {
   switch (n.kind) {
     case NormKind::kSymmetric: return (static_cast<double>(v) + 1.0) / 2.0 * n.scale;
     case NormKind::kUnit: return static_cast<double>(v) * n.scale;
     case NormKind::kAffine: return n.scale != 0 ? (static_cast<double>(v) - n.offset) / n.scale : 0.0;
     case NormKind::kBinary: return v != 0 ? maxval : 0.0;
+    case NormKind::kRange: return (n.scale + n.offset) / 2 + static_cast<double>(v) * ((n.offset - n.scale) / 2);
     case NormKind::kNone: return v;
   }
   return v;
@@ -116,11 +143,13 @@ Status ExportPng(const TensorView& v, const RecordHeader& h, const ExportOptions
   const bool sixteen = h.source_type == SourceType::kUInt16;
   double maxval = sixteen ? 65535.0 : 255.0;
   double lo = 0, hi = 1;
-  bool windowed = !integer_source || o.has_window;
+  bool windowed = !integer_source || o.has_window || o.window_auto;
   if (windowed) {
     if (o.has_window) {
       lo = o.window_lo;
       hi = o.window_hi;
+    } else if (o.window_auto) {
+      PercentileWindow(v.data, v.elements(), &lo, &hi);
     } else {  // the stored range
       FiniteRange(v.data, v.elements(), &lo, &hi);
     }
@@ -215,7 +244,9 @@ Status ExportVolumePng(const TensorView& v, const ExportOptions& o, const fs::pa
                        Progress* progress) {
   const int64_t S = v.shape[0], H = v.shape[1], W = v.shape[2];
   double lo = o.window_lo, hi = o.window_hi;
-  if (!o.has_window) {  // the finite range of this volume
+  if (o.window_auto) {
+    PercentileWindow(v.data, v.elements(), &lo, &hi);
+  } else if (!o.has_window) {  // the finite range of this volume
     FiniteRange(v.data, v.elements(), &lo, &hi);
   }
   std::error_code ec;
@@ -303,6 +334,7 @@ Result<ExportSummary> Export(const ExportOptions& o) {
   if (ec) return Status::IOError("export: creating '" + o.outdir + "': " + ec.message());
   if (volumes && o.format == "h5") return ExportVolumesHdf5(o, *reader, samples, fields);
   ExportSummary summary;
+  std::vector<bool> warned(static_cast<size_t>(reader->field_count()), false);
   Progress progress;
   progress.total = samples.size() * fields.size();
   for (uint64_t s : samples) {
@@ -316,6 +348,19 @@ Result<ExportSummary> Export(const ExportOptions& o) {
     for (int f : fields) {
       if (volumes) {
         PS_ASSIGN_OR_RETURN(TensorView v, Volume(*reader, s, f));
+        if (o.has_window && !warned[f] && reader->field(f).norm.kind != NormKind::kNone) {
+          double vlo = 0, vhi = 1;
+          FiniteRange(v.data, v.elements(), &vlo, &vhi);
+          if (o.window_hi - o.window_lo > 10 * (vhi - vlo) || o.window_hi < vlo || o.window_lo > vhi) {
+            warned[f] = true;
+            summary.warnings.push_back(
+                "field '" + reader->field(f).name + "' is stored normalised (" + reader->field(f).norm.ToString() +
+                "; '" + std::string(reader->id(s)) + "' holds " + G(vlo) + ".." + G(vhi) +
+                ") but --window " + G(o.window_lo) + "," + G(o.window_hi) +
+                " is in stored units, so the slices come out nearly flat: give the window in stored units or "
+                "--window auto");
+          }
+        }
         Status st = ExportVolumePng(v, o, dir / SafeRelativePath(reader->field(f).name), &summary, &progress);
         if (!st.ok()) return st.WithContext("export of " + reader->Describe(s, f));
         continue;

@@ -93,6 +93,10 @@ struct IngestSummary {
   double seconds = 0;
   std::string report_path;       // where failures were written, if any
   std::vector<std::string> errors;  // one message per failed sample (first 100)
+  // Things that went through but look wrong (HDF5: a patient already stored
+  // under another file prefix, slices much thinner one way than another axis
+  // would give, an all-zero mask volume): one line each, first 100.
+  std::vector<std::string> warnings;
 };
 
 // Runs an image ingest. Errors name the file, the sample and the cause.
@@ -104,8 +108,10 @@ struct ExportOptions {
   std::vector<std::string> ids;     // empty: all samples
   std::vector<std::string> fields;  // empty: all fields
   std::string format;               // "" (by source: png for integer, exr for float), "png", "exr", "h5"
-  bool has_window = false;          // --window LO,HI for float data written as PNG
-  double window_lo = 0, window_hi = 1;
+  bool has_window = false;          // --window LO,HI for float data written as PNG, in STORED units
+  double window_lo = 0, window_hi = 1;  //   (after the ingest normalisation)
+  // --window auto: each record's (volume's) 1st..99th percentile of its finite values.
+  bool window_auto = false;
   // Volumes written as h5: "source" or "" (the slice axis back where it was
   // in the HDF5 input) or "shw" (slices first, as stored).
   std::string axis_order;
@@ -116,6 +122,9 @@ struct ExportSummary {
   uint64_t files_written = 0;
   uint64_t bytes_written = 0;
   std::vector<std::string> paths;  // first 1000 files written
+  // E.g. a window far wider than the stored values of a normalised field
+  // (the window is in stored units): one line per field.
+  std::vector<std::string> warnings;
 };
 
 // Writes OUTDIR/<safe id>/<field>.<ext> for each selected record. PNG output

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <array>
 #include <chrono>
@@ -17,6 +18,7 @@
 
 #include "ingest/hdf5_internal.h"
 #include "ingest/ingest_hdf5.h"
+#include "reader/reader.h"
 #include "store/store.h"
 
 namespace patchstore {
@@ -122,6 +124,12 @@ class Hdf5Ingest {
   Status ReadVolume(const VolumeSource& v, float* dst);
   Status Flush();
   void RecordFailure(const Item& item, const Status& st);
+  // Issue-17 checks on the listed volumes, before anything is written.
+  Status CheckIdsAcrossFiles();
+  void CheckSliceAxis();
+  void Warn(std::string message) {
+    if (summary_.warnings.size() < 100) summary_.warnings.push_back(std::move(message));
+  }
   void ReportProgress();
 
   const Hdf5IngestOptions& o_;
@@ -706,6 +714,9 @@ Result<IngestSummary> Hdf5Ingest::Run() {
   if (!o_.skip_errors && items_.front().name.empty())
     return items_.front().status.WithContext("ingest into '" + o_.store + "' stopped after 0 new volumes");
 
+  PS_RETURN_IF_ERROR(CheckIdsAcrossFiles());
+  CheckSliceAxis();
+
   // 2. Open the store with a map large enough for everything listed, so
   // that LMDB rarely has to grow it (each growth re-reads a batch).
   uint64_t estimate = 0;
@@ -800,11 +811,24 @@ Result<IngestSummary> Hdf5Ingest::Run() {
       std::shared_ptr<VolumeSource> src = sources[g];
       std::shared_ptr<PendingState> state = p.state;
       const uint64_t bytes = item.bytes;
-      r.fill = [this, src, state, last, bytes](void* dst) -> Status {
+      std::string lower = groups_[g].field;
+      for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      const bool mask_like = lower.find("mask") != std::string::npos || lower == "seg" || lower == "label" ||
+                             std::find(o_.mask_fields.begin(), o_.mask_fields.end(), groups_[g].field) !=
+                                 o_.mask_fields.end();
+      const uint64_t elements = item.shw[0] * item.shw[1] * item.shw[2];
+      const std::string what = "volume '" + item.id + "': field '" + groups_[g].field + "' (" +
+                               DescribeDataset(item.file, g, item.name) + ")";
+      r.fill = [this, src, state, last, bytes, mask_like, elements, what](void* dst) -> Status {
         Status s = ReadVolume(*src, static_cast<float*>(dst));
         if (!s.ok()) {
           state->fill_error = s;
           return s;
+        }
+        if (mask_like) {
+          const float* v = static_cast<const float*>(dst);
+          if (std::all_of(v, v + elements, [](float x) { return x == 0; }))
+            Warn(what + " is all zero: an empty mask (require= and --overlay find nothing in it)");
         }
         if (last && !state->counted) {
           state->counted = true;
@@ -832,6 +856,84 @@ Result<IngestSummary> Hdf5Ingest::Run() {
                                std::to_string(summary_.samples_written) + " new volumes");
   if (summary_.samples_failed == 0 && !writer_->meta().sealed) PS_RETURN_IF_ERROR(writer_->Seal());
   return summary_;
+}
+
+Status Hdf5Ingest::CheckIdsAcrossFiles() {
+  if (!prefix_ids_) return Status::OK();
+  // name -> the prefixed ids it has, in the store and in this ingest.
+  std::map<std::string, std::set<std::string>> by_name;
+  std::set<std::string> stored, fresh;  // ids in the store; new ids of this ingest
+  auto name_of = [](const std::string& id) {
+    const size_t slash = id.find('/');
+    return slash == std::string::npos ? id : id.substr(slash + 1);
+  };
+  if (std::filesystem::exists(std::filesystem::path(o_.store) / "data.mdb")) {
+    auto reader = Reader::Open(o_.store);
+    if (reader.ok())
+      for (uint64_t i = 0; i < (*reader)->size(); ++i) {
+        const std::string id((*reader)->id(i));
+        by_name[name_of(id)].insert(id);
+        stored.insert(id);
+      }
+  }
+  for (const Item& it : items_)
+    if (!it.name.empty() && it.status.ok()) {
+      by_name[it.name].insert(it.id);
+      if (!stored.count(it.id)) fresh.insert(it.id);
+    }
+  std::vector<std::string> dups;  // names that this ingest would store under a second prefix
+  for (const auto& [name, ids] : by_name)
+    if (ids.size() > 1 && std::any_of(ids.begin(), ids.end(), [&](const std::string& id) { return fresh.count(id); })) {
+      std::string list;
+      for (const std::string& id : ids) list += (list.empty() ? "'" : ", '") + id + "'";
+      dups.push_back("dataset '" + name + "' would be stored " + std::to_string(ids.size()) + " times, as " + list);
+    }
+  if (dups.empty()) return Status::OK();
+  std::string shown;
+  for (size_t i = 0; i < dups.size() && i < 3; ++i) shown += (i ? "; " : "") + dups[i];
+  std::string msg = std::to_string(dups.size()) + " patient name(s) would be stored under several file prefixes (" +
+                    shown + (dups.size() > 3 ? "; ..." : "") +
+                    "): the same patient twice, or on both sides of a train/validation split by id. To add new "
+                    "patients to a store, list only the new file, or use --ids name (ids without the file prefix; "
+                    "present ones are skipped)";
+  if (o_.strict_ids) return Status::InvalidArgument("ingest: --strict-ids: " + msg);
+  Warn(msg);
+  return Status::OK();
+}
+
+void Hdf5Ingest::CheckSliceAxis() {
+  // The plane of slices along axis a of dims d, as (rows, columns).
+  auto plane = [](const std::array<hsize_t, 3>& d, int a) {
+    int o[2], k = 0;
+    for (int i = 0; i < 3; ++i)
+      if (i != a) o[k++] = i;
+    return std::pair<uint64_t, uint64_t>(d[o[0]], d[o[1]]);
+  };
+  auto aspect = [](std::pair<uint64_t, uint64_t> p) {
+    return static_cast<double>(std::max(p.first, p.second)) / static_cast<double>(std::max<uint64_t>(1, std::min(p.first, p.second)));
+  };
+  size_t count = 0;
+  std::string example;
+  for (const Item& it : items_) {
+    if (it.name.empty() || !it.status.ok() || it.fields.empty()) continue;
+    const auto& d = it.fields[0].dims;
+    const auto now = plane(d, axis_);
+    if (aspect(now) < 2) continue;
+    int best = axis_;
+    for (int a = 0; a < 3; ++a)
+      if (aspect(plane(d, a)) < aspect(plane(d, best))) best = a;
+    if (best == axis_ || aspect(plane(d, best)) > 1.5) continue;
+    if (count++ == 0) {
+      const auto alt = plane(d, best);
+      example = "'" + it.id + "' " + ShapeString(d) + " gives " + std::to_string(d[axis_]) + " slices of " +
+                std::to_string(now.first) + "x" + std::to_string(now.second) + " along --slice-axis " +
+                std::to_string(axis_) + "; --slice-axis " + std::to_string(best) + " would give " +
+                std::to_string(d[best]) + " slices of " + std::to_string(alt.first) + "x" + std::to_string(alt.second);
+    }
+  }
+  if (count)
+    Warn(std::to_string(count) + " volume(s) have slices much thinner in one direction than another slice axis "
+         "would give (" + example + "): check the layout of the data ((S,H,W) datasets need --slice-axis 0)");
 }
 
 }  // namespace

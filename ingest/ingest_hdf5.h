@@ -28,7 +28,7 @@
 // integer-based enum (h5py's bool) source type is accepted and recorded as
 // the record's SourceType. Per-field normalisation on request with
 // norm[FIELD] = "none | unit | symmetric | binary | affine:SCALE,OFFSET",
-// optionally "+clamp:LO,HI" (see ParseNormalization; unit and symmetric
+// optionally "+clamp:LO,HI", or "range:LO,HI" ([LO,HI] onto [-1,1], clamped) (see ParseNormalization; unit and symmetric
 // need a uint8 or uint16 source). A field listed in mask_fields is marked
 // is_mask and stored binary ({0,1}) unless norm says otherwise; a group
 // merely NAMED "MASK" is not special: its values (labels) are kept as they
@@ -95,6 +95,12 @@ struct Hdf5IngestOptions {
   int slice_axis = -1;
 
   std::string ids = "auto";  // "auto" | "stem" | "name" (see above)
+  // Ids across files: a volume whose dataset name is already in the store
+  // (or in this ingest) under another file prefix ("a/patient001" next to
+  // "b/patient001": the same patient listed twice, or on both sides of a
+  // split by id) is a warning in IngestSummary::warnings, or with
+  // strict_ids an InvalidArgument before anything is written.
+  bool strict_ids = false;
 
   // Fields stored as masks: is_mask and, unless `norm` says otherwise, {0,1}.
   std::vector<std::string> mask_fields;

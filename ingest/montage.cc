@@ -37,6 +37,7 @@ cv::Mat ToDisplay(const float* data, int64_t C, int64_t h, int64_t w, const Reco
         case NormKind::kUnit: x = v; break;
         case NormKind::kAffine: x = nm.scale != 0 ? (v - nm.offset) / nm.scale / maxval : 0; break;
         case NormKind::kBinary: x = v != 0 ? 1 : 0; break;
+        case NormKind::kRange: x = ((nm.scale + nm.offset) / 2 + v * ((nm.offset - nm.scale) / 2)) / maxval; break;
         default: x = v / maxval;
       }
     } else {

@@ -376,4 +376,41 @@ Status CopySliceStacks(const Reader& reader, const std::vector<SliceStackRequest
   return Status::OK();
 }
 
+namespace {
+
+uint64_t SliceMix(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// As _volumes._below: the high 32 bits times n, shifted down (n < 2^32).
+int64_t SliceBelow(uint64_t h, uint64_t n) { return static_cast<int64_t>(((h >> 32) * n) >> 32); }
+
+}  // namespace
+
+SliceTransform DrawSliceTransform(uint64_t seed, uint64_t epoch, uint64_t index, int64_t H, int64_t W,
+                                  int64_t crop_h, int64_t crop_w, SliceFlip flip, bool rot90) {
+  constexpr uint64_t kSliceTag = 0x534C4943;  // "SLIC"
+  const uint64_t key = SliceMix(SliceMix(SliceMix(SliceMix(seed) ^ epoch) ^ index) ^ kSliceTag);
+  SliceTransform t;
+  if (crop_h > 0 || crop_w > 0) {
+    t.y = SliceBelow(SliceMix(key ^ 1), static_cast<uint64_t>(H - crop_h + 1));
+    t.x = SliceBelow(SliceMix(key ^ 2), static_cast<uint64_t>(W - crop_w + 1));
+    t.height = crop_h;
+    t.width = crop_w;
+  }
+  if (flip != SliceFlip::kNone) {
+    const uint64_t u = SliceMix(key ^ 3);
+    t.flip_v = (u & 1) != 0;
+    t.flip_h = flip == SliceFlip::kIndependent ? ((u >> 1) & 1) != 0 : t.flip_v;
+  }
+  if (rot90) {
+    const uint64_t v = SliceMix(key ^ 4);
+    t.rot90 = (v & 1) ? 1 + static_cast<int>(SliceBelow(v, 3)) : 0;
+  }
+  return t;
+}
+
 }  // namespace patchstore

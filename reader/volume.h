@@ -161,4 +161,16 @@ struct SliceStackRequest {
 Status CopySliceStacks(const Reader& reader, const std::vector<SliceStackRequest>& requests, int64_t context,
                        float* dst, int num_threads = 1);
 
+// How SliceDataset flips (patchstore.torch.SliceDataset(flip=...)).
+enum class SliceFlip { kNone, kBoth, kIndependent };  // False, True, "independent"
+
+// The transform SliceDataset gives flat item `index` in `epoch` for an H x W
+// slice: the same counter-based draws as patchstore._volumes.draw_transforms
+// (key = Mix chain of seed, epoch, index and the tag "SLIC"; crop from
+// Mix(key^1), Mix(key^2), flips from Mix(key^3), quarter turns from
+// Mix(key^4); uniform integers below n as ((h >> 32) * n) >> 32). crop_h ==
+// crop_w == 0: no crop. REQUIRES: crop_h <= H and crop_w <= W.
+SliceTransform DrawSliceTransform(uint64_t seed, uint64_t epoch, uint64_t index, int64_t H, int64_t W,
+                                  int64_t crop_h, int64_t crop_w, SliceFlip flip, bool rot90);
+
 }  // namespace patchstore

@@ -38,7 +38,7 @@ double GetF64(const uint8_t* p) {
 }
 
 bool ValidLayout(uint8_t v) { return v >= 1 && v <= 3; }
-bool ValidNorm(uint8_t v) { return v <= 4; }
+bool ValidNorm(uint8_t v) { return v <= 5; }
 bool ValidSource(uint8_t v) { return v <= 11; }
 
 std::string FormatDouble(double d) {
@@ -83,6 +83,7 @@ const char* NormKindName(NormKind k) {
     case NormKind::kUnit: return "unit";
     case NormKind::kAffine: return "affine";
     case NormKind::kBinary: return "binary";
+    case NormKind::kRange: return "range";
   }
   return "unknown";
 }
@@ -99,6 +100,12 @@ float Normalization::Apply(double x) const {
       v = static_cast<float>(x) * static_cast<float>(scale) + static_cast<float>(offset);
       break;
     case NormKind::kBinary: v = x != 0 ? 1.0f : 0.0f; break;
+    case NormKind::kRange: {
+      // (x - mid) / half: exact at lo (-half / half), mid (0) and hi.
+      const double mid = (scale + offset) / 2, half = (offset - scale) / 2;
+      v = static_cast<float>((x - mid) / half);
+      break;
+    }
     default: v = static_cast<float>(x);
   }
   if (clamp) {
@@ -117,6 +124,7 @@ std::string Normalization::ToString() const {
     case NormKind::kUnit: s = "unit/" + FormatDouble(scale); break;
     case NormKind::kAffine: s = "affine(" + FormatDouble(scale) + "," + FormatDouble(offset) + ")"; break;
     case NormKind::kBinary: s = "binary"; break;
+    case NormKind::kRange: s = "range[" + FormatDouble(scale) + "," + FormatDouble(offset) + "]"; break;
   }
   if (clamp) s += " clamp[" + FormatDouble(clamp_lo) + "," + FormatDouble(clamp_hi) + "]";
   return s;
@@ -692,10 +700,22 @@ Result<Normalization> ParseNormalization(std::string_view spec, double maxval) {
     if (!two(base.substr(7), &n.scale, &n.offset) || !std::isfinite(n.scale) || !std::isfinite(n.offset))
       return Status::InvalidArgument("normalisation 'affine:SCALE,OFFSET' needs two finite numbers, got '" +
                                      std::string(spec) + "'");
+  } else if (base.rfind("range:", 0) == 0) {
+    n.kind = NormKind::kRange;
+    if (!two(base.substr(6), &n.scale, &n.offset) || !std::isfinite(n.scale) || !std::isfinite(n.offset) ||
+        !(n.scale < n.offset) || !std::isfinite(n.offset - n.scale))
+      return Status::InvalidArgument("normalisation 'range:LO,HI' needs two finite numbers with LO < HI, got '" +
+                                     std::string(spec) + "'");
+    if (!clamp.empty())
+      return Status::InvalidArgument("normalisation '" + std::string(spec) +
+                                     "': range:LO,HI already clamps to [-1, 1]; give no +clamp");
+    n.clamp = true;
+    n.clamp_lo = -1;
+    n.clamp_hi = 1;
   } else {
     return Status::InvalidArgument("unknown normalisation '" + std::string(spec) +
-                                   "' (expected none, symmetric, unit, binary or affine:SCALE,OFFSET, "
-                                   "optionally +clamp:LO,HI)");
+                                   "' (expected none, symmetric, unit, binary, affine:SCALE,OFFSET or "
+                                   "range:LO,HI, optionally +clamp:LO,HI)");
   }
   if (!clamp.empty()) {
     if (clamp.rfind("clamp:", 0) != 0 || !two(clamp.substr(6), &n.clamp_lo, &n.clamp_hi) ||

@@ -66,14 +66,19 @@ const char* SourceTypeName(SourceType t);
 //   kUnit:      v = float(x) / maxval
 //   kAffine:    v = float(x) * scale + offset
 //   kBinary:    v = (x != 0) ? 1 : 0               (masks)
+//   kRange:     v = (x - mid) / half in double arithmetic, rounded to
+//               float32, with lo = scale, hi = offset, mid = (lo + hi) / 2,
+//               half = (hi - lo) / 2: [lo, hi] onto [-1, 1], exactly -1, 0
+//               and 1 at lo, mid and hi ("range:LO,HI", always clamped to
+//               [-1, 1])
 // then, when `clamp` is set, v = min(max(v, clamp_lo), clamp_hi).
-enum class NormKind : uint8_t { kNone = 0, kSymmetric = 1, kUnit = 2, kAffine = 3, kBinary = 4 };
+enum class NormKind : uint8_t { kNone = 0, kSymmetric = 1, kUnit = 2, kAffine = 3, kBinary = 4, kRange = 5 };
 const char* NormKindName(NormKind k);
 
 struct Normalization {
   NormKind kind = NormKind::kNone;
-  double scale = 1.0;   // kAffine: multiplier; kSymmetric/kUnit: maxval
-  double offset = 0.0;  // kAffine only
+  double scale = 1.0;   // kAffine: multiplier; kSymmetric/kUnit: maxval; kRange: LO
+  double offset = 0.0;  // kAffine: offset; kRange: HI
   bool clamp = false;
   double clamp_lo = 0.0;
   double clamp_hi = 0.0;
@@ -236,7 +241,8 @@ Result<std::vector<SealedIndexEntry>> DecodeSealedIndex(const void* data, size_t
 
 // Parses a normalisation spec as the command line takes it:
 //   "none" | "symmetric" | "unit" | "binary" | "affine:SCALE,OFFSET"
-// optionally followed by "+clamp:LO,HI" ("clamp:LO,HI" alone means none+clamp).
+// optionally followed by "+clamp:LO,HI" ("clamp:LO,HI" alone means none+clamp),
+// or "range:LO,HI" (LO < HI; [LO, HI] onto [-1, 1], clamped; no +clamp).
 // `maxval` fills scale for symmetric/unit.
 Result<Normalization> ParseNormalization(std::string_view spec, double maxval);
 

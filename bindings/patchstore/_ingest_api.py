@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -33,6 +34,9 @@ class IngestSummary:
     seconds: float
     report_path: str  #: where failures were written, if any
     errors: List[str] = field(default_factory=list)  #: one message per failed sample (first 100)
+    #: things that went through but look wrong (HDF5: a patient under two file prefixes, slices much
+    #: thinner one way than another slice axis would give, an all-zero mask); each also warned
+    warnings: List[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,8 @@ class ExportSummary:
     files_written: int
     bytes_written: int
     paths: List[str] = field(default_factory=list)  #: the first 1000 files written
+    #: e.g. a window far wider than a normalised field's stored values (windows are in stored units)
+    warnings: List[str] = field(default_factory=list)
 
 
 def _native():
@@ -166,7 +172,8 @@ def ingest_images(
 
     masks: fields stored as {0,1} (a field named "mask" always is).
     norm: {field: spec}, spec "none" | "symmetric" | "unit" | "binary" |
-    "affine:SCALE,OFFSET", optionally "+clamp:LO,HI". Defaults: 8/16-bit
+    "affine:SCALE,OFFSET", optionally "+clamp:LO,HI", or "range:LO,HI"
+    ([LO, HI] linearly onto [-1, 1], clamped outside). Defaults: 8/16-bit
     images to [-1,1] (x/maxval*2-1), masks to {0,1}, float data unchanged.
     threads: decoder threads (0 = all cores).
     on_error: "stop" (default; everything committed before the bad file
@@ -281,6 +288,7 @@ def ingest_hdf5(
     *,
     batch_bytes: int = 256 << 20,
     callback: Optional[Callable[[Any], None]] = None,
+    strict_ids: bool = False,
 ) -> IngestSummary:
     """Reads 3D volumes from HDF5 files once into the volume store at `store` (created if missing).
 
@@ -305,7 +313,9 @@ def ingest_hdf5(
     otherwise). A group merely named "MASK" keeps its values (labels).
     norm: {field: spec}, spec "none" (default: values unchanged, a CT keeps
     its HU) | "unit" | "symmetric" (uint8/uint16 sources) | "binary" |
-    "affine:SCALE,OFFSET", optionally "+clamp:LO,HI".
+    "affine:SCALE,OFFSET", optionally "+clamp:LO,HI", or "range:LO,HI":
+    [LO, HI] linearly onto [-1, 1] (exactly -1, 0, 1 at LO, the midpoint and
+    HI), clamped outside, e.g. {"CT": "range:-1024,3000", "MR": "range:0,3000"}.
     allow_external: follow HDF5 external links and read external/virtual
     storage (refused by default: they can make the library read arbitrary
     files).
@@ -321,6 +331,15 @@ def ingest_hdf5(
     has done, total (volumes), failed, skipped, bytes, seconds. If it raises,
     it is not called again and the exception is raised at the end.
     batch_bytes: commit after this many float32 bytes.
+    strict_ids: with prefixed ids (several files), refuse (ValueError)
+    instead of warning when a dataset name is already in the store, or in
+    this ingest, under another file prefix (the same patient twice). To add
+    new patients to a store, list only the new file or use ids="name".
+
+    Warnings (RuntimeWarning, also in the summary's ``warnings``): a patient
+    under several file prefixes, slices much thinner in one direction than
+    another slice axis would give (e.g. (S, H, W) data without
+    slice_axis=0), an all-zero mask volume.
 
     Running the same ingest again resumes (volumes present are skipped); a
     finished ingest without failures seals the store. The GIL is released
@@ -388,8 +407,12 @@ def ingest_hdf5(
         command_line,
         reporter.native(),
         cancel,
+        bool(strict_ids),
     ), reporter)
-    return IngestSummary(**d)
+    summary = IngestSummary(**d)
+    for w in summary.warnings:
+        warnings.warn(f"patchstore.ingest_hdf5: {w}", RuntimeWarning, stacklevel=2)
+    return summary
 
 
 def export(
@@ -398,7 +421,7 @@ def export(
     ids: Optional[Iterable[Union[str, bytes]]] = None,
     fields: Optional[Iterable[str]] = None,
     format: Optional[str] = None,
-    window: Optional[Tuple[float, float]] = None,
+    window: Union[None, str, Tuple[float, float]] = None,
     *,
     axis_order: Optional[str] = None,
     progress: Optional[Callable[[Any], None]] = None,
@@ -407,7 +430,10 @@ def export(
 
     Same options as ``patchstore export``. ids / fields: a selection (None:
     all). format: None (by source: png for integer sources, exr for float),
-    "png", "exr" or "h5". window: (lo, hi) for float data written as PNG.
+    "png", "exr" or "h5". window: (lo, hi) for float data written as PNG,
+    in STORED units (after the ingest normalisation: a CT ingested with
+    range:-1024,3000 holds -1..1), or "auto" (each record's 1st..99th
+    percentile). A window far off a normalised field's values warns.
     PNG output inverts the stored normalisation and keeps the source bit
     depth and channels; EXR output is float32, bit-exact. Ids are made safe as
     paths (each '/'-part a folder; other bytes percent-encoded).
@@ -427,7 +453,8 @@ def export(
         path = store.path
     else:
         path = Store(store).path  # FileNotFoundError here, before any output is written
-    if window is not None:
+    auto = isinstance(window, str) and window == "auto"
+    if window is not None and not auto:
         lo, hi = (float(v) for v in window)
     else:
         lo, hi = 0.0, 1.0
@@ -443,13 +470,17 @@ def export(
         [] if ids is None else [_encode_id(i) for i in ids],
         [] if fields is None else list(fields),
         "" if format is None else str(format),
-        window is not None,
+        window is not None and not auto,
         lo,
         hi,
         progress,
         "" if axis_order is None else axis_order,
+        auto,
     )
-    return ExportSummary(**d)
+    summary = ExportSummary(**d)
+    for w in summary.warnings:
+        warnings.warn(f"patchstore.export: {w}", RuntimeWarning, stacklevel=2)
+    return summary
 
 
 def montage(
@@ -490,4 +521,57 @@ def montage(
         path, count, int(patch_size), field or "", overlay or "", require or "", require is None,
         int(patches_per_sample), int(seed), int(epoch), bool(flip), bool(rot90), window is not None, lo, hi,
         0 if tile is None else int(tile))
+    return np.frombuffer(pixels, dtype=np.uint8).reshape(h, w, 3)
+
+
+def volume_montage(
+    path: str,
+    count: int = 64,
+    field: Optional[str] = None,
+    overlay: Optional[str] = None,
+    seed: int = 0,
+    *,
+    epoch: int = 0,
+    crop: Any = None,
+    context: int = 0,
+    flip: Any = False,
+    rot90: bool = False,
+    ids: Optional[Iterable[str]] = None,
+    window: Any = None,
+    tile: Optional[int] = None,
+    labels: bool = True,
+) -> Any:
+    """patchstore::RenderVolumeMontage as an (H, W, 3) uint8 NumPy array (see Store.montage)."""
+    import numpy as np
+
+    count = int(count)
+    if not 1 <= count <= 4096:
+        raise ValueError(f"montage: count must be in 1..4096, got {count}")
+    if int(seed) < 0 or int(epoch) < 0:
+        raise ValueError("montage: seed and epoch must be >= 0")
+    if tile is not None and not 8 <= int(tile) <= 4096:
+        raise ValueError(f"montage: tile must be in 8..4096, got {tile}")
+    if crop is None:
+        ch = cw = 0
+    elif isinstance(crop, int):
+        ch = cw = int(crop)
+    else:
+        ch, cw = (int(v) for v in crop)
+    if crop is not None and min(ch, cw) < 1:
+        raise ValueError(f"montage: crop must be positive, got {crop!r}")
+    if flip not in (False, True, "independent"):
+        raise ValueError(f"montage: flip must be False, True or 'independent', got {flip!r}")
+    if isinstance(ids, (str, bytes)):
+        raise TypeError(f"montage: ids must be a list of volume ids, not the string {ids!r}")
+    if window is None or (isinstance(window, str) and window == "auto"):
+        has_window, lo, hi = False, 0.0, 1.0
+    else:
+        lo, hi = (float(v) for v in window)
+        if not lo < hi:
+            raise ValueError(f"montage: window needs lo < hi, got {window!r}")
+        has_window = True
+    h, w, pixels, _, _ = _native().render_volume_montage(
+        path, count, field or "", overlay or "", [str(i) for i in (ids or [])], ch, cw, int(context),
+        "independent" if flip == "independent" else ("both" if flip else ""), bool(rot90), int(seed), int(epoch),
+        has_window, lo, hi, 0 if tile is None else int(tile), bool(labels))
     return np.frombuffer(pixels, dtype=np.uint8).reshape(h, w, 3)

@@ -45,7 +45,9 @@ class FieldInfo(NamedTuple):
 
     ``shape`` is the shape of the first sample's record, e.g. ``(3, 1080, 1920)``
     (None for an empty store); samples may differ, ``Store.shape(key, field)``
-    gives one sample's shape.
+    gives one sample's shape. Volume stores: ``shape`` is the (S, H, W)
+    shared by every volume, or None when they differ (``Store.shapes(field)``
+    gives each volume's).
     """
 
     name: str
@@ -261,6 +263,8 @@ class Store:
                         shape = tuple(r.summary(0, f["name"])["shape"])  # the index: no record read
                     except (KeyError, OSError):  # record missing or damaged for sample 0
                         shape = None
+                if shape is not None and f["layout"] == "SHW" and len(r) > 1:
+                    shape = _common_shape(r, f["name"], shape)
                 names = tuple(x for x in f["channel_names"].split(",") if x)
                 out[f["name"]] = FieldInfo(
                     f["name"], int(f["channels"]), shape, f["layout"], f["norm"], f["source_type"],
@@ -308,7 +312,7 @@ class Store:
             return False
 
     def __getitem__(self, key: Key) -> Dict[str, np.ndarray]:
-        """{field: read-only float32 array (C,H,W)} of one sample (no copy)."""
+        """{field: read-only float32 array (C,H,W), or (S,H,W) in a volume store} of one sample (no copy)."""
         r = self._r()
         views = r.sample(self._index(r, key))
         return {f["name"]: _array(v) for f, v in zip(r.fields(), views)}
@@ -319,7 +323,7 @@ class Store:
             yield self[i]
 
     def get(self, key: Key, field: str) -> np.ndarray:
-        """The whole record of one field: a read-only float32 (C,H,W) array (no copy)."""
+        """The whole record of one field: a read-only float32 array (no copy), (C,H,W) or (S,H,W) for volumes."""
         r = self._r()
         return _array(r.get(self._index(r, key), field))
 
@@ -333,6 +337,13 @@ class Store:
         store's sample index (no record is read)."""
         r = self._r()
         return tuple(r.summary(self._index(r, key), field)["shape"])
+
+    def shapes(self, field: str) -> Dict[str, Tuple[int, ...]]:
+        """{id: shape} of one field over every sample, in index order ((S,H,W) per volume)."""
+        r = self._r()
+        if field not in self.fields:
+            raise KeyError(f"no field '{field}' in '{self._path}' (fields: {', '.join(self.fields)})")
+        return {self.ids[i]: tuple(r.header(i, field)["shape"]) for i in range(len(r))}
 
     def patch(self, key: Key, field: str, y: int, x: int, h: int, w: int) -> np.ndarray:
         """The (C,h,w) window at (y, x) of one record: a read-only view, no copy.
@@ -384,6 +395,9 @@ class Store:
         """
         from ._volumes import SliceIndex
 
+        if isinstance(ids, (str, bytes)):
+            raise TypeError(f"slice_index: ids must be a list of volume ids, not the single string {ids!r} "
+                            f"(did you mean [{ids!r}]?)")
         return SliceIndex(self, None if ids is None else list(ids))
 
     @property
@@ -488,10 +502,26 @@ class Store:
         epoch: int = 0,
         flip: bool = False,
         rot90: bool = False,
-        window: Optional[Tuple[float, float]] = None,
+        window: Any = None,
         tile: Optional[int] = None,
+        crop: Any = None,
+        context: int = 0,
+        ids: Optional[Iterable[str]] = None,
+        labels: bool = True,
     ) -> np.ndarray:
         """A contact sheet of the windows a PatchSampler with these options serves first: (H, W, 3) uint8.
+
+        Volume stores: the slices a :class:`patchstore.torch.SliceDataset`
+        with the same ``crop``, ``context``, ``flip`` (False, True or
+        "independent"), ``rot90``, ``seed``, ``ids`` serves in ``epoch``:
+        ``count`` items spread evenly over the dataset (item ``j * len // count``),
+        each tile the centre slice of the item's stack, cropped, flipped and
+        turned as the dataset does, in gray: ``window`` (lo, hi) in stored
+        units (after the ingest normalisation) onto 0..255, default "auto"
+        (the 1st..99th percentile of the shown values); tiles labelled
+        "<id> s<slice>" (``labels=False`` for none); ``overlay`` a mask field
+        drawn in red. ``patch_size``, ``require`` and ``patches_per_sample``
+        do not apply.
 
         The same picture as ``patchstore montage`` (ingest/montage.h): the
         first `count` windows of `epoch` (continuing into later epochs) of a
@@ -510,12 +540,31 @@ class Store:
         PatchSampler: KeyError for an unknown field, ValueError for bad
         options, IndexError when no sample has an admissible window.
         """
-        from ._ingest_api import montage
+        from ._ingest_api import montage, volume_montage
 
         self._r()  # FileNotFoundError / closed store here
+        if self.kind == "volumes":
+            return volume_montage(self._path, count, field, overlay, seed, epoch=epoch, crop=crop, context=context,
+                                  flip=flip, rot90=rot90, ids=ids, window=window, tile=tile, labels=labels)
+        if crop is not None or context or ids is not None:
+            raise ValueError(f"montage: crop, context and ids are for volume stores; '{self._path}' holds images "
+                             f"(use patch_size)")
+        if isinstance(window, str):
+            window = None if window == "auto" else window
         return montage(self._path, count, patch_size, field, overlay, seed, require=require,
                        patches_per_sample=patches_per_sample, epoch=epoch, flip=flip, rot90=rot90,
                        window=window, tile=tile)
+
+
+def _common_shape(r: "_C.Reader", field: str, first: Tuple[int, ...]) -> Optional[Tuple[int, ...]]:
+    """`first` if every sample's record of `field` has that shape, else None (volumes of different sizes)."""
+    for i in range(1, len(r)):
+        try:
+            if tuple(r.header(i, field)["shape"]) != first:
+                return None
+        except (KeyError, OSError):
+            return None
+    return first
 
 
 def _writable_buffer(out: Any, path: str) -> Any:

@@ -79,78 +79,36 @@ class SliceTransform(NamedTuple):
 
 # -- counter-based draws --------------------------------------------------------------
 #
-# The same SplitMix64 construction as the C++ sampler (reader/sampler.cc):
-# every draw is a pure function of (seed, epoch, index), computed for a whole
-# batch at once with NumPy's wrapping uint64 arithmetic.
-
-_M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
-
-
-def _mix(z: np.ndarray) -> np.ndarray:
-    """SplitMix64's finaliser on a uint64 array (wrapping arithmetic)."""
-    z = z + np.uint64(0x9E3779B97F4A7C15)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
-def _hash(*parts: Any) -> np.ndarray:
-    """Hash(a, b, c, ...) = Mix(...Mix(Mix(a) ^ b)... ^ last), broadcast over arrays."""
-    with np.errstate(over="ignore"):
-        h = _mix(np.asarray(parts[0], dtype=np.uint64))
-        for p in parts[1:]:
-            h = _mix(h ^ np.asarray(p, dtype=np.uint64))
-    return h
-
-
-def _below(h: np.ndarray, n: np.ndarray) -> np.ndarray:
-    """Uniform integers in [0, n) from 64-bit hashes: ((h >> 32) * n) >> 32 (n < 2**32; bias < n / 2**32)."""
-    n = np.asarray(n, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        return (((h >> np.uint64(32)) * n) >> np.uint64(32)).astype(np.int64)
-
-
-_SLICE_TAG = 0x534C4943  # "SLIC": keeps these draws apart from the patch sampler's
+# One engine: patchstore::DrawSliceTransform (reader/volume.cc), which
+# `patchstore montage` uses as well, so a montage shows the very crops,
+# flips and turns a SliceDataset serves.
 
 
 def draw_transforms(seed: int, epoch: int, indices: np.ndarray, heights: np.ndarray, widths: np.ndarray,
                     crop: Optional[Tuple[int, int]], flip: Union[bool, str], rot90: bool) -> np.ndarray:
     """The (n, 7) int64 SliceTransform rows of items `indices` in `epoch` (see SliceDataset).
 
-    key = Hash(seed, epoch, i, "SLIC"); then
+    key = Hash(seed, epoch, i, "SLIC") (SplitMix64, as the C++ patch
+    sampler); then
       crop y = below(Mix(key ^ 1), H - h + 1), x = below(Mix(key ^ 2), W - w + 1)
       flip:  u = Mix(key ^ 3): True -> both axes when u's bit 0 is set (MONAI
              RandFlipd(prob=0.5, spatial_axis=[0, 1])); "independent" -> rows
              flipped when bit 0 is set, columns when bit 1 is set
       rot90: v = Mix(key ^ 4): when bit 0 is set, k = 1 + below(v, 3) (MONAI
              RandRotate90d(prob=0.5, max_k=3)), else 0
+    with below(h, n) = ((h >> 32) * n) >> 32. Computed in C++
+    (patchstore::DrawSliceTransform).
     """
-    idx = np.asarray(indices, dtype=np.uint64)
+    idx = np.ascontiguousarray(indices, dtype=np.int64).reshape(-1)
     n = idx.shape[0]
     out = np.zeros((n, 7), dtype=np.int64)
     if n == 0:
         return out
-    key = _hash(np.uint64(seed), np.uint64(epoch), idx, np.uint64(_SLICE_TAG))
-    with np.errstate(over="ignore"):
-        if crop is not None:
-            ch, cw = crop
-            out[:, 0] = _below(_mix(key ^ np.uint64(1)), np.asarray(heights, dtype=np.int64) - ch + 1)
-            out[:, 1] = _below(_mix(key ^ np.uint64(2)), np.asarray(widths, dtype=np.int64) - cw + 1)
-            out[:, 2] = ch
-            out[:, 3] = cw
-        if flip:
-            u = _mix(key ^ np.uint64(3))
-            b0 = (u & np.uint64(1)).astype(np.int64)
-            if flip == "independent":
-                out[:, 4] = b0
-                out[:, 5] = ((u >> np.uint64(1)) & np.uint64(1)).astype(np.int64)
-            else:
-                out[:, 4] = b0
-                out[:, 5] = b0
-        if rot90:
-            v = _mix(key ^ np.uint64(4))
-            on = (v & np.uint64(1)).astype(np.int64)
-            out[:, 6] = on * (1 + _below(v, 3))
+    ch, cw = crop if crop is not None else (0, 0)
+    mode = "independent" if flip == "independent" else ("both" if flip else "")
+    _C.draw_slice_transforms(int(seed), int(epoch), idx, np.ascontiguousarray(heights, dtype=np.int64).reshape(-1),
+                             np.ascontiguousarray(widths, dtype=np.int64).reshape(-1), int(ch), int(cw), mode,
+                             bool(rot90), out)
     return out
 
 

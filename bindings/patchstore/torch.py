@@ -300,6 +300,84 @@ class _Ring:
         return slot
 
 
+class _BufferPool:
+    """Float32 batch buffers reused from one batch to the next, in one process.
+
+    Why: one field of a 2.5D batch (32 stacks of 5 x 256 x 256) is 42 MB.
+    glibc serves allocations above its mmap threshold (32 MiB at most,
+    whatever it has adapted to) with a fresh mapping and unmaps it on free,
+    so a new tensor per batch pays one page fault and one page of zeroing
+    per 4 KiB on first touch: batch 32 ran 4-6x slower than batch 16, and
+    only MALLOC_MMAP_THRESHOLD_ in the environment helped. Reusing buffers
+    makes the batch paths independent of the batch size and of glibc's
+    settings.
+
+    A buffer is handed out again only once nothing refers to its storage any
+    more (torch's storage use count is back to the pool's own reference):
+    items, collated batches, views and NumPy arrays of a batch the caller
+    still holds keep it busy, and a busy buffer is never overwritten. A
+    request takes the smallest free buffer that is large enough (a smaller
+    last batch reuses a full one) or allocates; at most `keep` buffers are
+    retained (about two batches' worth: the one the caller holds while the
+    next is fetched). Where torch cannot report use counts, every request
+    allocates (the old behaviour).
+    """
+
+    def __init__(self, keep: int) -> None:
+        self.keep = max(1, int(keep))
+        self.bufs: List[Tuple[torch.Tensor, List[int]]] = []  # (flat buffer, its idle use count)
+        self.pid = os.getpid()
+
+    @staticmethod
+    def _uses(t: torch.Tensor) -> Optional[List[int]]:
+        return _storage_uses({"": t})
+
+    def take(self, shape: Tuple[int, ...]) -> torch.Tensor:
+        if self.pid != os.getpid():  # forked: the parent's buffers are not ours to reuse
+            self.bufs, self.pid = [], os.getpid()
+        n = int(np.prod(shape))
+        best = -1
+        for j, (b, idle) in enumerate(self.bufs):
+            if b.numel() >= n and (best < 0 or b.numel() < self.bufs[best][0].numel()) and self._uses(b) == idle:
+                best = j
+        if best >= 0:
+            return self.bufs[best][0][:n].view(shape)
+        flat = torch.empty(max(n, 1), dtype=torch.float32)
+        idle = self._uses(flat)
+        if idle is not None:
+            if len(self.bufs) < self.keep:
+                self.bufs.append((flat, idle))
+            else:  # replace the smallest free buffer, if any (keeps the pool at `keep`)
+                free = [j for j, (b, i) in enumerate(self.bufs) if self._uses(b) == i]
+                if free:
+                    self.bufs[min(free, key=lambda j: self.bufs[j][0].numel())] = (flat, idle)
+        return flat[:n].view(shape)
+
+
+def _pool_of(owner: Any, fields: int) -> Optional[_BufferPool]:
+    """The owner's buffer pool (created on first use, never pickled); None when pooling is off."""
+    if not _POOL_BATCH_BUFFERS:
+        return None
+    pool = owner.__dict__.get("_pool")
+    if pool is None:
+        pool = owner.__dict__["_pool"] = _BufferPool(3 * max(1, fields))
+    return pool
+
+
+# Reuse batch buffers in the training process (see _BufferPool). Only the
+# benchmarks switch this off, to measure the per-batch allocation it replaces.
+_POOL_BATCH_BUFFERS = True
+
+
+def _batch_tensor(owner: Any, shape: Tuple[int, ...], shared: bool, fields: int) -> torch.Tensor:
+    """A float32 batch tensor: fresh shared memory inside a DataLoader worker, a pooled buffer otherwise."""
+    if not shared:
+        pool = _pool_of(owner, fields)
+        if pool is not None:
+            return pool.take(shape)
+    return _empty(shape, shared)
+
+
 def _distributed_defaults(rank: Optional[int], world_size: Optional[int]) -> Tuple[int, int]:
     dist = getattr(torch, "distributed", None)
     active = dist is not None and dist.is_available() and dist.is_initialized()
@@ -687,7 +765,7 @@ class PatchDataset(ResumableDataset, Dataset):
 
     def __getstate__(self) -> Dict[str, Any]:
         state = self.__dict__.copy()
-        for k in ("_sampler", "_pid", "_eligible", "_warned", "_cache", "_empty", "_item_cache"):
+        for k in ("_sampler", "_pid", "_eligible", "_warned", "_cache", "_empty", "_item_cache", "_pool"):
             state.pop(k, None)
         return state
 
@@ -841,7 +919,8 @@ class PatchDataset(ResumableDataset, Dataset):
         s = self._native()
         _, wins = self._windows(indices, None)
         shared = torch.utils.data.get_worker_info() is not None
-        batch = {f: _empty((len(indices) * k, c, ph, pw), shared) for f, c in zip(self.fields, s.channels)}
+        batch = {f: _batch_tensor(self, (len(indices) * k, c, ph, pw), shared, len(self.fields))
+                 for f, c in zip(self.fields, s.channels)}
         s.gather_windows(wins, [batch[f].numpy() for f in self.fields])
         items: List[Dict[str, torch.Tensor]] = []
         for b in range(len(indices)):
@@ -940,7 +1019,7 @@ class PatchDataset(ResumableDataset, Dataset):
         items: List[Dict[str, torch.Tensor]] = [{} for _ in plans]
         for f in self.fields:
             c = plans[0][1].channels[f] if plans else self.store.fields[f].channels
-            batch = _empty((len(plans) * k, c, ph, pw), shared)
+            batch = _batch_tensor(self, (len(plans) * k, c, ph, pw), shared, len(self.fields))
             reader.copy_patches(samples, f, ys, xs, ph, pw, batch.numpy(), 1)
             for b in range(len(plans)):
                 items[b][f] = batch[b] if k == 1 else batch[b * k:(b + 1) * k]
@@ -1025,6 +1104,13 @@ def slice_collate(batch: List[Tuple[Any, ...]]) -> Tuple[Any, ...]:
     for k in range(len(batch[0])):
         values = [item[k] for item in batch]
         joined = _consecutive(values)
+        if joined is None:
+            shapes = sorted({tuple(v.shape) for v in values if isinstance(v, torch.Tensor)})
+            if len(shapes) > 1:
+                raise ValueError(f"slice_collate: the items of this batch have {len(shapes)} different shapes "
+                                 f"({', '.join(str(x) for x in shapes[:4])}{', ...' if len(shapes) > 4 else ''}): "
+                                 f"their volumes have slices of different sizes; give SliceDataset a crop=(h, w) "
+                                 f"no larger than the smallest slice")
         out.append(default_collate(values) if joined is None else joined)
     return tuple(out)
 
@@ -1140,6 +1226,13 @@ class SliceDataset(ResumableDataset, Dataset):
     * ``clamp=(lo, hi)``: values clipped to [lo, hi] (as the seed's
       ``torch.clamp(A, -1, 1)``), or ``{field: (lo, hi)}`` for some fields
       only, e.g. ``{"MR": (-1, 1), "CT": (-1, 1)}`` to leave a mask alone.
+      Values are clamped in the units they were STORED in: a CT ingested
+      without normalisation keeps its HU, and clamping that to [-1, 1]
+      destroys it; ingest with ``norm={"CT": "range:-1024,3000"}``. A clamp
+      that cuts more than ``clamp_warn`` (default 0.01) of a batch's values
+      of a field (counted before clamping, on up to 65,536 evenly strided
+      values) warns once per field and process, naming the field and the
+      fraction; ``clamp_warn=None`` silences it.
 
     Crop, flips and rotation are applied by the C++ copy out of the map
     (patchstore::CopySliceStacks with a patchstore::SliceTransform): one
@@ -1169,6 +1262,18 @@ class SliceDataset(ResumableDataset, Dataset):
             for A, B, M in loader:        # (32, 1, 256, 256) each
                 ...
 
+    In the training process (no workers), the batch tensors come from a
+    small pool of buffers that are reused once nothing refers to a previous
+    batch any more (never while the batch, an item, a view or a NumPy array
+    of it is alive), so batch 32 or 64 of 2.5D stacks (40+ MB per field)
+    costs no fresh memory mapping per batch; about two batches' worth of
+    buffers stay allocated.
+
+    ids: a list (or other sequence) of volume ids, in that order; a single
+    string is a TypeError and an empty list a ValueError. Volumes whose
+    slices differ in size need ``crop`` to be batched (warned here;
+    :func:`slice_collate` says so when a batch mixes them).
+
     Processes: pickles as the store path and the options (fork, spawn and
     forkserver workers); each process reopens the store and rebuilds the
     slice index (one header read per record).
@@ -1193,8 +1298,17 @@ class SliceDataset(ResumableDataset, Dataset):
         ids: Optional[Sequence[Union[str, bytes, int]]] = None,
         num_threads: int = 1,
         verify_checksums: bool = False,
+        clamp_warn: Optional[float] = 0.01,
     ) -> None:
         super().__init__()
+        if isinstance(ids, (str, bytes)):
+            raise TypeError(f"SliceDataset: ids must be a list of volume ids, not the single string {ids!r} "
+                            f"(did you mean ids=[{ids!r}]?)")
+        if ids is not None:
+            ids = list(ids)
+            if not ids:
+                raise ValueError("SliceDataset: ids=[] selects no volume (the dataset would be empty); "
+                                 "give ids=None for all volumes")
         self.store = path if isinstance(path, Store) else Store(path, verify_checksums=verify_checksums)
         self.fields: Tuple[str, ...] = (fields,) if isinstance(fields, str) else tuple(fields)
         if not self.fields:
@@ -1228,6 +1342,10 @@ class SliceDataset(ResumableDataset, Dataset):
         if not 0 <= self.seed < 2 ** 64:
             raise ValueError(f"SliceDataset: seed must be in [0, 2**64), got {seed!r}")
         self.clamp = _clamps(clamp, self.fields)
+        if clamp_warn is not None and not 0 <= float(clamp_warn) <= 1:
+            raise ValueError(f"SliceDataset: clamp_warn must be a fraction in [0, 1] or None, got {clamp_warn!r}")
+        self.clamp_warn = None if clamp_warn is None else float(clamp_warn)
+        self._saturated: Dict[str, float] = {}  # fields already warned about in this process
         t = operator.index(num_threads)
         self.num_threads = (os.cpu_count() or 1) if t == 0 else t
         if self.num_threads < 1:
@@ -1236,11 +1354,42 @@ class SliceDataset(ResumableDataset, Dataset):
         self._check_shapes()
         self._epoch = _SharedEpoch(0)
 
+    def __getstate__(self) -> Dict[str, Any]:
+        state = self.__dict__.copy()
+        state.pop("_pool", None)  # batch buffers belong to the process that made them
+        return state
+
+    def _check_saturation(self, field: str, t: torch.Tensor, lo: float, hi: float) -> None:
+        """Warns once per field and process when `clamp` cuts more than clamp_warn of a batch's values.
+
+        Counted before clamping, on at most 65,536 evenly strided values of
+        the batch (all of them in a batch that small).
+        """
+        if self.clamp_warn is None or field in self._saturated or t.numel() == 0:
+            return
+        flat = t.view(-1)
+        step = max(1, flat.numel() >> 16)
+        sample = flat[::step]
+        frac = float(torch.count_nonzero((sample < lo) | (sample > hi))) / sample.numel()
+        if frac <= self.clamp_warn:
+            return
+        self._saturated[field] = frac
+        info = self.store.fields[field]
+        warnings.warn(
+            f"patchstore.torch.SliceDataset: clamp ({lo:g}, {hi:g}) on field '{field}' of '{self.store.path}' "
+            f"saturated {100 * frac:.2f}% of a batch's values (more than clamp_warn={self.clamp_warn:g}): the "
+            f"stored values are not in [{lo:g}, {hi:g}] (stored normalisation: {info.norm}). Normalise at ingest, "
+            f"e.g. --norm {field}=range:LO,HI (norm={{'{field}': 'range:-1024,3000'}} for CT in HU), or drop "
+            f"the clamp for this field. Warned once per field and process.",
+            RuntimeWarning, stacklevel=4)
+
     def _check_shapes(self) -> None:
         ix = self.index
         square = True
+        sizes: Dict[Tuple[int, int], int] = {}
         for v in range(ix.volume_count):
             _, H, W = ix.shape(v)
+            sizes.setdefault((H, W), v)
             if self.crop is not None and (self.crop[0] > H or self.crop[1] > W):
                 raise ValueError(f"SliceDataset: crop {self.crop[0]}x{self.crop[1]} is larger than the {H}x{W} "
                                  f"slices of volume '{self.store.ids[ix.sample(v)]}' in '{self.store.path}'")
@@ -1252,6 +1401,12 @@ class SliceDataset(ResumableDataset, Dataset):
             if self.crop is None and not square:
                 raise ValueError("SliceDataset: rot90 needs square slices or a square crop (odd turns swap height "
                                  f"and width); '{self.store.path}' has non-square slices")
+        if self.crop is None and len(sizes) > 1:
+            shown = ", ".join(f"{h}x{w} ('{self.store.ids[ix.sample(v)]}')" for (h, w), v in list(sizes.items())[:4])
+            warnings.warn(f"patchstore.torch.SliceDataset: the volumes of '{self.store.path}' have slices of "
+                          f"{len(sizes)} sizes ({shown}{', ...' if len(sizes) > 4 else ''}) and no crop is given: "
+                          f"a batch that mixes them cannot be stacked. Give crop=(h, w) (at most the smallest "
+                          f"slice), or batch volumes of one size.", RuntimeWarning, stacklevel=3)
 
     # -- epochs ---------------------------------------------------------------------
 
@@ -1383,13 +1538,14 @@ class SliceDataset(ResumableDataset, Dataset):
             np.flatnonzero((shapes == s).all(axis=1)) for s in np.unique(shapes, axis=0)]
         for g in groups:
             h, w = int(oh[g[0]]), int(ow[g[0]])
-            batch = [_empty((len(g), depth, h, w), shared) for _ in self.fields]
+            batch = [_batch_tensor(self, (len(g), depth, h, w), shared, len(self.fields)) for _ in self.fields]
             refs = np.ascontiguousarray(rows[g][:, :2])
             _C.copy_slice_stacks(reader, refs, np.ascontiguousarray(tr[g]), list(self.fields), self.context,
                                  [t.numpy() for t in batch], self.num_threads)
             for f, t in zip(self.fields, batch):
                 if f in self.clamp:
                     lo, hi = self.clamp[f]
+                    self._check_saturation(f, t, lo, hi)
                     t.clamp_(lo, hi)
             for j, b in enumerate(g):
                 items[int(b)] = tuple(t[j] for t in batch)

@@ -33,6 +33,7 @@
 #include "ingest/ingest.h"
 #include "ingest/ingest_hdf5.h"
 #include "ingest/montage.h"
+#include "ingest/volume_montage.h"
 #include "status_py.h"
 
 namespace py = pybind11;
@@ -101,6 +102,7 @@ py::dict SummaryDict(const IngestSummary& s) {
   d["seconds"] = s.seconds;
   d["report_path"] = s.report_path;
   d["errors"] = s.errors;
+  d["warnings"] = s.warnings;
   return d;
 }
 
@@ -150,8 +152,9 @@ py::dict IngestHdf5(const std::vector<std::string>& files, const std::string& st
                     const std::vector<std::string>& masks, const std::map<std::string, std::string>& norm,
                     bool allow_external, bool skip_errors, const std::string& report_path, uint64_t batch_bytes,
                     bool durable, const std::string& command_line, py::object progress,
-                    std::shared_ptr<CancelFlag> cancel) {
+                    std::shared_ptr<CancelFlag> cancel, bool strict_ids) {
   Hdf5IngestOptions o;
+  o.strict_ids = strict_ids;
   o.files = files;
   o.store = store;
   o.groups = groups;
@@ -170,8 +173,9 @@ py::dict IngestHdf5(const std::vector<std::string>& files, const std::string& st
 
 py::dict Export(const std::string& store, const std::string& outdir, const std::vector<py::bytes>& ids,
                 const std::vector<std::string>& fields, const std::string& format, bool has_window, double lo,
-                double hi, py::object progress, const std::string& axis_order) {
+                double hi, py::object progress, const std::string& axis_order, bool window_auto) {
   ExportOptions o;
+  o.window_auto = window_auto;
   o.store = store;
   o.outdir = outdir;
   for (const py::bytes& id : ids) o.ids.push_back(std::string(id));
@@ -196,6 +200,7 @@ py::dict Export(const std::string& store, const std::string& outdir, const std::
   d["files_written"] = s.files_written;
   d["bytes_written"] = s.bytes_written;
   d["paths"] = s.paths;
+  d["warnings"] = s.warnings;
   return d;
 }
 
@@ -230,6 +235,42 @@ py::tuple Montage(const std::string& store, int count, int64_t patch_size, const
   const patchstore::Image8& img = r.value();
   py::bytearray pixels(reinterpret_cast<const char*>(img.rgb.data()), img.rgb.size());
   return py::make_tuple(img.height, img.width, pixels);
+}
+
+// RenderVolumeMontage: (height, width, bytearray of RGB bytes, (lo, hi) window used, items shown).
+py::tuple VolumeMontage(const std::string& store, int count, const std::string& field, const std::string& overlay,
+                        const std::vector<std::string>& ids, int64_t crop_h, int64_t crop_w, int64_t context,
+                        const std::string& flip, bool rot90, uint64_t seed, uint64_t epoch, bool has_window,
+                        double lo, double hi, int tile, bool labels) {
+  patchstore::VolumeMontageOptions o;
+  o.store = store;
+  o.count = count;
+  o.field = field;
+  o.overlay = overlay;
+  o.ids = ids;
+  o.crop_h = crop_h;
+  o.crop_w = crop_w;
+  o.context = context;
+  o.flip = flip == "independent" ? patchstore::SliceFlip::kIndependent
+           : flip == "both"      ? patchstore::SliceFlip::kBoth
+                                 : patchstore::SliceFlip::kNone;
+  o.rot90 = rot90;
+  o.seed = seed;
+  o.epoch = epoch;
+  o.has_window = has_window;
+  o.window_lo = lo;
+  o.window_hi = hi;
+  o.tile = tile;
+  o.labels = labels;
+  patchstore::Result<patchstore::VolumeMontage> r = patchstore::Status::Internal("montage did not run");
+  {
+    py::gil_scoped_release nogil;
+    r = patchstore::RenderVolumeMontage(o);
+  }
+  if (!r.ok()) RaiseStatus(r.status(), Where::kLookup);
+  const patchstore::VolumeMontage& m = r.value();
+  py::bytearray pixels(reinterpret_cast<const char*>(m.image.rgb.data()), m.image.rgb.size());
+  return py::make_tuple(m.image.height, m.image.width, pixels, py::make_tuple(m.window_lo, m.window_hi), m.items);
 }
 
 }  // namespace
@@ -267,10 +308,15 @@ PYBIND11_MODULE(_ingest, m) {
   m.def("ingest_hdf5", &IngestHdf5, py::arg("files"), py::arg("store"), py::arg("groups"), py::arg("slice_axis"),
         py::arg("ids"), py::arg("masks"), py::arg("norm"), py::arg("allow_external"), py::arg("skip_errors"),
         py::arg("report_path"), py::arg("batch_bytes"), py::arg("durable"), py::arg("command_line"),
-        py::arg("progress"), py::arg("cancel") = nullptr,
+        py::arg("progress"), py::arg("cancel") = nullptr, py::arg("strict_ids") = false,
         "patchstore::IngestHdf5 with the GIL released. Returns the IngestSummary as a dict.\n"
         "cancel: a CancelFlag polled between volumes (RuntimeError once set: committed volumes stay).\n"
         "NotFound (a missing group or dataset) raises KeyError.");
+  m.def("render_volume_montage", &VolumeMontage, py::arg("store"), py::arg("count"), py::arg("field"),
+        py::arg("overlay"), py::arg("ids"), py::arg("crop_h"), py::arg("crop_w"), py::arg("context"), py::arg("flip"),
+        py::arg("rot90"), py::arg("seed"), py::arg("epoch"), py::arg("has_window"), py::arg("lo"), py::arg("hi"),
+        py::arg("tile"), py::arg("labels"),
+        "patchstore::RenderVolumeMontage with the GIL released: (height, width, RGB bytearray, (lo, hi), items).");
   m.def("render_montage", &Montage, py::arg("store"), py::arg("count"), py::arg("patch_size"), py::arg("field"),
         py::arg("overlay"), py::arg("require"), py::arg("require_overlay"), py::arg("patches_per_sample"),
         py::arg("seed"), py::arg("epoch"), py::arg("flip"), py::arg("rot90"), py::arg("has_window"),
@@ -278,7 +324,7 @@ PYBIND11_MODULE(_ingest, m) {
         "patchstore::RenderMontage with the GIL released: (height, width, bytearray of RGB bytes).");
   m.def("export", &Export, py::arg("store"), py::arg("outdir"), py::arg("ids"), py::arg("fields"),
         py::arg("format"), py::arg("has_window"), py::arg("window_lo"), py::arg("window_hi"),
-        py::arg("progress"), py::arg("axis_order") = "",
+        py::arg("progress"), py::arg("axis_order") = "", py::arg("window_auto") = false,
         "patchstore::Export with the GIL released. Returns the ExportSummary as a dict.");
   m.def(
       "safe_relative_path", [](const py::bytes& id) { return py::bytes(patchstore::SafeRelativePath(id)); },

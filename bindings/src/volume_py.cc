@@ -196,6 +196,42 @@ void CopySliceStacks(const std::shared_ptr<Reader>& reader, const py::object& re
   Check(st);
 }
 
+// out[k] = DrawSliceTransform(seed, epoch, indices[k], heights[k], widths[k], ...) as a transform row.
+void DrawTransforms(uint64_t seed, uint64_t epoch, const py::object& indices_obj, const py::object& heights_obj,
+                    const py::object& widths_obj, int64_t crop_h, int64_t crop_w, const std::string& flip,
+                    bool rot90, const py::object& out) {
+  const std::string ctx = "drawing slice transforms";
+  BufferHold ib, hb, wb;
+  int64_t n = 0, nh = 0, nw = 0;
+  const int64_t* idx = Int64Rows(ib, indices_obj, 0, "indices", ctx, &n);
+  const int64_t* hs = Int64Rows(hb, heights_obj, 0, "heights", ctx, &nh);
+  const int64_t* ws = Int64Rows(wb, widths_obj, 0, "widths", ctx, &nw);
+  if (nh != n || nw != n) throw py::value_error(ctx + ": indices, heights and widths differ in length");
+  if (flip != "" && flip != "both" && flip != "independent")
+    throw py::value_error(ctx + ": flip must be '', 'both' or 'independent'");
+  for (int64_t k = 0; k < n; ++k)
+    if (idx[k] < 0 || crop_h > hs[k] || crop_w > ws[k] || crop_h < 0 || crop_w < 0)
+      throw py::value_error(ctx + ": item " + std::to_string(k) + " has a negative index or a crop larger than its " +
+                            std::to_string(hs[k]) + "x" + std::to_string(ws[k]) + " plane");
+  auto hold = WritableBuffer(out, {n, kTransformColumns}, "qlQL", 8, "int64", "out", ctx);
+  int64_t* dst = static_cast<int64_t*>(hold->view().buf);
+  const patchstore::SliceFlip f = flip == "independent" ? patchstore::SliceFlip::kIndependent
+                                  : flip == "both"      ? patchstore::SliceFlip::kBoth
+                                                        : patchstore::SliceFlip::kNone;
+  for (int64_t k = 0; k < n; ++k) {
+    const SliceTransform t = patchstore::DrawSliceTransform(seed, epoch, static_cast<uint64_t>(idx[k]), hs[k], ws[k],
+                                                            crop_h, crop_w, f, rot90);
+    int64_t* row = dst + kTransformColumns * k;
+    row[0] = t.y;
+    row[1] = t.x;
+    row[2] = t.height;
+    row[3] = t.width;
+    row[4] = t.flip_v;
+    row[5] = t.flip_h;
+    row[6] = t.rot90;
+  }
+}
+
 }  // namespace
 
 void BindVolumes(py::module_& m) {
@@ -235,6 +271,11 @@ void BindVolumes(py::module_& m) {
            "Writes (sample, slice, depth) of each flat index (1-D int64 array) into out, int64 (n, 3).\n"
            "IndexError (nothing written) when an index is outside [0, len).");
 
+  m.def("draw_slice_transforms", &DrawTransforms, py::arg("seed"), py::arg("epoch"), py::arg("indices"),
+        py::arg("heights"), py::arg("widths"), py::arg("crop_h"), py::arg("crop_w"), py::arg("flip"),
+        py::arg("rot90"), py::arg("out"),
+        "patchstore::DrawSliceTransform for each flat item index: SliceDataset's crop/flip/turn draws.\n"
+        "indices, heights, widths: 1-D int64; flip '' | 'both' | 'independent'; out: int64 (n, 7) rows.");
   m.def("copy_slice_stacks", &CopySliceStacks, py::arg("reader"), py::arg("refs"), py::arg("transforms"),
         py::arg("fields"), py::arg("context"), py::arg("outs"), py::arg("num_threads") = 1,
         "patchstore::CopySliceStacks for each field, with the GIL released.\n"

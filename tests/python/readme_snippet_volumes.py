@@ -12,13 +12,18 @@ from torch.utils.data import DataLoader
 
 def main():
     # Once: each (patient, group) becomes one float32 (S, H, W) record (resumes if interrupted).
-    # Same as: patchstore ingest hdf5 synthrad.h5 synthrad.ps --group MR --group CT --group MASK
-    patchstore.ingest_hdf5("synthrad.h5", "synthrad.ps", groups=("MR", "CT", "MASK"))
+    # MR (0..3000) and CT (-1024..3000 HU) are mapped linearly onto [-1, 1] (clamped outside);
+    # MASK keeps its values. Same as: patchstore ingest hdf5 synthrad.h5 synthrad.ps
+    #   --group MR --group CT --group MASK --norm MR=range:0,3000 --norm CT=range:-1024,3000
+    patchstore.ingest_hdf5("synthrad.h5", "synthrad.ps", groups=("MR", "CT", "MASK"),
+                           norm={"MR": "range:0,3000", "CT": "range:-1024,3000"})
 
     # dataset_synthRAD_FLY(aug=True, return_msk=True, rand_crop=True, crop_size=256):
     # item i = (A, B, M) of slice i, each (1, 256, 256). RandFlipd and RandRotate90d
-    # (prob 0.5 each), the random crop and torch.clamp(A/B, -1, 1) happen in the one
-    # copy out of the store, the same for A, B and M; they depend on (seed, epoch, i).
+    # (prob 0.5 each; flip=True turns by 180 degrees as RandFlipd(spatial_axis=[0, 1]) does,
+    # flip="independent" flips rows and columns separately), the random crop and
+    # torch.clamp(A/B, -1, 1) happen in the one copy out of the store, the same for A, B
+    # and M; they depend on (seed, epoch, i). A clamp that cuts more than 1% of a batch warns.
     train_dataset = SliceDataset("synthrad.ps", fields=("MR", "CT", "MASK"), crop=256,
                                  flip=True, rot90=True, clamp={"MR": (-1, 1), "CT": (-1, 1)})
     train_data_loader = DataLoader(train_dataset, batch_size=32, shuffle=True,

@@ -396,3 +396,41 @@ TEST_F(VolumeTest, CopySliceStacksMatchesSingleCopiesOnAnyThreadCount) {
 
 }  // namespace
 }  // namespace patchstore
+
+namespace patchstore {
+namespace {
+
+// SliceDataset's draws (patchstore._volumes.draw_transforms calls this):
+// pinned values, so a given (seed, epoch, item) keeps its crop, flips and
+// turn across versions. These equal the NumPy implementation they replaced.
+TEST(DrawSliceTransform, PinnedDrawsAndTheirRules) {
+  const int64_t want[4][7] = {{0, 21, 64, 32, 0, 0, 1}, {13, 17, 64, 32, 0, 1, 2}, {1, 39, 64, 32, 1, 1, 0},
+                              {29, 19, 64, 32, 0, 0, 0}};
+  for (uint64_t i = 0; i < 4; ++i) {
+    const SliceTransform t = DrawSliceTransform(3, 1, i, 100, 90, 64, 32, SliceFlip::kIndependent, true);
+    EXPECT_EQ(t.y, want[i][0]) << i;
+    EXPECT_EQ(t.x, want[i][1]) << i;
+    EXPECT_EQ(t.height, 64);
+    EXPECT_EQ(t.width, 32);
+    EXPECT_EQ(t.flip_v, want[i][4] != 0) << i;
+    EXPECT_EQ(t.flip_h, want[i][5] != 0) << i;
+    EXPECT_EQ(t.rot90, want[i][6]) << i;
+  }
+  int both = 0, turns[4] = {0, 0, 0, 0};
+  for (uint64_t i = 0; i < 4000; ++i) {
+    const SliceTransform t = DrawSliceTransform(9, 0, i, 50, 40, 50, 40, SliceFlip::kBoth, true);
+    EXPECT_EQ(t.flip_v, t.flip_h);  // flip=True: both axes or none (a 180 degree turn)
+    EXPECT_EQ(t.y, 0);              // a crop as large as the plane has one place
+    EXPECT_EQ(t.x, 0);
+    both += t.flip_v;
+    ++turns[t.rot90];
+    const SliceTransform none = DrawSliceTransform(9, 0, i, 50, 40, 0, 0, SliceFlip::kNone, false);
+    EXPECT_TRUE(none.identity());
+  }
+  EXPECT_NEAR(both, 2000, 200);
+  EXPECT_NEAR(turns[0], 2000, 200);  // probability 1/2 of no turn, then k uniform in 1..3
+  for (int k = 1; k < 4; ++k) EXPECT_NEAR(turns[k], 667, 120) << k;
+}
+
+}  // namespace
+}  // namespace patchstore

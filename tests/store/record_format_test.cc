@@ -217,5 +217,44 @@ TEST(Normalization, ParsesSpecsAndRejectsBadOnes) {
   EXPECT_FALSE(ParseNormalization("symmetric", 0).ok());  // needs an integer source
 }
 
+// range:LO,HI maps [LO, HI] onto [-1, 1] exactly (LO -> -1, midpoint -> 0,
+// HI -> 1) and clamps outside; the CT and MR ranges of the volumes user.
+TEST(Normalization, RangeMapsOntoMinusOneOneExactlyAndClamps) {
+  for (auto [lo, hi] : {std::pair<double, double>{-1024, 3000}, {0, 3000}, {-1000, 2000}, {0.1, 0.7}}) {
+    auto n = ParseNormalization("range:" + std::to_string(lo) + "," + std::to_string(hi), 0);
+    ASSERT_TRUE(n.ok()) << n.status().message();
+    EXPECT_EQ(n->kind, NormKind::kRange);
+    EXPECT_TRUE(n->clamp);
+    EXPECT_EQ(n->Apply(lo), -1.0f) << lo;
+    EXPECT_EQ(n->Apply(hi), 1.0f) << hi;
+    EXPECT_EQ(n->Apply((lo + hi) / 2), 0.0f) << lo << "," << hi;
+    EXPECT_EQ(n->Apply(lo + (hi - lo) / 4), -0.5f);
+    EXPECT_EQ(n->Apply(lo - 5000), -1.0f);
+    EXPECT_EQ(n->Apply(hi + 1e6), 1.0f);
+    EXPECT_TRUE(std::isnan(n->Apply(NAN)));
+  }
+  auto ct = ParseNormalization("range:-1024,3000", 0);
+  EXPECT_EQ(ct->Apply(0), static_cast<float>((0 - 988.0) / 2012.0));
+  EXPECT_EQ(ct->ToString(), "range[-1024,3000] clamp[-1,1]");
+  // The header round-trips kind 5.
+  RecordHeader h;
+  h.rank = 3;
+  h.shape[0] = 2;
+  h.shape[1] = 3;
+  h.shape[2] = 4;
+  h.layout = Layout::kSHW;
+  h.source_type = SourceType::kInt16;
+  h.norm = *ct;
+  ASSERT_TRUE(FinalizeHeader(&h).ok());
+  std::vector<uint8_t> rec(h.record_bytes(), 0);
+  h.body_checksum = Checksum64(rec.data() + kRecordHeaderSize, h.body_bytes);
+  EncodeRecordHeader(h, rec.data());
+  auto back = ParseRecordHeader(rec.data(), rec.size());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->norm == *ct);
+  for (const char* bad : {"range:1,1", "range:3,1", "range:1", "range:-1024,3000+clamp:-1,1", "range:0,inf"})
+    EXPECT_FALSE(ParseNormalization(bad, 0).ok()) << bad;
+}
+
 }  // namespace
 }  // namespace patchstore

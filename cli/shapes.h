@@ -1,0 +1,34 @@
+// patchstore/cli/shapes.h — per-sample record shapes for `info` and `ls`.
+//
+// Computed from the record headers the Reader exposes (one header parse per
+// record), so they need nothing from the store format beyond that.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "reader/reader.h"
+
+namespace patchstore::cli {
+
+// The shapes of one field over all samples: the per-dimension minimum and
+// maximum and the number of distinct shapes (0 when no record is readable).
+struct ShapeRange {
+  std::vector<uint64_t> min, max;
+  uint64_t distinct = 0;
+};
+ShapeRange FieldShapeRange(const Reader& reader, int field);
+
+// "S=5..9 H=40 W=40 (3 shapes)" for volumes, "C=3 H=720..1080 W=1280..1920
+// (2 shapes)" for images: the text after `shape=varies` in `info`.
+std::string ShapeRangeText(const ShapeRange& r, bool volumes);
+// {"min": [5, 40, 40], "max": [9, 40, 40], "distinct": 3}
+std::string ShapeRangeJson(const ShapeRange& r);
+
+// One sample's shapes: {"MR": [5, 40, 40], ...} (null for an unreadable record).
+std::string SampleShapesJson(const Reader& reader, uint64_t sample, std::string (*json_string)(std::string_view));
+// "MR 5x40x40, CT 5x40x40" (a '?' for an unreadable record).
+std::string SampleShapesText(const Reader& reader, uint64_t sample);
+
+}  // namespace patchstore::cli
