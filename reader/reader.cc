@@ -9,6 +9,16 @@
 #include <thread>
 
 namespace patchstore {
+namespace {
+
+// On an error path: when the store changed under a lock-free snapshot, the
+// error is that change (pages may have been reused), not what it looks like.
+Status UnlessChanged(const Snapshot& snap, Status st) {
+  Status changed = snap.CheckUnchanged();
+  return changed.ok() ? st : changed;
+}
+
+}  // namespace
 
 Result<std::shared_ptr<Reader>> Reader::Open(const std::string& path, const ReaderOptions& options) {
   SnapshotOptions so;
@@ -66,7 +76,8 @@ Result<uint64_t> Reader::Find(std::string_view id) const {
     for (uint64_t i = 0; i < ids_.size(); ++i) find_.emplace(ids_[i], i);
   });
   auto it = find_.find(id);
-  if (it == find_.end()) return Status::NotFound("no sample '" + std::string(id) + "' in '" + path_ + "'");
+  if (it == find_.end())
+    return UnlessChanged(*snapshot_, Status::NotFound("no sample '" + std::string(id) + "' in '" + path_ + "'"));
   return it->second;
 }
 
@@ -94,9 +105,10 @@ Result<RecordHeader> Reader::CheckedHeader(uint64_t sample, int field) const {
     return Status::NotFound("field #" + std::to_string(field) + " does not exist in '" + path_ + "'");
   const size_t slot = sample * meta().fields.size() + field;
   const RecordRef& ref = records_[slot];
-  if (ref.data == nullptr) return Status::NotFound("reading " + Describe(sample, field) + ": record missing");
+  if (ref.data == nullptr)
+    return UnlessChanged(*snapshot_, Status::NotFound("reading " + Describe(sample, field) + ": record missing"));
   auto h = ParseRecordHeader(ref.data, ref.size);
-  if (!h.ok()) return h.status().WithContext("reading " + Describe(sample, field));
+  if (!h.ok()) return UnlessChanged(*snapshot_, h.status().WithContext("reading " + Describe(sample, field)));
   if (reinterpret_cast<uintptr_t>(ref.data + kRecordHeaderSize) % kPayloadAlignment != 0)
     return Status::Corruption("reading " + Describe(sample, field) + ": payload is not " +
                               std::to_string(kPayloadAlignment) + "-byte aligned in the map");
@@ -105,11 +117,11 @@ Result<RecordHeader> Reader::CheckedHeader(uint64_t sample, int field) const {
   // The record must agree with what the metadata says of its field.
   const FieldMeta& fm = meta().fields[field];
   if (h->layout != fm.layout || h->rank != 3 || (fm.layout == Layout::kCHW && h->shape[0] != fm.channels))
-    return Status::Corruption("reading " + Describe(sample, field) + ": record shape or layout disagrees with the "
-                              "store metadata");
+    return UnlessChanged(*snapshot_, Status::Corruption("reading " + Describe(sample, field) +
+                                                        ": record shape or layout disagrees with the store metadata"));
   if (verified_ && verified_[slot].load(std::memory_order_acquire) == 0) {
     Status st = VerifyRecordBody(*h, ref.data);
-    if (!st.ok()) return st.WithContext("reading " + Describe(sample, field));
+    if (!st.ok()) return UnlessChanged(*snapshot_, st.WithContext("reading " + Describe(sample, field)));
     verified_[slot].store(1, std::memory_order_release);
   }
   return h;

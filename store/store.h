@@ -106,6 +106,14 @@ class Snapshot {
   // The raw record bytes or NotFound.
   Result<std::string_view> GetRecord(uint64_t sample, uint16_t field) const;
 
+  // OK, or IOError "the store changed since this reader opened it" when a
+  // writer committed after this snapshot began and the snapshot holds no
+  // slot in LMDB's lock table (a sealed store is read without one), so the
+  // writer may have reused the pages this snapshot points into. Cheap (reads
+  // the meta pages); readers call it on their error paths, so that damage
+  // seen through reused pages is reported as what it is.
+  Status CheckUnchanged() const;
+
  private:
   Snapshot() = default;
   std::shared_ptr<Env> env_;
