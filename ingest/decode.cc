@@ -19,10 +19,15 @@
 #include <fstream>
 #include <vector>
 
+#include "ingest/checks.h"
+
 namespace patchstore {
 namespace {
 
 Status ReadWholeFile(const std::string& path, std::vector<uint8_t>* out) {
+  // Refuse what is not a regular file before opening it: a FIFO blocks the
+  // open, a directory or device has no meaningful size.
+  PS_RETURN_IF_ERROR(CheckRegularInput(path, "image"));
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status(errno == ENOENT ? Code::kNotFound : Code::kIOError,
                          "reading '" + path + "': " + std::strerror(errno));

@@ -515,6 +515,9 @@ Result<Normalization> ParseNormalization(std::string_view spec, double maxval) {
     if (!two(base.substr(7), &n.scale, &n.offset) || !std::isfinite(n.scale) || !std::isfinite(n.offset))
       return Status::InvalidArgument("normalisation 'affine:SCALE,OFFSET' needs two finite numbers, got '" +
                                      std::string(spec) + "'");
+    if (n.scale == 0)
+      return Status::InvalidArgument("normalisation '" + std::string(spec) +
+                                     "': SCALE 0 maps every value to OFFSET (the data would be lost)");
   } else {
     return Status::InvalidArgument("unknown normalisation '" + std::string(spec) +
                                    "' (expected none, symmetric, unit, binary or affine:SCALE,OFFSET, "

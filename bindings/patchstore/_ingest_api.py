@@ -32,6 +32,7 @@ class IngestSummary:
     seconds: float
     report_path: str  #: where failures were written, if any
     errors: List[str] = field(default_factory=list)  #: one message per failed sample (first 100)
+    report_error: str = ""  #: why the failure report could not be written ("" when it was, or was not needed)
 
 
 @dataclass(frozen=True)
