@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/validators.h"
 #include "ingest/montage.h"
 
 namespace patchstore::cli {
@@ -29,7 +30,7 @@ Runner RegisterMontage(CLI::App* app, const bool* quiet) {
   cmd->add_flag("--flip", o->flip, "Random flips, as the sampler's flip=True");
   cmd->add_flag("--rot90", o->rot90, "Random quarter turns, as the sampler's rot90=True");
   cmd->add_option("--window", *window, "LO,HI display range for float fields (default: each tile's range)")
-      ->delimiter(',')->expected(2);
+      ->delimiter(',')->expected(2)->check(FiniteNumber());
   cmd->add_option("--tile", o->tile, "Tile size in pixels (default: min(patch, 256))")->check(CLI::Range(8, 4096));
   cmd->footer("Examples:\n  patchstore montage frames.ps sheet.png --count 64 --patch 256 --field rgb --overlay mask\n"
               "  patchstore montage frames.ps depth.png --field depth --window 0,10 --seed 3\n"

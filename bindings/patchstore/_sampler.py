@@ -136,6 +136,9 @@ def _sampler_options(fields, patch_size, patches_per_sample, require, min_valid,
     if not mv > 0:
         raise ValueError(f"{what}: min_valid must be positive (pixels >= 1, or a fraction of the window < 1), "
                          f"got {min_valid!r}")
+    if not mv <= p * p:
+        raise ValueError(f"{what}: min_valid {min_valid!r} asks for more valid pixels than a {p}x{p} window "
+                         f"holds ({p * p})")
     if positive_fraction is None:
         pf = -1.0
     else:
