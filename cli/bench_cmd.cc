@@ -173,7 +173,7 @@ int Run(const BenchConfig& cfg0) {
     std::printf("%10s %14s %10s %16s\n", "processes", "windows/s", "GB/s", "per process GB/s");
   } else {
     json << "{\"store\": " << JsonString(cfg.store) << ", \"patch\": " << cfg.patch << ", \"channels\": " << channels
-         << ", \"batch\": " << cfg.batch << ", \"memcpy_gbps\": " << ref << ", \"runs\": [";
+         << ", \"batch\": " << cfg.batch << ", \"memcpy_gbps\": " << JsonNumber(ref) << ", \"runs\": [";
   }
   bool first = true;
   for (int procs : cfg.processes) {
@@ -210,8 +210,8 @@ int Run(const BenchConfig& cfg0) {
     }
     const double wps = patches / secs, gbps = bytes / secs / 1e9;
     if (cfg.json) {
-      json << (first ? "" : ", ") << "{\"processes\": " << procs << ", \"windows_per_s\": " << wps
-           << ", \"gbps\": " << gbps << "}";
+      json << (first ? "" : ", ") << "{\"processes\": " << procs << ", \"windows_per_s\": " << JsonNumber(wps)
+           << ", \"gbps\": " << JsonNumber(gbps) << "}";
     } else {
       std::printf("%10d %14.0f %10.2f %16.2f\n", procs, wps, gbps, gbps / procs);
     }

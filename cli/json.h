@@ -70,4 +70,12 @@ inline std::string JsonString(std::string_view s) {
   return out + "\"";
 }
 
+// A JSON number, or null for NaN and infinities (which JSON cannot write).
+inline std::string JsonNumber(double v) {
+  if (v != v || v - v != 0) return "null";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);  // as std::ostream writes doubles by default
+  return buf;
+}
+
 }  // namespace patchstore::cli

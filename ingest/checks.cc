@@ -19,14 +19,14 @@ const char* KindOf(mode_t m) {
 
 }  // namespace
 
-Status CheckRegularInput(const std::string& path, const std::string& what) {
+Status CheckRegularInput(const std::string& path, const std::string& what, bool allow_fifo) {
   struct stat sb;
   if (::stat(path.c_str(), &sb) != 0) {
     const int err = errno;
     if (err == ENOENT) return Status::NotFound("reading " + what + " '" + path + "': no such file");
     return Status::FromErrno("reading " + what + " '" + path + "'", err);
   }
-  if (!S_ISREG(sb.st_mode))
+  if (!S_ISREG(sb.st_mode) && !(allow_fifo && S_ISFIFO(sb.st_mode)))
     return Status::InvalidArgument("reading " + what + " '" + path + "': it is " + KindOf(sb.st_mode) +
                                    ", not a regular file");
   return Status::OK();

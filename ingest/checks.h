@@ -13,7 +13,9 @@ namespace patchstore {
 // naming `what` and `path` and saying what it is instead: NotFound when
 // missing, InvalidArgument for a directory, FIFO, socket or device (a FIFO
 // would block the reader forever), IOError for a permission problem.
-Status CheckRegularInput(const std::string& path, const std::string& what);
+// `allow_fifo`: let a FIFO through (an isolated decoder reads it under its
+// time limit, so a FIFO that never delivers becomes a timeout).
+Status CheckRegularInput(const std::string& path, const std::string& what, bool allow_fifo = false);
 
 // The failure report of --on-error skip must be writable before the ingest
 // starts: its folder exists and is writable, and an existing report is a

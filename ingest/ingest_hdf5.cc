@@ -277,6 +277,9 @@ Status Hdf5Ingest::ParseOptions() {
       while (!g.field.empty() && g.field.front() == '/') g.field.erase(0, 1);
       while (!g.field.empty() && g.field.back() == '/') g.field.pop_back();
     }
+    if (!g.path.empty() && g.field.empty() && eq == std::string::npos)  // "/" or "//": nothing to name a field by
+      return Status::InvalidArgument("ingest: --group '" + spec + "' is the root group, which gives no field name; "
+                                     "name the field: --group " + spec + "=FIELD");
     if (g.path.empty() || g.field.empty())
       return Status::InvalidArgument("ingest: --group takes PATH or PATH=FIELD, got '" + spec + "'");
     for (const GroupSpec& h : groups_)

@@ -284,6 +284,8 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
   auto worker = [&](int slot) {
     DecodeFn decode = [&](const std::string& path, const std::string& channel) -> Result<DecodedImage> {
       if (decoders) return decoders->Decode(slot, path, channel);
+      // No time limit in this process: a FIFO would block it forever.
+      PS_RETURN_IF_ERROR(CheckRegularInput(path, "image"));
       return DecodeFile(path, channel, o.max_pixels);
     };
     for (;;) {

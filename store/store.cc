@@ -4,6 +4,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -147,6 +148,16 @@ const char* ToolVersion() { return "0.1.0"; }
 
 Status LmdbError(const std::string& what, const std::string& path, int rc) {
   std::string msg = what + " '" + path + "': " + mdb_strerror(rc);
+  if (rc == EIO || rc == ENOSPC || rc == EDQUOT) {
+    // LMDB reports a short write (a full disk mid-write) as EIO: say when
+    // the file system holding the store is (nearly) full.
+    struct statvfs vf;
+    if (::statvfs(path.c_str(), &vf) == 0) {
+      const uint64_t free_bytes = static_cast<uint64_t>(vf.f_bavail) * vf.f_frsize;
+      if (free_bytes < (uint64_t{64} << 20))
+        msg += " (the file system holding the store is full: " + std::to_string(free_bytes) + " bytes free)";
+    }
+  }
   if (rc == ENOENT) return Status::NotFound(msg);
   if (rc == MDB_CORRUPTED || rc == MDB_INVALID || rc == MDB_PAGE_NOTFOUND || rc == MDB_VERSION_MISMATCH)
     return Status::Corruption(msg);
@@ -188,6 +199,8 @@ Result<std::shared_ptr<Env>> OpenReadEnv(const std::string& path, bool no_lock) 
 }
 
 Result<std::shared_ptr<Snapshot>> Snapshot::Open(const std::string& path, const SnapshotOptions& options) {
+  if (path.find('\0') != std::string::npos)
+    return Status::InvalidArgument("opening store '" + path + "': the path contains a NUL byte");
   std::error_code ec;
   if (!std::filesystem::is_directory(path, ec)) {
     if (std::filesystem::exists(path, ec))
@@ -343,6 +356,8 @@ Result<std::string_view> Snapshot::GetRecord(uint64_t sample, uint16_t field) co
 // Writer
 
 Result<std::unique_ptr<Writer>> Writer::Open(const std::string& path, const WriterOptions& options) {
+  if (path.find('\0') != std::string::npos)
+    return Status::InvalidArgument("opening store '" + path + "' for writing: the path contains a NUL byte");
   std::error_code ec;
   std::filesystem::create_directories(path, ec);
   if (ec) return Status::IOError("creating store directory '" + path + "': " + ec.message());

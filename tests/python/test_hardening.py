@@ -117,6 +117,14 @@ def test_fifo_manifest_and_hdf5_are_refused(cli, tmp_path):
     os.mkfifo(h5)
     r = run_cli(cli, "ingest", "hdf5", h5, tmp_path / "v.ps", "--group", "MR", timeout=20)
     assert r.returncode == 1 and "a FIFO, not a regular file" in r.stderr, r.stderr
+    # An image FIFO decoded in-process (no time limit there) is refused; isolated decoders time out
+    # on it instead (tests/ingest/hostile_input_test.cc).
+    img = tmp_path / "i.png"
+    os.mkfifo(img)
+    (tmp_path / "i.csv").write_text(f"id,x\na,{img}\n")
+    r = run_cli(cli, "ingest", "images", tmp_path / "i.ps", "--manifest", tmp_path / "i.csv", "--in-process",
+                timeout=20)
+    assert r.returncode == 1 and "i.png': it is a FIFO, not a regular file" in r.stderr, r.stderr
 
 
 def test_directory_and_device_inputs_name_what_they_are(cli, tmp_path):
@@ -292,3 +300,45 @@ def test_store_open_errors_name_the_cause(tmp_path):
                 patchstore.open(str(locked))
         finally:
             locked.chmod(0o755)
+
+
+def test_python_arguments_are_checked_before_the_binding(frameset):
+    store = patchstore.open(frameset.store)
+    sid = next(iter(frameset.frames))
+    with pytest.raises(KeyError) as e:
+        store["x\udcff"]  # a non-UTF-8 id: KeyError naming it (bytes escaped), not UnicodeDecodeError
+    assert e.value.args[0].startswith("no sample 'x\\xff' in "), e.value.args
+    with pytest.raises(TypeError):
+        store.patch(sid, "rgb", 0.5, 0, 8, 8)  # was truncated to 0
+    with pytest.raises(TypeError):
+        store.patch(sid, "rgb", "0", 0, 8, 8)  # was parsed
+    with pytest.raises(IndexError, match="outside every record"):
+        store.patch(sid, "rgb", 2 ** 63, 0, 8, 8)
+    with pytest.raises(ValueError, match="the path contains a NUL byte"):
+        patchstore.open(frameset.store + "\0x")
+    for kw in ({"num_threads": 2 ** 63}, {"patches_per_sample": 2 ** 63}, {"world_size": 2 ** 63},
+               {"patch_size": 2 ** 63}):
+        with pytest.raises(ValueError, match=next(iter(kw))):
+            patchstore.PatchSampler(frameset.store, ["rgb"], **{"patch_size": 8, **kw})
+
+
+def test_no_admissible_window_says_how_many_pixels_min_valid_asked_for(frameset):
+    s = patchstore.PatchSampler(frameset.store, ["rgb"], patch_size=40, require="mask", min_valid=0.05)
+    with pytest.raises(ValueError, match="min_valid=0.05: at least 80 valid pixels of the 1600 in a window"):
+        s.batch(1)
+
+
+def test_root_group_without_field_name_says_so(cli, tmp_path):
+    h5py = pytest.importorskip("h5py")
+    with h5py.File(tmp_path / "v.h5", "w") as f:
+        f["p1"] = np.zeros((2, 3, 4), np.int16)
+    r = run_cli(cli, "ingest", "hdf5", tmp_path / "v.h5", tmp_path / "v.ps", "--group", "/")
+    assert r.returncode == 2 and "is the root group, which gives no field name; name the field: --group /=FIELD" \
+        in r.stderr, r.stderr
+    r = run_cli(cli, "ingest", "hdf5", tmp_path / "v.h5", tmp_path / "v.ps", "--group", "/=vol", "--no-sync")
+    assert r.returncode == 0, r.stderr
+    store = patchstore.open(str(tmp_path / "v.ps"))
+    with pytest.raises(ValueError, match=r"context must be in \[0, 2\*\*20\], got 4611686018427387904"):
+        store.slice("p1", "vol", 0, context=2 ** 62)
+    with pytest.raises(IndexError):
+        store.slice("p1", "vol", 2 ** 63)
