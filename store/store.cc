@@ -85,8 +85,8 @@ Status CheckStoreFile(const std::string& dir, const char* name, bool must_exist)
     const char* what = S_ISFIFO(sb.st_mode) ? "a FIFO" : S_ISDIR(sb.st_mode) ? "a directory"
                        : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "a device" : S_ISSOCK(sb.st_mode) ? "a socket"
                                                                                       : "not a regular file";
-    return Status::InvalidArgument("opening store '" + dir + "': " + name + " is " + what +
-                                   ", not a regular file; refused");
+    return Status::IOError("opening store '" + dir + "': " + name + " is " + what +
+                           ", not a regular file; refused");
   }
   if (sb.st_size == 0 && must_exist && std::string(name) == "data.mdb")
     return Status::Corruption("opening store '" + dir + "': data.mdb is empty (0 bytes): truncated, or no ingest "

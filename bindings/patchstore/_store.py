@@ -341,8 +341,6 @@ class Store:
         # Integers only (0.5 or "0" would be truncated or parsed), and within
         # what C++ takes: a window that far out is outside every record.
         y, x, h, w = (operator.index(v) for v in (y, x, h, w))
-        if h < 1 or w < 1:
-            raise ValueError(f"patch: h and w must be >= 1, got h={h}, w={w}")
         if not all(-2 ** 62 <= v < 2 ** 62 for v in (y, x, h, w)):
             raise IndexError(f"patch: window at y={y}, x={x} of {h}x{w} is outside every record")
         return _array(r.patch(self._index(r, key), field, y, x, h, w))

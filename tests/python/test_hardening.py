@@ -104,7 +104,7 @@ def test_fifo_data_mdb_is_refused(cli, fifo_store, command):
 
 
 def test_fifo_data_mdb_python_open_raises(fifo_store):
-    with pytest.raises(ValueError, match="data.mdb is a FIFO"):
+    with pytest.raises(OSError, match="data.mdb is a FIFO"):
         patchstore.open(str(fifo_store))
 
 
