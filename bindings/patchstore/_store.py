@@ -380,7 +380,7 @@ class Store:
         if not -2 ** 62 <= k < 2 ** 62:
             raise IndexError(f"slice index {k} out of range")
         if not 0 <= context <= 2 ** 20:  # 2*context+1 slices are returned
-            raise ValueError(f"slice: context must be in [0, 2**20], got {context}")
+            raise ValueError(f"slice: context {context} is not in [0, 2**20]")
         return _array(r.slice_stack(self._index(r, key), field, k, context))
 
     def slice_index(self, ids: Optional[Iterable[Key]] = None) -> "SliceIndex":
