@@ -128,6 +128,29 @@ def _min_valid_note(min_valid: float, patch_size: int) -> str:
     return f", min_valid={min_valid:g}: at least {need} valid pixels of the {area} in a window"
 
 
+def _best_window(store: Any, field: str, patch_size: int, pixel_budget: int = 1 << 27) -> str:
+    """", the best 40x40 window of any sample holds 25 (1.6%)": for an error message.
+
+    Reads the masks (an error path only), at most `pixel_budget` pixels of them.
+    """
+    p, best, seen, pixels = patch_size, 0, 0, 0
+    for i in range(len(store)):
+        m = np.asarray(store.get(i, field))[0]
+        if m.shape[0] < p or m.shape[1] < p:
+            continue
+        valid = (m != 0) & ~np.isnan(m)
+        c = np.zeros((m.shape[0] + 1, m.shape[1] + 1), np.int64)
+        c[1:, 1:] = valid.cumsum(0).cumsum(1)
+        best = max(best, int((c[p:, p:] - c[:-p, p:] - c[p:, :-p] + c[:-p, :-p]).max()))
+        seen, pixels = seen + 1, pixels + m.size
+        if pixels >= pixel_budget:
+            break
+    if seen == 0:
+        return ""
+    among = "" if seen == len(store) else f" among the first {seen} samples"
+    return f"; the best {p}x{p} window{among} holds {best} ({best / (p * p):.1%})"
+
+
 def _sampler_options(fields, patch_size, patches_per_sample, require, min_valid, positive_fraction, seed, rank,
                      world_size, num_threads, flip, rot90, what="PatchSampler") -> Dict[str, Any]:
     """The checked options of the C++ sampler, as keyword arguments of _C.Sampler."""
@@ -451,7 +474,12 @@ class PatchSampler:
             raise ValueError(f"{self._context(method)}: no sample has an admissible {self.patch_size}x"
                              f"{self.patch_size} window ({s.skipped_samples} of {len(self._store)} samples "
                              f"skipped{', require=' + repr(self._options['require']) if self._options['require'] else ''}"
-                             f"{_min_valid_note(self._options['min_valid'], self.patch_size) if self._options['require'] else ''})")
+                             f"{self._min_valid_note() if self._options['require'] else ''})")
+
+    def _min_valid_note(self) -> str:
+        o = self._options
+        return (_min_valid_note(o["min_valid"], self.patch_size)
+                + _best_window(self._store, o["require"], self.patch_size))
 
     def batch(self, n: int, out: Optional[Mapping[str, Any]] = None, *, return_windows: bool = False) -> Any:
         """The next `n` windows: {field: float32 (n, C, P, P)}, continuing into the next epoch.

@@ -653,7 +653,11 @@ class PatchDataset(Dataset):
         ph, pw = self.patch_size
         mv = float(self.min_valid)
         need = max(1, math.ceil(mv * ph * pw) if mv < 1 else math.ceil(mv))
-        return f", min_valid={mv:g}: at least {need} valid pixels of the {ph * pw} in a window"
+        note = f", min_valid={mv:g}: at least {need} valid pixels of the {ph * pw} in a window"
+        if ph == pw:
+            from ._sampler import _best_window
+            note += _best_window(self.store, self.require, ph)
+        return note
 
     def _windows(self, items: Sequence[int], epoch: Optional[int]) -> Tuple[np.ndarray, np.ndarray]:
         """(samples (B,), windows (B*k, 6)) for items (C++ sampler path)."""

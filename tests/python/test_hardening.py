@@ -323,9 +323,22 @@ def test_python_arguments_are_checked_before_the_binding(frameset):
 
 
 def test_no_admissible_window_says_how_many_pixels_min_valid_asked_for(frameset):
+    # The best 40x40 window of any frame, by brute force over every position.
+    from numpy.lib.stride_tricks import sliding_window_view
+    best = max(int(sliding_window_view(f.mask != 0, (40, 40)).sum(axis=(2, 3)).max())
+               for f in frameset.frames.values())
+    assert 0 < best < 80
+    share = f"{best / 1600:.1%}"
     s = patchstore.PatchSampler(frameset.store, ["rgb"], patch_size=40, require="mask", min_valid=0.05)
-    with pytest.raises(ValueError, match="min_valid=0.05: at least 80 valid pixels of the 1600 in a window"):
+    with pytest.raises(ValueError) as e:
         s.batch(1)
+    assert (f"min_valid=0.05: at least 80 valid pixels of the 1600 in a window; the best 40x40 window holds "
+            f"{best} ({share})") in str(e.value), str(e.value)
+    torch = pytest.importorskip("patchstore.torch")
+    with pytest.raises(ValueError) as e:
+        torch.PatchDataset(frameset.store, ["rgb"], patch_size=40, require="mask", min_valid=0.05)[0]
+    assert f"at least 80 valid pixels of the 1600 in a window; the best 40x40 window holds {best}" in str(e.value), \
+        str(e.value)
 
 
 def test_root_group_without_field_name_says_so(cli, tmp_path):
