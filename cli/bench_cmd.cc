@@ -16,6 +16,8 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/json.h"
+#include "cli/validators.h"
 #include "reader/reader.h"
 #include "reader/volume.h"
 
@@ -334,8 +336,8 @@ int Run(const BenchConfig& cfg0) {
                 ref * 1e9 / patch_bytes);
     std::printf("%10s %14s %10s %16s\n", "processes", "windows/s", "GB/s", "per process GB/s");
   } else {
-    json << "{\"store\": \"" << cfg.store << "\", \"patch\": " << cfg.patch << ", \"channels\": " << channels
-         << ", \"batch\": " << cfg.batch << ", \"memcpy_gbps\": " << ref << ", \"runs\": [";
+    json << "{\"store\": " << JsonString(cfg.store) << ", \"patch\": " << cfg.patch << ", \"channels\": " << channels
+         << ", \"batch\": " << cfg.batch << ", \"memcpy_gbps\": " << JsonNumber(ref) << ", \"runs\": [";
   }
   bool first = true;
   for (int procs : cfg.processes) {
@@ -372,8 +374,8 @@ int Run(const BenchConfig& cfg0) {
     }
     const double wps = patches / secs, gbps = bytes / secs / 1e9;
     if (cfg.json) {
-      json << (first ? "" : ", ") << "{\"processes\": " << procs << ", \"windows_per_s\": " << wps
-           << ", \"gbps\": " << gbps << "}";
+      json << (first ? "" : ", ") << "{\"processes\": " << procs << ", \"windows_per_s\": " << JsonNumber(wps)
+           << ", \"gbps\": " << JsonNumber(gbps) << "}";
     } else {
       std::printf("%10d %14.0f %10.2f %16.2f\n", procs, wps, gbps, gbps / procs);
     }
@@ -394,7 +396,8 @@ Runner RegisterBench(CLI::App* app, const bool* quiet) {
   cmd->add_option("--processes", cfg->processes, "Process counts to measure, e.g. 1,2,4")->delimiter(',')
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--field", cfg->fields, "Fields to read (default: all)");
-  cmd->add_option("--seconds", cfg->seconds, "Seconds per measurement")->capture_default_str()->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option("--seconds", cfg->seconds, "Seconds per measurement")->capture_default_str()->check(CLI::Range(0.1, 3600.0))
+      ->check(FiniteNumber());
   cmd->add_option("--threads", cfg->threads, "Gather threads per process")->check(CLI::Range(1, 256));
   cmd->add_option("--seed", cfg->seed, "Random seed for window positions");
   cmd->add_flag("--json", cfg->json, "Machine-readable output");

@@ -130,6 +130,13 @@ Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet) {
                 o.store.c_str());
     std::printf("wrote %s of float32 in %.2f s (%.0f MB/s)\n", HumanBytes(static_cast<double>(s.bytes_written)).c_str(),
                 s.seconds, s.seconds > 0 ? s.bytes_decoded / s.seconds / 1e6 : 0.0);
+    if (s.samples_failed && !s.report_error.empty()) {
+      // Never claim a report that was not written: list what failed, exit 1.
+      for (size_t i = 0; i < s.errors.size(); ++i) std::fprintf(stderr, "  %s\n", s.errors[i].c_str());
+      std::fprintf(stderr, "patchstore: error: %llu failures, but the failure report was not written: %s\n",
+                   static_cast<unsigned long long>(s.samples_failed), s.report_error.c_str());
+      return 1;
+    }
     if (s.samples_failed) {
       std::printf("failures written to %s; fix the files and run the same command again to finish\n",
                   s.report_path.c_str());

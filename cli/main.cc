@@ -16,8 +16,10 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/json.h"
 #include "cli/progress.h"
 #include "cli/shapes.h"
+#include "cli/validators.h"
 #include "ingest/ingest.h"
 #include "ingest/montage.h"
 #include "reader/reader.h"
@@ -25,31 +27,9 @@
 #include "store/store.h"
 
 namespace ps = patchstore;
+using patchstore::cli::JsonString;
 
 namespace {
-
-std::string JsonString(std::string_view s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20 || c >= 0x7f) {
-          // Control and non-ASCII bytes as \u00XX: byte-faithful, always valid JSON.
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out + "\"";
-}
 
 // Printable form of an id for terminal output: control bytes escaped.
 std::string Printable(std::string_view s) {
@@ -133,7 +113,8 @@ int main(int argc, char** argv) {
   images->add_option("--norm", norm_specs,
                      "FIELD=SPEC: none | symmetric (x/max*2-1, default for 8/16-bit) | unit (x/max) | binary | "
                      "affine:SCALE,OFFSET, optionally +clamp:LO,HI | range:LO,HI ([LO,HI] onto [-1,1], clamped)");
-  images->add_option("-j,--threads", io.threads, "Decoder threads (default: all cores)");
+  images->add_option("-j,--threads", io.threads, "Decoder threads (default: all cores)")
+      ->check(ps::cli::NonNegative());
   images->add_option("--on-error", on_error, "stop (default): stop at the first bad file, keeping what was "
                                              "committed; skip: record failures in the report and go on")
       ->check(CLI::IsMember({"stop", "skip"}));
@@ -147,7 +128,8 @@ int main(int argc, char** argv) {
                    "Decode in this process instead of in isolated child processes (a hostile file can then "
                    "crash or stall the ingest)");
   images->add_option("--decode-timeout", io.decode_timeout_s, "Seconds one file may take to decode (default 60)")
-      ->check(CLI::Range(0.1, 86400.0));
+      ->check(CLI::Range(0.1, 86400.0))
+      ->check(ps::cli::FiniteNumber());
   images->add_flag("--no-sync", no_sync, "Do not fsync commits (faster; a crash may lose recent batches)");
   images->footer(
       "Examples:\n"
@@ -300,6 +282,13 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(s.samples_total), io.store.c_str());
     std::printf("wrote %s of float32 in %.2f s (%.0f MB/s decoded)\n", ps::cli::HumanBytes(s.bytes_written).c_str(),
                 s.seconds, s.seconds > 0 ? s.bytes_decoded / s.seconds / 1e6 : 0.0);
+    if (s.samples_failed && !s.report_error.empty()) {
+      // Never claim a report that was not written: list what failed, exit 1.
+      for (size_t i = 0; i < s.errors.size(); ++i) std::fprintf(stderr, "  %s\n", s.errors[i].c_str());
+      std::fprintf(stderr, "patchstore: error: %llu failures, but the failure report was not written: %s\n",
+                   static_cast<unsigned long long>(s.samples_failed), s.report_error.c_str());
+      return 1;
+    }
     if (s.samples_failed) {
       std::printf("failures written to %s; fix the files and run the same command again to finish\n",
                   s.report_path.c_str());

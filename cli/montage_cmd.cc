@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "cli/commands.h"
+#include "cli/validators.h"
 #include "ingest/montage.h"
 #include "ingest/volume_montage.h"
 #include "reader/reader.h"

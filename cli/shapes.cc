@@ -6,7 +6,9 @@
 namespace patchstore::cli {
 namespace {
 
-std::vector<uint64_t> ShapeOf(const RecordHeader& h) {
+// Shapes come from the store's sample index: no record is read, so `info`
+// and `ls --json` stay cheap on a store that is not in the page cache.
+std::vector<uint64_t> ShapeOf(const RecordSummary& h) {
   return std::vector<uint64_t>(h.shape.begin(), h.shape.begin() + h.rank);
 }
 
@@ -22,7 +24,7 @@ ShapeRange FieldShapeRange(const Reader& reader, int field) {
   ShapeRange r;
   std::set<std::vector<uint64_t>> seen;
   for (uint64_t s = 0; s < reader.size(); ++s) {
-    auto h = reader.Header(s, field);
+    auto h = reader.Summary(s, field);
     if (!h.ok()) continue;
     const std::vector<uint64_t> d = ShapeOf(*h);
     if (r.min.empty()) {
@@ -61,7 +63,7 @@ std::string ShapeRangeJson(const ShapeRange& r) {
 std::string SampleShapesJson(const Reader& reader, uint64_t sample, std::string (*json_string)(std::string_view)) {
   std::string s = "{";
   for (int f = 0; f < reader.field_count(); ++f) {
-    auto h = reader.Header(sample, f);
+    auto h = reader.Summary(sample, f);
     s += (f ? ", " : "") + json_string(reader.field(f).name) + ": " +
          (h.ok() ? "[" + JoinDims(ShapeOf(*h), ", ") + "]" : std::string("null"));
   }
@@ -71,7 +73,7 @@ std::string SampleShapesJson(const Reader& reader, uint64_t sample, std::string 
 std::string SampleShapesText(const Reader& reader, uint64_t sample) {
   std::string s;
   for (int f = 0; f < reader.field_count(); ++f) {
-    auto h = reader.Header(sample, f);
+    auto h = reader.Summary(sample, f);
     s += (f ? ", " : "") + reader.field(f).name + " " + (h.ok() ? JoinDims(ShapeOf(*h), "x") : std::string("?"));
   }
   return s;

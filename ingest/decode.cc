@@ -19,10 +19,16 @@
 #include <fstream>
 #include <vector>
 
+#include "ingest/checks.h"
+
 namespace patchstore {
 namespace {
 
 Status ReadWholeFile(const std::string& path, std::vector<uint8_t>* out) {
+  // Refuse a directory, device or socket before opening it (no meaningful
+  // size). A FIFO is read: in an isolated decoder its time limit applies;
+  // in-process decoding refuses FIFOs before calling this (ingest_images.cc).
+  PS_RETURN_IF_ERROR(CheckRegularInput(path, "image", /*allow_fifo=*/true));
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status(errno == ENOENT ? Code::kNotFound : Code::kIOError,
                          "reading '" + path + "': " + std::strerror(errno));

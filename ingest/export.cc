@@ -303,8 +303,9 @@ Result<ExportSummary> Export(const ExportOptions& o) {
     return Status::InvalidArgument("export: unknown format '" + o.format + "' (png, exr or h5)");
   if (!o.axis_order.empty() && o.axis_order != "source" && o.axis_order != "shw")
     return Status::InvalidArgument("export: unknown axis order '" + o.axis_order + "' (source or shw)");
-  if (o.has_window && !(o.window_lo < o.window_hi))
-    return Status::InvalidArgument("export: --window needs LO < HI");
+  if (o.has_window && (!std::isfinite(o.window_lo) || !std::isfinite(o.window_hi) || !(o.window_lo < o.window_hi)))
+    return Status::InvalidArgument("export: --window needs finite LO < HI, got " + std::to_string(o.window_lo) + "," +
+                                   std::to_string(o.window_hi));
   PS_ASSIGN_OR_RETURN(auto reader, Reader::Open(o.store));
   std::vector<uint64_t> samples;
   if (o.ids.empty()) {

@@ -92,6 +92,7 @@ struct IngestSummary {
   uint64_t bytes_decoded = 0;    // same, counted at decode time
   double seconds = 0;
   std::string report_path;       // where failures were written, if any
+  std::string report_error;      // why the failure report could not be written ("" if it was)
   std::vector<std::string> errors;  // one message per failed sample (first 100)
   // Things that went through but look wrong (HDF5: a patient already stored
   // under another file prefix, slices much thinner one way than another axis

@@ -10,12 +10,15 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
 #include <utility>
 
+#include "ingest/checks.h"
 #include "ingest/hdf5_internal.h"
 #include "ingest/ingest_hdf5.h"
 #include "reader/reader.h"
@@ -54,6 +57,117 @@ herr_t ElinkCallback(const char* /*parent_file*/, const char* /*parent_group*/, 
   auto* g = static_cast<ElinkGuard*>(op_data);
   g->target = std::string(child_file ? child_file : "?") + ":" + (child_object ? child_object : "?");
   return g->allow ? 0 : -1;
+}
+
+// Virtual datasets: HDF5 resolves a virtual dataset's sources only when it
+// reads, fills what it cannot find with the fill value (silently), and
+// recurses without bound through a source that maps back to itself (a
+// crash). So before reading, walk the source mappings ourselves: every
+// source file and dataset must exist, and no chain of sources may reach a
+// dataset already on it. Objects are identified by (file number, address).
+using ObjectKey = std::pair<unsigned long, haddr_t>;
+constexpr int kMaxVirtualDepth = 16;
+
+std::string StringFrom(const std::function<ssize_t(char*, size_t)>& get) {
+  const ssize_t n = get(nullptr, 0);
+  if (n <= 0) return "";
+  std::string s(static_cast<size_t>(n) + 1, '\0');
+  get(&s[0], s.size());
+  s.resize(static_cast<size_t>(n));
+  return s;
+}
+
+// Where HDF5 1.10 looks for a virtual source file: HDF5_VDS_PREFIX, the
+// folder of the file holding the virtual dataset, then the name as given.
+std::vector<std::string> VirtualSourceCandidates(const std::string& vds_file, const std::string& name) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> out;
+  const fs::path p(name);
+  const std::string rel = p.is_absolute() ? p.filename().string() : name;
+  if (p.is_absolute()) out.push_back(name);
+  if (const char* prefix = std::getenv("HDF5_VDS_PREFIX"); prefix && *prefix) out.push_back((fs::path(prefix) / rel).string());
+  out.push_back((fs::path(vds_file).parent_path() / rel).string());
+  if (!p.is_absolute()) out.push_back(name);
+  return out;
+}
+
+// True when every link on `path` exists (so H5Dopen2 would find it).
+bool LinkPathExists(hid_t file, const std::string& path) {
+  std::string prefix;  // paths are taken from the root group, as HDF5 does for virtual sources
+  size_t pos = 0;
+  while (pos <= path.size()) {
+    size_t slash = path.find('/', pos);
+    if (slash == std::string::npos) slash = path.size();
+    const std::string part = path.substr(pos, slash - pos);
+    if (!part.empty() && part != ".") {
+      prefix += "/" + part;
+      if (H5Lexists(file, prefix.c_str(), H5P_DEFAULT) <= 0) return false;
+    }
+    pos = slash + 1;
+  }
+  return true;
+}
+
+Status CheckVirtualSources(hid_t ds, const std::string& what, std::set<ObjectKey>* chain, int depth) {
+  H5O_info_t oi;
+  if (H5Oget_info2(ds, &oi, H5O_INFO_BASIC) < 0) return Status::Corruption("reading " + what + ": " + TakeErrorStack());
+  const ObjectKey key{oi.fileno, oi.addr};
+  const std::string here = StringFrom([&](char* b, size_t n) { return H5Fget_name(ds, b, n); });
+  const std::string self = StringFrom([&](char* b, size_t n) { return H5Iget_name(ds, b, n); });
+  if (!chain->insert(key).second)
+    return Status::InvalidArgument("reading " + what + ": its virtual dataset sources lead back to '" + self +
+                                   "' in '" + here + "' (a cycle); refused");
+  if (depth > kMaxVirtualDepth)
+    return Status::InvalidArgument("reading " + what + ": virtual datasets nested more than " +
+                                   std::to_string(kMaxVirtualDepth) + " deep; refused");
+  Hid dcpl(H5Dget_create_plist(ds), H5Pclose);
+  if (!dcpl.valid()) return Status::Corruption("reading " + what + ": " + TakeErrorStack());
+  if (H5Pget_layout(dcpl.get()) == H5D_VIRTUAL) {
+    size_t count = 0;
+    if (H5Pget_virtual_count(dcpl.get(), &count) < 0)
+      return Status::Corruption("reading " + what + ": " + TakeErrorStack());
+    for (size_t i = 0; i < count; ++i) {
+      const std::string file = StringFrom([&](char* b, size_t n) { return H5Pget_virtual_filename(dcpl.get(), i, b, n); });
+      const std::string dset = StringFrom([&](char* b, size_t n) { return H5Pget_virtual_dsetname(dcpl.get(), i, b, n); });
+      const std::string mapping = "virtual source " + std::to_string(i) + " ('" + file + "':'" + dset + "')";
+      if (file.find('%') != std::string::npos || dset.find('%') != std::string::npos)
+        return Status::Unsupported("reading " + what + ": " + mapping +
+                                   " uses a printf-style name (unlimited mapping), which is not supported");
+      Hid src_file;
+      if (file == ".") {
+        src_file = Hid(H5Iget_file_id(ds), H5Fclose);
+      } else {
+        std::string found;
+        for (const std::string& c : VirtualSourceCandidates(here, file)) {
+          struct stat sb;
+          if (::stat(c.c_str(), &sb) == 0) {
+            if (!S_ISREG(sb.st_mode))
+              return Status::InvalidArgument("reading " + what + ": " + mapping + ": '" + c +
+                                             "' is not a regular file");
+            found = c;
+            break;
+          }
+        }
+        if (found.empty())
+          return Status::NotFound("reading " + what + ": " + mapping + ": the source file is missing (HDF5 would "
+                                  "read fill values in its place); refused");
+        src_file = Hid(H5Fopen(found.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+        if (!src_file.valid())
+          return Status::Corruption("reading " + what + ": " + mapping + ": opening '" + found +
+                                    "': " + TakeErrorStack());
+      }
+      if (!src_file.valid()) return Status::Corruption("reading " + what + ": " + TakeErrorStack());
+      if (!LinkPathExists(src_file.get(), dset))
+        return Status::NotFound("reading " + what + ": " + mapping + ": the source dataset is missing (HDF5 would "
+                                "read fill values in its place); refused");
+      Hid src(H5Dopen2(src_file.get(), dset.c_str(), H5P_DEFAULT), H5Dclose);
+      if (!src.valid())
+        return Status::Corruption("reading " + what + ": " + mapping + ": " + TakeErrorStack());
+      PS_RETURN_IF_ERROR(CheckVirtualSources(src.get(), what, chain, depth + 1));
+    }
+  }
+  chain->erase(key);
+  return Status::OK();
 }
 
 // What one dataset of one group looks like (metadata only).
@@ -152,6 +266,7 @@ class Hdf5Ingest {
   size_t open_file_index_ = SIZE_MAX;
   std::vector<uint64_t> slab_;  // source slab buffer (uint64 for alignment)
   FILE* report_ = nullptr;
+  bool report_failed_ = false;
   std::string report_path_;
 };
 
@@ -170,6 +285,9 @@ Status Hdf5Ingest::ParseOptions() {
       while (!g.field.empty() && g.field.front() == '/') g.field.erase(0, 1);
       while (!g.field.empty() && g.field.back() == '/') g.field.pop_back();
     }
+    if (!g.path.empty() && g.field.empty() && eq == std::string::npos)  // "/" or "//": nothing to name a field by
+      return Status::InvalidArgument("ingest: --group '" + spec + "' is the root group, which gives no field name; "
+                                     "name the field: --group " + spec + "=FIELD");
     if (g.path.empty() || g.field.empty())
       return Status::InvalidArgument("ingest: --group takes PATH or PATH=FIELD, got '" + spec + "'");
     for (const GroupSpec& h : groups_)
@@ -218,6 +336,10 @@ Result<Hid> Hdf5Ingest::OpenFile(size_t file) {
     return Status::FromErrno("opening HDF5 file '" + path + "'", errno);
   }
   if (S_ISDIR(st.st_mode)) return Status::InvalidArgument("opening HDF5 file '" + path + "': is a directory");
+  if (!S_ISREG(st.st_mode))  // a FIFO would block H5Fopen forever
+    return Status::InvalidArgument("opening HDF5 file '" + path + "': it is " +
+                                   (S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISSOCK(st.st_mode) ? "a socket" : "a device") +
+                                   ", not a regular file");
   Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
 #if H5_VERSION_GE(1, 10, 7)
   // Keep HDF5's file locking, but do not fail on file systems without locks.
@@ -304,6 +426,12 @@ DatasetInfo Hdf5Ingest::Inspect(hid_t ds, const std::string& what) {
     return fail(Status::Unsupported("reading " + what +
                                     ": a virtual dataset (its data lives in other files); refused (pass "
                                     "--allow-external to read it)"));
+  if (layout == H5D_VIRTUAL) {
+    std::set<ObjectKey> chain;
+    Status vst = CheckVirtualSources(ds, what, &chain, 0);
+    H5Eclear2(H5E_DEFAULT);
+    if (!vst.ok()) return fail(vst);
+  }
   const int external = H5Pget_external_count(dcpl.get());
   if (external > 0 && !o_.allow_external) {
     char name[512] = {0};
@@ -628,16 +756,21 @@ void Hdf5Ingest::RecordFailure(const Item& item, const Status& st) {
   ++summary_.samples_failed;
   ++done_;
   if (summary_.errors.size() < 100) summary_.errors.push_back(st.message());
-  if (!report_) {
+  if (!report_ && !report_failed_) {
     report_ = std::fopen(report_path_.c_str(), "a");
-    summary_.report_path = report_path_;
+    if (report_) summary_.report_path = report_path_;
+    else summary_.report_error = "writing '" + report_path_ + "': " + std::strerror(errno);
+    report_failed_ = report_ == nullptr;
   }
   if (report_) {
     std::string msg = st.message();
     std::replace(msg.begin(), msg.end(), '\t', ' ');
     std::replace(msg.begin(), msg.end(), '\n', ' ');
     std::fprintf(report_, "%s\t%s\t%s\n", item.id.c_str(), o_.files[item.file].c_str(), msg.c_str());
-    std::fflush(report_);
+    if (std::fflush(report_) != 0) {
+      summary_.report_error = "writing '" + report_path_ + "': " + std::strerror(errno);
+      summary_.report_path.clear();
+    }
   }
   ReportProgress();
 }
@@ -714,6 +847,7 @@ Result<IngestSummary> Hdf5Ingest::Run() {
   if (!o_.skip_errors && items_.front().name.empty())
     return items_.front().status.WithContext("ingest into '" + o_.store + "' stopped after 0 new volumes");
 
+  if (o_.skip_errors && !o_.report_path.empty()) PS_RETURN_IF_ERROR(CheckReportPath(o_.report_path));
   PS_RETURN_IF_ERROR(CheckIdsAcrossFiles());
   CheckSliceAxis();
 
@@ -743,6 +877,16 @@ Result<IngestSummary> Hdf5Ingest::Run() {
       return Status::InvalidArgument("ingest into '" + o_.store + "': the store has fields " + have +
                                      " but this ingest gives " + want + " (same --group options in the same order)");
   }
+  // A resumed ingest must normalise each field as the first one did.
+  for (const GroupSpec& g : groups_) {
+    auto n = o_.norm.find(g.field);
+    const bool mask = std::find(o_.mask_fields.begin(), o_.mask_fields.end(), g.field) != o_.mask_fields.end();
+    PS_RETURN_IF_ERROR(CheckResumeSetting(&meta, o_.store, "norm." + g.field,
+                                          n != o_.norm.end() ? n->second : mask ? "default (mask: binary)" : "default",
+                                          "--norm of field '" + g.field + "'"));
+  }
+  report_path_ = o_.report_path.empty() ? o_.store + "/ingest-errors.tsv" : o_.report_path;
+  if (o_.skip_errors) PS_RETURN_IF_ERROR(CheckReportPath(report_path_));
   meta.attributes["slice_axis"] = std::to_string(axis_);
   meta.attributes["source_format"] = "hdf5";
   for (const GroupSpec& g : groups_) meta.attributes["hdf5_group." + g.field] = g.path;
@@ -753,7 +897,6 @@ Result<IngestSummary> Hdf5Ingest::Run() {
     if (!items_[i].name.empty() && writer_->Contains(items_[i].id)) ++summary_.samples_present;
     else todo_.push_back(i);
   }
-  report_path_ = o_.report_path.empty() ? o_.store + "/ingest-errors.tsv" : o_.report_path;
 
   // 3. Stream.
   Status failure;
@@ -848,7 +991,10 @@ Result<IngestSummary> Hdf5Ingest::Run() {
   Status st = Flush();
   if (failure.ok() && !st.ok()) failure = st;
   open_file_.reset();
-  if (report_) std::fclose(report_);
+  if (report_ && std::fclose(report_) != 0 && summary_.report_error.empty()) {
+    summary_.report_error = "writing '" + report_path_ + "': " + std::strerror(errno);
+    summary_.report_path.clear();
+  }
   ReportProgress();
   summary_.seconds = Seconds(start_);
   if (!failure.ok())

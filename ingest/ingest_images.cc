@@ -3,6 +3,9 @@
 // and a resumed ingest ends with the same content as an uninterrupted one.
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -17,6 +20,8 @@
 #include "ingest/sources.h"
 #include "reader/sat.h"
 #include "store/store.h"
+
+#include "ingest/checks.h"
 
 namespace patchstore {
 namespace {
@@ -174,6 +179,12 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
   // once, on its first decode; an explicit setting by the user wins).
   ::setenv("CV_IO_MAX_IMAGE_PIXELS", std::to_string(o.max_pixels).c_str(), 0);
   if (o.store.empty()) return Status::InvalidArgument("ingest: no store path given");
+  if (o.threads < 0)
+    return Status::InvalidArgument("ingest: threads must be 0 (all cores) or positive, got " + std::to_string(o.threads));
+  if (!(o.decode_timeout_s > 0) || !std::isfinite(o.decode_timeout_s))
+    return Status::InvalidArgument("ingest: the decode timeout must be a positive number of seconds, got " +
+                                   std::to_string(o.decode_timeout_s));
+  if (o.max_pixels == 0) return Status::InvalidArgument("ingest: max_pixels must be positive (it is 0)");
   const bool by_manifest = !o.manifest.empty();
   if (by_manifest == !o.root.empty())
     return Status::InvalidArgument("ingest: give either a manifest or a root folder with --field templates");
@@ -205,11 +216,20 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
     if (!check.ok()) return check.status().WithContext("ingest: --norm for field '" + f + "'");
   }
 
+  // The report's folder is checked before the store is touched (the default
+  // one lives in the store, which Writer::Open creates).
+  const std::string report_path = o.report_path.empty() ? o.store + "/ingest-errors.tsv" : o.report_path;
+  if (o.skip_errors && !o.report_path.empty()) PS_RETURN_IF_ERROR(CheckReportPath(report_path));
   WriterOptions wo;
   wo.kind = "frames";
   wo.durable = o.durable;
   PS_ASSIGN_OR_RETURN(auto writer, Writer::Open(o.store, wo));
   if (!o.command_line.empty()) writer->mutable_meta().attributes["ingest_command"] = o.command_line;
+  // A resumed ingest must normalise as the first one did.
+  for (const FieldPlan& p : plans)
+    PS_RETURN_IF_ERROR(CheckResumeSetting(&writer->mutable_meta(), o.store, "norm." + p.name,
+                                          p.norm_spec.empty() ? "default" : p.norm_spec, "--norm of field '" + p.name + "'"));
+  if (o.skip_errors) PS_RETURN_IF_ERROR(CheckReportPath(report_path));
 
   if (!writer->meta().fields.empty()) {
     // The store's field set is fixed by its first ingest: a renamed or
@@ -260,6 +280,8 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
   auto worker = [&](int slot) {
     DecodeFn decode = [&](const std::string& path, const std::string& channel) -> Result<DecodedImage> {
       if (decoders) return decoders->Decode(slot, path, channel);
+      // No time limit in this process: a FIFO would block it forever.
+      PS_RETURN_IF_ERROR(CheckRegularInput(path, "image"));
       return DecodeFile(path, channel, o.max_pixels);
     };
     for (;;) {
@@ -283,7 +305,7 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
   for (size_t t = 0; t < nthreads && !todo.empty(); ++t) pool_threads.emplace_back(worker, static_cast<int>(t));
 
   FILE* report = nullptr;
-  std::string report_path = o.report_path.empty() ? o.store + "/ingest-errors.tsv" : o.report_path;
+  bool report_failed = false;
   std::vector<SampleInput> batch;
   std::vector<DecodedSample> batch_data;
   uint64_t batch_bytes = 0;
@@ -353,16 +375,21 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
       }
       ++summary.samples_failed;
       if (summary.errors.size() < 100) summary.errors.push_back(d.status.message());
-      if (!report) {
+      if (!report && !report_failed) {
         report = std::fopen(report_path.c_str(), "a");
-        summary.report_path = report_path;
+        if (report) summary.report_path = report_path;
+        else summary.report_error = "writing '" + report_path + "': " + std::strerror(errno);
+        report_failed = report == nullptr;
       }
       if (report) {
         std::string msg = d.status.message();
         std::replace(msg.begin(), msg.end(), '\t', ' ');
         std::replace(msg.begin(), msg.end(), '\n', ' ');
         std::fprintf(report, "%s\t%s\t%s\n", src.id.c_str(), d.failed_file.c_str(), msg.c_str());
-        std::fflush(report);
+        if (std::fflush(report) != 0) {
+          summary.report_error = "writing '" + report_path + "': " + std::strerror(errno);
+          summary.report_path.clear();
+        }
       }
     } else {
       SampleInput in;
@@ -410,7 +437,10 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
   stop.store(true);
   cv_room.notify_all();
   for (auto& t : pool_threads) t.join();
-  if (report) std::fclose(report);
+  if (report && std::fclose(report) != 0 && summary.report_error.empty()) {
+    summary.report_error = "writing '" + report_path + "': " + std::strerror(errno);
+    summary.report_path.clear();
+  }
   report_progress();
   summary.seconds = Seconds(start);
   if (!failure.ok()) return failure.WithContext("ingest into '" + o.store + "' stopped after " +

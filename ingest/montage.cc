@@ -132,6 +132,9 @@ Result<Setup> MakeSampler(const MontageOptions& o) {
   return s;
 }
 
+Result<Image8> DrawMontage(const MontageOptions& o, Setup& s);
+Result<Image8> DrawBoxes(const MontageOptions& o, const std::string& id);
+
 Image8 FromMat(const cv::Mat& m) {
   Image8 img;
   img.height = m.rows;
@@ -142,9 +145,62 @@ Image8 FromMat(const cv::Mat& m) {
 
 }  // namespace
 
+Status CheckMontageSize(const MontageOptions& o, int64_t values_per_window) {
+  if (o.count <= 0 || o.count > 4096)
+    return Status::InvalidArgument("montage: --count must be 1..4096, got " + std::to_string(o.count));
+  if (o.patch_size <= 0 || o.patch_size > (int64_t{1} << 16))
+    return Status::InvalidArgument("montage: --patch must be 1..65536, got " + std::to_string(o.patch_size));
+  if (o.tile < 0 || o.tile > 4096)
+    return Status::InvalidArgument("montage: --tile must be 8..4096 (or 0: automatic), got " + std::to_string(o.tile));
+  if (o.patches_per_sample <= 0 || o.patches_per_sample > 4096)
+    return Status::InvalidArgument("montage: --patches-per-sample must be 1..4096, got " +
+                                   std::to_string(o.patches_per_sample));
+  if (o.has_window && (!std::isfinite(o.window_lo) || !std::isfinite(o.window_hi) || !(o.window_lo < o.window_hi)))
+    return Status::InvalidArgument("montage: --window LO,HI needs finite LO < HI");
+  const int64_t n = o.count, P = o.patch_size;
+  const int64_t tile = o.tile > 0 ? o.tile : std::min<int64_t>(P, 256);
+  const int64_t cols = static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(n))));
+  const int64_t rows = (n + cols - 1) / cols;
+  const int64_t gap = 2;
+  const int64_t width = cols * (tile + gap) + gap, height = rows * (tile + gap) + gap;
+  if (width * height > kMaxMontagePixels)
+    return Status::InvalidArgument("montage: a sheet of " + std::to_string(n) + " tiles of " + std::to_string(tile) +
+                                   " px is " + std::to_string(width) + "x" + std::to_string(height) + " pixels, more "
+                                   "than the limit of " + std::to_string(kMaxMontagePixels) +
+                                   " (2^29); use a smaller --count or --tile");
+  // The gathered windows, float32, before they are drawn.
+  const double bytes = static_cast<double>(n) * static_cast<double>(values_per_window) * static_cast<double>(P) *
+                       static_cast<double>(P) * 4.0;
+  if (bytes > static_cast<double>(kMaxMontageWindowBytes))
+    return Status::InvalidArgument("montage: " + std::to_string(n) + " windows of " + std::to_string(P) + "x" +
+                                   std::to_string(P) + " (" + std::to_string(values_per_window) +
+                                   " channels) need " + std::to_string(static_cast<uint64_t>(bytes / (1 << 20))) +
+                                   " MiB of float32, more than the limit of " +
+                                   std::to_string(kMaxMontageWindowBytes >> 20) + " MiB; use a smaller --count or --patch");
+  return Status::OK();
+}
+
 Result<Image8> RenderMontage(const MontageOptions& o) {
-  if (o.count <= 0 || o.count > 4096) return Status::InvalidArgument("montage: --count must be 1..4096");
+  // Everything that does not need the store is checked before opening it;
+  // the window memory once the field's channels are known.
+  PS_RETURN_IF_ERROR(CheckMontageSize(o, 1));
   PS_ASSIGN_OR_RETURN(Setup s, MakeSampler(o));
+  {
+    int64_t values = 0;
+    for (int64_t c : s.sampler->channels()) values += c;
+    PS_RETURN_IF_ERROR(CheckMontageSize(o, values));
+  }
+  try {
+    return DrawMontage(o, s);
+  } catch (const cv::Exception& e) {  // e.g. an allocation OpenCV cannot make
+    return Status::IOError("montage of '" + o.store + "': OpenCV: " + e.what());
+  } catch (const std::bad_alloc&) {
+    return Status::IOError("montage of '" + o.store + "': out of memory");
+  }
+}
+
+namespace {
+Result<Image8> DrawMontage(const MontageOptions& o, Setup& s) {
   const int64_t P = o.patch_size;
   const uint64_t per_epoch = s.sampler->windows_per_epoch();
   if (per_epoch == 0)
@@ -194,7 +250,20 @@ Result<Image8> RenderMontage(const MontageOptions& o) {
   return FromMat(sheet);
 }
 
+}  // namespace
+
 Result<Image8> RenderBoxes(const MontageOptions& o, const std::string& id) {
+  try {
+    return DrawBoxes(o, id);
+  } catch (const cv::Exception& e) {
+    return Status::IOError("drawing windows on '" + id + "' of '" + o.store + "': OpenCV: " + e.what());
+  } catch (const std::bad_alloc&) {
+    return Status::IOError("drawing windows on '" + id + "' of '" + o.store + "': out of memory");
+  }
+}
+
+namespace {
+Result<Image8> DrawBoxes(const MontageOptions& o, const std::string& id) {
   PS_ASSIGN_OR_RETURN(Setup s, MakeSampler(o));
   PS_ASSIGN_OR_RETURN(uint64_t sample, s.reader->Find(id));
   const int field = s.sampler->field_indices()[0];
@@ -221,6 +290,8 @@ Result<Image8> RenderBoxes(const MontageOptions& o, const std::string& id) {
   }
   return FromMat(frame);
 }
+
+}  // namespace
 
 Status WritePng(const Image8& image, const std::string& path) {
   cv::Mat rgb(image.height, image.width, CV_8UC3, const_cast<uint8_t*>(image.rgb.data())), bgr;

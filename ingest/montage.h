@@ -52,6 +52,17 @@ struct MontageOptions {
   int tile = 0;                 // tile size in the sheet; 0 = min(patch_size, 256)
 };
 
+// Limits checked before any memory is taken: the sheet's pixels and the
+// float32 windows gathered to draw it.
+constexpr int64_t kMaxMontagePixels = int64_t{1} << 29;
+constexpr int64_t kMaxMontageWindowBytes = int64_t{4} << 30;
+
+// InvalidArgument naming the size and the limit when `options` (count,
+// patch, tile, window) ask for more than the limits above; `values_per_window`
+// is the channel count of one gathered window (all fields together).
+Status CheckMontageSize(const MontageOptions& options, int64_t values_per_window);
+
+// Errors: as Reader and PatchSampler; InvalidArgument from CheckMontageSize.
 Result<Image8> RenderMontage(const MontageOptions& options);
 
 // Draws the first `count` windows that the sampler (options as above) would

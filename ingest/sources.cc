@@ -8,6 +8,8 @@
 #include <set>
 #include <sstream>
 
+#include "ingest/checks.h"
+
 namespace patchstore {
 namespace fs = std::filesystem;
 namespace {
@@ -70,6 +72,7 @@ bool ParseCsvRecord(const std::string& text, size_t* pos, std::vector<std::strin
 }  // namespace
 
 Result<SourceList> ReadManifest(const std::string& manifest_path) {
+  PS_RETURN_IF_ERROR(CheckRegularInput(manifest_path, "manifest"));
   std::ifstream in(manifest_path, std::ios::binary);
   if (!in) return Status::NotFound("reading manifest '" + manifest_path + "': cannot open");
   std::stringstream ss;

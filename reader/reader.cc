@@ -9,6 +9,16 @@
 #include <thread>
 
 namespace patchstore {
+namespace {
+
+// On an error path: when the store changed under a lock-free snapshot, the
+// error is that change (pages may have been reused), not what it looks like.
+Status UnlessChanged(const Snapshot& snap, Status st) {
+  Status changed = snap.CheckUnchanged();
+  return changed.ok() ? st : changed;
+}
+
+}  // namespace
 
 Result<std::shared_ptr<Reader>> Reader::Open(const std::string& path, const ReaderOptions& options) {
   SnapshotOptions so;
@@ -111,7 +121,8 @@ Result<uint64_t> Reader::Find(std::string_view id) const {
     for (uint64_t i = 0; i < ids_.size(); ++i) find_.emplace(ids_[i], i);
   });
   auto it = find_.find(id);
-  if (it == find_.end()) return Status::NotFound("no sample '" + std::string(id) + "' in '" + path_ + "'");
+  if (it == find_.end())
+    return UnlessChanged(*snapshot_, Status::NotFound("no sample '" + std::string(id) + "' in '" + path_ + "'"));
   return it->second;
 }
 
@@ -138,11 +149,14 @@ Result<RecordHeader> Reader::CheckedHeader(uint64_t sample, int field, const uin
   if (field < 0 || field >= field_count())
     return Status::NotFound("field #" + std::to_string(field) + " does not exist in '" + path_ + "'");
   const size_t slot = sample * meta().fields.size() + field;
-  PS_ASSIGN_OR_RETURN(RecordRef ref, Ref(sample, field));
+  auto ref_r = Ref(sample, field);
+  if (!ref_r.ok()) return UnlessChanged(*snapshot_, ref_r.status());
+  const RecordRef ref = *ref_r;
   if (data_out != nullptr) *data_out = ref.data;
-  if (ref.data == nullptr) return Status::NotFound("reading " + Describe(sample, field) + ": record missing");
+  if (ref.data == nullptr)
+    return UnlessChanged(*snapshot_, Status::NotFound("reading " + Describe(sample, field) + ": record missing"));
   auto h = ParseRecordHeader(ref.data, ref.size);
-  if (!h.ok()) return h.status().WithContext("reading " + Describe(sample, field));
+  if (!h.ok()) return UnlessChanged(*snapshot_, h.status().WithContext("reading " + Describe(sample, field)));
   if (reinterpret_cast<uintptr_t>(ref.data + kRecordHeaderSize) % kPayloadAlignment != 0)
     return Status::Corruption("reading " + Describe(sample, field) + ": payload is not " +
                               std::to_string(kPayloadAlignment) + "-byte aligned in the map");
@@ -151,15 +165,16 @@ Result<RecordHeader> Reader::CheckedHeader(uint64_t sample, int field, const uin
   // The record must agree with what the metadata says of its field.
   const FieldMeta& fm = meta().fields[field];
   if (h->layout != fm.layout || h->rank != 3 || (fm.layout == Layout::kCHW && h->shape[0] != fm.channels))
-    return Status::Corruption("reading " + Describe(sample, field) + ": record shape or layout disagrees with the "
-                              "store metadata");
+    return UnlessChanged(*snapshot_, Status::Corruption("reading " + Describe(sample, field) +
+                                                        ": record shape or layout disagrees with the store metadata"));
   const RecordSummary& sum = summaries_[slot];
   if (sum.dtype != h->dtype || sum.layout != h->layout || sum.rank != h->rank || sum.shape != h->shape)
-    return Status::Corruption("reading " + Describe(sample, field) + ": the record disagrees with the store's sample "
-                              "index (run `patchstore verify`)");
+    return UnlessChanged(*snapshot_, Status::Corruption("reading " + Describe(sample, field) +
+                                                        ": the record disagrees with the store's sample index (run "
+                                                        "`patchstore verify`)"));
   if (verified_ && verified_[slot].load(std::memory_order_acquire) == 0) {
     Status st = VerifyRecordBody(*h, ref.data);
-    if (!st.ok()) return st.WithContext("reading " + Describe(sample, field));
+    if (!st.ok()) return UnlessChanged(*snapshot_, st.WithContext("reading " + Describe(sample, field)));
     verified_[slot].store(1, std::memory_order_release);
   }
   return h;

@@ -4,11 +4,20 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <string>
 #include <thread>
 
 namespace patchstore {
 namespace {
+
+// "inf", "1e+30", "3.5": a double as a user typed it, for messages.
+std::string FormatNumber(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
 
 // SplitMix64 finaliser: a strong 64-bit mix, used as a counter-based
 // generator so every draw is a pure function of its coordinates.
@@ -109,6 +118,12 @@ Result<std::unique_ptr<PatchSampler>> PatchSampler::Create(std::shared_ptr<const
       return Status::InvalidArgument(where + ": require='" + o.require + "' must name a 1-channel mask field");
     s->mask_field_ = *mf;
     if (!(o.min_valid > 0)) return Status::InvalidArgument(where + ": min_valid must be positive");
+    // A count above the window's pixel count can never be met (and inf or
+    // 1e30 would overflow the integer threshold): refuse it.
+    if (!(o.min_valid <= static_cast<double>(P) * static_cast<double>(P)))
+      return Status::InvalidArgument(where + ": min_valid " + FormatNumber(o.min_valid) + " asks for more valid pixels than a " +
+                                     std::to_string(P) + "x" + std::to_string(P) + " window holds (" +
+                                     std::to_string(P * P) + ")");
     s->threshold_ = o.min_valid < 1 ? static_cast<uint64_t>(std::ceil(o.min_valid * static_cast<double>(P * P)))
                                     : static_cast<uint64_t>(std::ceil(o.min_valid));
     if (s->threshold_ == 0) s->threshold_ = 1;

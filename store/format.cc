@@ -700,6 +700,9 @@ Result<Normalization> ParseNormalization(std::string_view spec, double maxval) {
     if (!two(base.substr(7), &n.scale, &n.offset) || !std::isfinite(n.scale) || !std::isfinite(n.offset))
       return Status::InvalidArgument("normalisation 'affine:SCALE,OFFSET' needs two finite numbers, got '" +
                                      std::string(spec) + "'");
+    if (n.scale == 0)
+      return Status::InvalidArgument("normalisation '" + std::string(spec) +
+                                     "': SCALE 0 maps every value to OFFSET (the data would be lost)");
   } else if (base.rfind("range:", 0) == 0) {
     n.kind = NormKind::kRange;
     if (!two(base.substr(6), &n.scale, &n.offset) || !std::isfinite(n.scale) || !std::isfinite(n.offset) ||

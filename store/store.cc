@@ -4,11 +4,13 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <map>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -111,12 +113,103 @@ Status PutSealedIndex(Env* env, MDB_txn* txn, uint64_t count) {
   return Status::OK();
 }
 
+// Refuses a data.mdb or lock.mdb that is not a regular file before LMDB
+// opens it: opening a FIFO blocks forever, a device or directory is no store.
+// `must_exist`: a missing file is an error too.
+Status CheckStoreFile(const std::string& dir, const char* name, bool must_exist) {
+  const std::string file = dir + "/" + name;
+  struct stat sb;
+  if (::stat(file.c_str(), &sb) != 0) {
+    const int err = errno;
+    if (err == ENOENT && !must_exist) return Status::OK();
+    if (err == ENOENT) return Status::NotFound("opening store '" + dir + "': no " + name + " (not a patchstore store?)");
+    if (err == EACCES)
+      return Status::IOError("opening store '" + dir + "': permission denied reading the directory (cannot see " +
+                             name + ")");
+    return Status::FromErrno("opening store '" + dir + "': " + name, err);
+  }
+  if (!S_ISREG(sb.st_mode)) {
+    const char* what = S_ISFIFO(sb.st_mode) ? "a FIFO" : S_ISDIR(sb.st_mode) ? "a directory"
+                       : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "a device" : S_ISSOCK(sb.st_mode) ? "a socket"
+                                                                                      : "not a regular file";
+    return Status::IOError("opening store '" + dir + "': " + name + " is " + what +
+                           ", not a regular file; refused");
+  }
+  if (sb.st_size == 0 && must_exist && std::string(name) == "data.mdb")
+    return Status::Corruption("opening store '" + dir + "': data.mdb is empty (0 bytes): truncated, or no ingest "
+                              "has written to it yet");
+  return Status::OK();
+}
+
+// Replaces LMDB's read-only shared map of a reader by a private
+// copy-on-write map of the same file at the same address. Views handed out
+// stay read-only by contract, but a write through one (torch.from_numpy
+// ignores NumPy's read-only flag) then changes this process's copy of that
+// page instead of raising SIGSEGV; the store file never changes. Pages not
+// written are the page cache's, as before (no copy, no extra memory).
+// LMDB does not say where its map is: a key read in a transaction points
+// into it, and /proc/self/maps gives the mapping holding that key.
+// MAP_NORESERVE: a map larger than RAM + swap is not charged up front.
+// mremap swaps the mappings atomically; on any failure LMDB's map stays.
+void PrivatizeMap(MDB_env* env) {
+  MDB_envinfo info;
+  int fd = -1;
+  if (mdb_env_info(env, &info) != 0 || mdb_env_get_fd(env, &fd) != 0 || fd < 0) return;
+  uintptr_t inside = 0;
+  {
+    MDB_txn* txn = nullptr;
+    if (mdb_txn_begin(env, nullptr, MDB_RDONLY, &txn) != 0) return;
+    MDB_dbi main_dbi;
+    MDB_cursor* cur = nullptr;
+    MDB_val k, v;
+    if (mdb_dbi_open(txn, nullptr, 0, &main_dbi) == 0 && mdb_cursor_open(txn, main_dbi, &cur) == 0) {
+      if (mdb_cursor_get(cur, &k, &v, MDB_FIRST) == 0) inside = reinterpret_cast<uintptr_t>(k.mv_data);
+      mdb_cursor_close(cur);
+    }
+    mdb_txn_abort(txn);
+  }
+  if (inside == 0) return;  // nothing committed: no views to protect
+  FILE* maps = std::fopen("/proc/self/maps", "re");
+  if (maps == nullptr) return;
+  unsigned long start = 0, end = 0, offset = 0;
+  char perms[8] = {0}, line[512];
+  bool found = false;
+  while (std::fgets(line, sizeof line, maps) != nullptr) {
+    if (std::sscanf(line, "%lx-%lx %7s %lx", &start, &end, perms, &offset) == 4 && start <= inside && inside < end) {
+      found = true;
+      break;
+    }
+  }
+  std::fclose(maps);
+  const size_t size = info.me_mapsize;
+  if (!found || offset != 0 || perms[3] != 's' || perms[1] == 'w' || end - start != size) return;
+  void* priv = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE, fd, 0);
+  if (priv == MAP_FAILED) return;
+  if (::mremap(priv, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, reinterpret_cast<void*>(start)) == MAP_FAILED) {
+    ::munmap(priv, size);
+    return;
+  }
+  // The new mapping replaces LMDB's, and with it the MADV_RANDOM that
+  // MDB_NORDAHEAD applied: apply it again (random access, no readahead).
+  ::madvise(reinterpret_cast<void*>(start), size, MADV_RANDOM);
+}
+
 }  // namespace
 
 const char* ToolVersion() { return "0.1.0"; }
 
 Status LmdbError(const std::string& what, const std::string& path, int rc) {
   std::string msg = what + " '" + path + "': " + mdb_strerror(rc);
+  if (rc == EIO || rc == ENOSPC || rc == EDQUOT) {
+    // LMDB reports a short write (a full disk mid-write) as EIO: say when
+    // the file system holding the store is (nearly) full.
+    struct statvfs vf;
+    if (::statvfs(path.c_str(), &vf) == 0) {
+      const uint64_t free_bytes = static_cast<uint64_t>(vf.f_bavail) * vf.f_frsize;
+      if (free_bytes < (uint64_t{64} << 20))
+        msg += " (the file system holding the store is full: " + std::to_string(free_bytes) + " bytes free)";
+    }
+  }
   if (rc == ENOENT) return Status::NotFound(msg);
   if (rc == MDB_CORRUPTED || rc == MDB_INVALID || rc == MDB_PAGE_NOTFOUND || rc == MDB_VERSION_MISMATCH)
     return Status::Corruption(msg);
@@ -157,15 +250,22 @@ Result<std::shared_ptr<Env>> OpenReadEnv(const std::string& path, bool no_lock) 
     return LmdbError("opening store", path, rc);
   }
   PS_RETURN_IF_ERROR(CheckFileSize(env->env_, path));
+  PrivatizeMap(env->env_);
   return env;
 }
 
 Result<std::shared_ptr<Snapshot>> Snapshot::Open(const std::string& path, const SnapshotOptions& options) {
+  if (path.find('\0') != std::string::npos)
+    return Status::InvalidArgument("opening store '" + path + "': the path contains a NUL byte");
   std::error_code ec;
-  if (!std::filesystem::is_directory(path, ec))
+  if (!std::filesystem::is_directory(path, ec)) {
+    if (std::filesystem::exists(path, ec))
+      return Status::InvalidArgument("opening store '" + path + "': not a directory (a store is a directory "
+                                     "holding data.mdb)");
     return Status::NotFound("opening store '" + path + "': no such directory");
-  if (!std::filesystem::exists(path + "/data.mdb", ec))
-    return Status::NotFound("opening store '" + path + "': no data.mdb (not a patchstore store?)");
+  }
+  PS_RETURN_IF_ERROR(CheckStoreFile(path, "data.mdb", true));
+  PS_RETURN_IF_ERROR(CheckStoreFile(path, "lock.mdb", false));
 
   bool no_lock = options.force_no_lock;
   for (int attempt = 0; attempt < 3; ++attempt) {
@@ -188,7 +288,8 @@ Result<std::shared_ptr<Snapshot>> Snapshot::Open(const std::string& path, const 
     }
     int rc = mdb_txn_begin(env->raw(), nullptr, MDB_RDONLY, &snap->txn_);
     if (rc == MDB_MAP_RESIZED) {
-      mdb_env_set_mapsize(env->raw(), 0);
+      mdb_env_set_mapsize(env->raw(), 0);  // LMDB maps again: make the new map private too
+      PrivatizeMap(env->raw());
       rc = mdb_txn_begin(env->raw(), nullptr, MDB_RDONLY, &snap->txn_);
     }
     if (rc == MDB_READERS_FULL)
@@ -252,6 +353,19 @@ Result<std::shared_ptr<Snapshot>> Snapshot::Open(const std::string& path, const 
     return snap;
   }
   return Status::Internal("opening store '" + path + "': could not settle on a lock mode");
+}
+
+Status Snapshot::CheckUnchanged() const {
+  // A reader with a slot in the lock table pins its pages; only a reader
+  // without one (a sealed store) can see them reused by a later writer.
+  if (!no_lock() || txn_ == nullptr || !env_->InOpeningProcess()) return Status::OK();
+  MDB_envinfo info;
+  if (mdb_env_info(env_->raw(), &info) != 0) return Status::OK();
+  const size_t mine = mdb_txn_id(txn_);
+  if (info.me_last_txnid == mine) return Status::OK();
+  return Status::IOError("reading store '" + path() + "': the store changed since this reader opened it (another "
+                         "process wrote to it after it was sealed; transaction " + std::to_string(mine) + " -> " +
+                         std::to_string(info.me_last_txnid) + "); its pages may be reused: reopen the store");
 }
 
 Snapshot::~Snapshot() {
@@ -410,9 +524,13 @@ void Snapshot::WillNeed(const std::vector<std::pair<const void*, size_t>>& range
 // Writer
 
 Result<std::unique_ptr<Writer>> Writer::Open(const std::string& path, const WriterOptions& options) {
+  if (path.find('\0') != std::string::npos)
+    return Status::InvalidArgument("opening store '" + path + "' for writing: the path contains a NUL byte");
   std::error_code ec;
   std::filesystem::create_directories(path, ec);
   if (ec) return Status::IOError("creating store directory '" + path + "': " + ec.message());
+  PS_RETURN_IF_ERROR(CheckStoreFile(path, "data.mdb", false));
+  PS_RETURN_IF_ERROR(CheckStoreFile(path, "lock.mdb", false));
 
   // One writer per store: an advisory lock that dies with the process.
   const std::string lock_path = path + "/ingest.lock";

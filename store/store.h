@@ -140,6 +140,14 @@ class Snapshot {
   // Whether the page holding `data` is in memory (mincore); false on error.
   bool Resident(const void* data) const;
 
+  // OK, or IOError "the store changed since this reader opened it" when a
+  // writer committed after this snapshot began and the snapshot holds no
+  // slot in LMDB's lock table (a sealed store is read without one), so the
+  // writer may have reused the pages this snapshot points into. Cheap (reads
+  // the meta pages); readers call it on their error paths, so that damage
+  // seen through reused pages is reported as what it is.
+  Status CheckUnchanged() const;
+
  private:
   Snapshot() = default;
   std::shared_ptr<Env> env_;

@@ -37,6 +37,7 @@ class IngestSummary:
     #: things that went through but look wrong (HDF5: a patient under two file prefixes, slices much
     #: thinner one way than another slice axis would give, an all-zero mask); each also warned
     warnings: List[str] = field(default_factory=list)
+    report_error: str = ""  #: why the failure report could not be written ("" when it was, or was not needed)
 
 
 @dataclass(frozen=True)

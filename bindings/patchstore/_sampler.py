@@ -8,6 +8,7 @@ the reuse of returned buffers.
 
 from __future__ import annotations
 
+import math
 import operator
 import os
 import sys
@@ -120,22 +121,55 @@ def _field_list(fields: Union[str, Sequence[str]], what: str) -> Tuple[str, ...]
     return out
 
 
+def _min_valid_note(min_valid: float, patch_size: int) -> str:
+    """", min_valid=0.05: at least 3277 valid pixels of the 65536 in a window": the count the sampler asks for."""
+    area = patch_size * patch_size
+    need = max(1, math.ceil(min_valid * area) if min_valid < 1 else math.ceil(min_valid))
+    return f", min_valid={min_valid:g}: at least {need} valid pixels of the {area} in a window"
+
+
+def _best_window(store: Any, field: str, patch_size: int, pixel_budget: int = 1 << 27) -> str:
+    """", the best 40x40 window of any sample holds 25 (1.6%)": for an error message.
+
+    Reads the masks (an error path only), at most `pixel_budget` pixels of them.
+    """
+    p, best, seen, pixels = patch_size, 0, 0, 0
+    for i in range(len(store)):
+        m = np.asarray(store.get(i, field))[0]
+        if m.shape[0] < p or m.shape[1] < p:
+            continue
+        valid = (m != 0) & ~np.isnan(m)
+        c = np.zeros((m.shape[0] + 1, m.shape[1] + 1), np.int64)
+        c[1:, 1:] = valid.cumsum(0).cumsum(1)
+        best = max(best, int((c[p:, p:] - c[:-p, p:] - c[p:, :-p] + c[:-p, :-p]).max()))
+        seen, pixels = seen + 1, pixels + m.size
+        if pixels >= pixel_budget:
+            break
+    if seen == 0:
+        return ""
+    among = "" if seen == len(store) else f" among the first {seen} samples"
+    return f"; the best {p}x{p} window{among} holds {best} ({best / (p * p):.1%})"
+
+
 def _sampler_options(fields, patch_size, patches_per_sample, require, min_valid, positive_fraction, seed, rank,
                      world_size, num_threads, flip, rot90, what="PatchSampler") -> Dict[str, Any]:
     """The checked options of the C++ sampler, as keyword arguments of _C.Sampler."""
     fields = _field_list(fields, what)
     p = operator.index(patch_size)
-    if p < 1:
-        raise ValueError(f"{what}: patch_size must be positive, got {patch_size!r}")
+    if not 1 <= p < 2 ** 31:
+        raise ValueError(f"{what}: patch_size must be in [1, 2**31), got {patch_size!r}")
     k = operator.index(patches_per_sample)
-    if k < 1:
-        raise ValueError(f"{what}: patches_per_sample must be >= 1, got {patches_per_sample!r}")
+    if not 1 <= k < 2 ** 31:
+        raise ValueError(f"{what}: patches_per_sample must be in [1, 2**31), got {patches_per_sample!r}")
     if require is not None and not isinstance(require, str):
         raise TypeError(f"{what}: require must be a field name or None, got {require!r}")
     mv = float(min_valid)
     if not mv > 0:
         raise ValueError(f"{what}: min_valid must be positive (pixels >= 1, or a fraction of the window < 1), "
                          f"got {min_valid!r}")
+    if not mv <= p * p:
+        raise ValueError(f"{what}: min_valid {min_valid!r} asks for more valid pixels than a {p}x{p} window "
+                         f"holds ({p * p})")
     if positive_fraction is None:
         pf = -1.0
     else:
@@ -150,11 +184,13 @@ def _sampler_options(fields, patch_size, patches_per_sample, require, min_valid,
     r, w = operator.index(rank), operator.index(world_size)
     if w < 1 or not 0 <= r < w:
         raise ValueError(f"{what}: need 0 <= rank < world_size, got rank={rank!r}, world_size={world_size!r}")
+    if w >= 2 ** 31:
+        raise ValueError(f"{what}: world_size must be < 2**31, got {world_size!r}")
     t = operator.index(num_threads)
     if t == 0:
         t = os.cpu_count() or 1
-    if t < 1:
-        raise ValueError(f"{what}: num_threads must be >= 1 (or 0 for all cores), got {num_threads!r}")
+    if not 1 <= t <= 4096:
+        raise ValueError(f"{what}: num_threads must be in [1, 4096] (or 0 for all cores), got {num_threads!r}")
     return dict(fields=list(fields), patch_size=p, patches_per_sample=k, require=require or "", min_valid=mv,
                 positive_fraction=pf, seed=s, rank=r, world_size=w, num_threads=t, flip=bool(flip),
                 rot90=bool(rot90))
@@ -437,7 +473,13 @@ class PatchSampler:
         if s.windows_per_epoch == 0:
             raise ValueError(f"{self._context(method)}: no sample has an admissible {self.patch_size}x"
                              f"{self.patch_size} window ({s.skipped_samples} of {len(self._store)} samples "
-                             f"skipped{', require=' + repr(self._options['require']) if self._options['require'] else ''})")
+                             f"skipped{', require=' + repr(self._options['require']) if self._options['require'] else ''}"
+                             f"{self._min_valid_note() if self._options['require'] else ''})")
+
+    def _min_valid_note(self) -> str:
+        o = self._options
+        return (_min_valid_note(o["min_valid"], self.patch_size)
+                + _best_window(self._store, o["require"], self.patch_size))
 
     def batch(self, n: int, out: Optional[Mapping[str, Any]] = None, *, return_windows: bool = False) -> Any:
         """The next `n` windows: {field: float32 (n, C, P, P)}, continuing into the next epoch.

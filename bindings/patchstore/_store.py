@@ -351,7 +351,12 @@ class Store:
         IndexError when the window leaves the record, ValueError when h or w < 1.
         """
         r = self._r()
-        return _array(r.patch(self._index(r, key), field, int(y), int(x), int(h), int(w)))
+        # Integers only (0.5 or "0" would be truncated or parsed), and within
+        # what C++ takes: a window that far out is outside every record.
+        y, x, h, w = (operator.index(v) for v in (y, x, h, w))
+        if not all(-2 ** 62 <= v < 2 ** 62 for v in (y, x, h, w)):
+            raise IndexError(f"patch: window at y={y}, x={x} of {h}x{w} is outside every record")
+        return _array(r.patch(self._index(r, key), field, y, x, h, w))
 
     # -- volumes (stores of kind "volumes") ------------------------------------
 
@@ -384,7 +389,12 @@ class Store:
         or a store of images.
         """
         r = self._r()
-        return _array(r.slice_stack(self._index(r, key), field, operator.index(k), operator.index(context)))
+        k, context = operator.index(k), operator.index(context)
+        if not -2 ** 62 <= k < 2 ** 62:
+            raise IndexError(f"slice index {k} out of range")
+        if not 0 <= context <= 2 ** 20:  # 2*context+1 slices are returned
+            raise ValueError(f"slice: context {context} is not in [0, 2**20]")
+        return _array(r.slice_stack(self._index(r, key), field, k, context))
 
     def slice_index(self, ids: Optional[Iterable[Key]] = None) -> "SliceIndex":
         """A :class:`patchstore.SliceIndex` over the slices of every volume (or of `ids`, in that order).

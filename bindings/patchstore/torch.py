@@ -829,7 +829,18 @@ class PatchDataset(ResumableDataset, Dataset):
     def _no_sample(self) -> ValueError:
         return ValueError(f"PatchDataset: no sample of '{self.store.path}' has a valid "
                           f"{self.patch_size[0]}x{self.patch_size[1]} patch position"
-                          + (f" (require='{self.require}')" if self.require else ""))
+                          + (f" (require='{self.require}'{self._need()})" if self.require else ""))
+
+    def _need(self) -> str:
+        """", min_valid=0.05: at least 3277 valid pixels of the 65536 in a window"."""
+        ph, pw = self.patch_size
+        mv = float(self.min_valid)
+        need = max(1, math.ceil(mv * ph * pw) if mv < 1 else math.ceil(mv))
+        note = f", min_valid={mv:g}: at least {need} valid pixels of the {ph * pw} in a window"
+        if ph == pw:
+            from ._sampler import _best_window
+            note += _best_window(self.store, self.require, ph)
+        return note
 
     def _windows(self, items: Sequence[int], epoch: Optional[int]) -> Tuple[np.ndarray, np.ndarray]:
         """(samples (B,), windows (B*k, 6)) for items (C++ sampler path)."""

@@ -101,6 +101,7 @@ py::dict SummaryDict(const IngestSummary& s) {
   d["bytes_decoded"] = s.bytes_decoded;
   d["seconds"] = s.seconds;
   d["report_path"] = s.report_path;
+  d["report_error"] = s.report_error;
   d["errors"] = s.errors;
   d["warnings"] = s.warnings;
   return d;

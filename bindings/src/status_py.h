@@ -73,7 +73,13 @@ inline PyObject* CorruptRecordErrorType() {
     case Code::kInternal: type = PyExc_RuntimeError; break;
   }
   const std::string& msg = st.ok() ? std::string("RaiseStatus called with OK") : st.message();
-  PyErr_SetString(type, msg.c_str());
+  // Messages quote ids and paths, which may hold any bytes (not UTF-8, NUL):
+  // decode with backslash escapes so the exception is always the one meant,
+  // never a UnicodeDecodeError or a message cut at a NUL.
+  PyObject* text = PyUnicode_DecodeUTF8(msg.data(), static_cast<Py_ssize_t>(msg.size()), "backslashreplace");
+  if (text == nullptr) throw py::error_already_set();
+  PyErr_SetObject(type, text);
+  Py_DECREF(text);
   throw py::error_already_set();
 }
 

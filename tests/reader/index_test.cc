@@ -58,7 +58,9 @@ std::string MakeStore(const TempDir& dir, uint64_t n, const std::string& name = 
     in.records = {ra, rm};
     EXPECT_TRUE(w->WriteBatch({in}).ok());
   }
-  if (seal) EXPECT_TRUE(w->Seal().ok());
+  if (seal) {
+    EXPECT_TRUE(w->Seal().ok());
+  }
   return path;
 }
 
