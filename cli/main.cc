@@ -429,7 +429,7 @@ int main(int argc, char** argv) {
     if (!window.empty()) {
       bool is_auto = false;
       if (!ps::cli::ParseWindow(window, &eo.window_lo, &eo.window_hi, &is_auto)) {
-        std::cerr << "patchstore: error: --window takes LO,HI with LO < HI, or auto (got '" << window << "')\n";
+        std::cerr << "patchstore: error: --window: must be a finite number pair LO,HI with LO < HI, or auto (got '" << window << "')\n";
         return 2;
       }
       eo.has_window = !is_auto;

@@ -122,7 +122,7 @@ Runner RegisterMontage(CLI::App* app, const bool* quiet) {
     double wlo = 0, whi = 1;
     bool wauto = false;
     if (!window->empty() && !ParseWindow(*window, &wlo, &whi, &wauto)) {
-      std::fprintf(stderr, "patchstore: error: --window takes LO,HI with LO < HI, or auto (got '%s')\n",
+      std::fprintf(stderr, "patchstore: error: --window: must be a finite number pair LO,HI with LO < HI, or auto (got '%s')\n",
                    window->c_str());
       return 2;
     }

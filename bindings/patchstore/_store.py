@@ -343,7 +343,7 @@ class Store:
         r = self._r()
         if field not in self.fields:
             raise KeyError(f"no field '{field}' in '{self._path}' (fields: {', '.join(self.fields)})")
-        return {self.ids[i]: tuple(r.header(i, field)["shape"]) for i in range(len(r))}
+        return {self.ids[i]: tuple(r.summary(i, field)["shape"]) for i in range(len(r))}
 
     def patch(self, key: Key, field: str, y: int, x: int, h: int, w: int) -> np.ndarray:
         """The (C,h,w) window at (y, x) of one record: a read-only view, no copy.
@@ -489,7 +489,7 @@ class Store:
                              f"do not broadcast") from None
         if out is None:
             n = idx.shape[0]
-            c = r.header(int(idx[0]), field)["shape"][0] if n else self.fields[field].channels
+            c = r.summary(int(idx[0]), field)["shape"][0] if n else self.fields[field].channels
             out = np.empty((n, c, int(h), int(w)), dtype=np.float32)
             target = out
         else:
@@ -567,10 +567,11 @@ class Store:
 
 
 def _common_shape(r: "_C.Reader", field: str, first: Tuple[int, ...]) -> Optional[Tuple[int, ...]]:
-    """`first` if every sample's record of `field` has that shape, else None (volumes of different sizes)."""
+    """`first` if every sample's record of `field` has that shape, else None (volumes of different sizes).
+    From the store's sample index: no record is read."""
     for i in range(1, len(r)):
         try:
-            if tuple(r.header(i, field)["shape"]) != first:
+            if tuple(r.summary(i, field)["shape"]) != first:
                 return None
         except (KeyError, OSError):
             return None

@@ -1365,11 +1365,6 @@ class SliceDataset(ResumableDataset, Dataset):
         self._check_shapes()
         self._epoch = _SharedEpoch(0)
 
-    def __getstate__(self) -> Dict[str, Any]:
-        state = self.__dict__.copy()
-        state.pop("_pool", None)  # batch buffers belong to the process that made them
-        return state
-
     def _check_saturation(self, field: str, t: torch.Tensor, lo: float, hi: float) -> None:
         """Warns once per field and process when `clamp` cuts more than clamp_warn of a batch's values.
 
@@ -1525,6 +1520,7 @@ class SliceDataset(ResumableDataset, Dataset):
     def __getstate__(self) -> Dict[str, Any]:
         state = self.__dict__.copy()
         state.pop("_plan_cache", None)  # per process
+        state.pop("_pool", None)  # batch buffers belong to the process that made them
         return state
 
     def __getitems__(self, indices: Sequence[int]) -> List[Tuple[torch.Tensor, ...]]:

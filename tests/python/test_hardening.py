@@ -193,7 +193,7 @@ def test_json_ids_round_trip_utf8_and_surrogateescape(cli, tmp_path):
     r = subprocess.run([cli, "ls", "--json", str(store)], capture_output=True, timeout=30)
     assert r.returncode == 0
     r.stdout.decode("utf-8")  # the output is valid UTF-8 (lone surrogates stay as \udcXX escapes)
-    listed = json.loads(r.stdout)
+    listed = [entry["id"] for entry in json.loads(r.stdout)]  # ls --json: [{"id": ..., "shapes": ...}]
     assert listed == ids + [raw_id]
     assert b'"caf\xc3\xa9/\xc3\xa9"' in r.stdout  # UTF-8 as is, not \u00c3\u00a9
     assert b'"bad\\udcff\\udcc3("' in r.stdout

@@ -115,7 +115,7 @@ def test_montage_auto_window_overlay_ids_and_labels(volstore, cli, tmp_path):
     assert r.returncode == 1 and "crop 64x64 is larger than the 40x40 slices of volume 'p1'" in r.stderr
     r = subprocess.run([cli, "montage", store, str(tmp_path / "a.png"), "--window", "1,0"], capture_output=True,
                        text=True)
-    assert r.returncode == 2 and "--window takes LO,HI" in r.stderr
+    assert r.returncode == 2 and "--window: must be a finite number pair LO,HI" in r.stderr
 
 
 # -- 5. batch buffers are reused, never while held ----------------------------------------------------
@@ -201,7 +201,7 @@ def test_export_window_auto_and_stored_units_warning(volstore, cli, tmp_path):
     assert r.stderr.count("warning") == 1 and "field 'CT' is stored normalised (range[-1024,3000]" in r.stderr
     assert "is in stored units" in r.stderr and "--window auto" in r.stderr
     r = subprocess.run([cli, "export", store, str(tmp_path / "c"), "--window", "3,1"], capture_output=True, text=True)
-    assert r.returncode == 2 and "--window takes LO,HI" in r.stderr
+    assert r.returncode == 2 and "--window: must be a finite number pair LO,HI" in r.stderr
     r = subprocess.run([cli, "export", store, str(tmp_path / "d"), "--boxes"], capture_output=True, text=True)
     assert r.returncode == 2 and "holds volumes" in r.stderr and "patchstore montage" in r.stderr
     h = subprocess.run([cli, "export", "--help"], capture_output=True, text=True).stdout
@@ -360,13 +360,14 @@ def test_pickled_datasets_leave_their_buffers_behind(volstore, frameset):
     import pickle
 
     ds = SliceDataset(volstore[0], ("MR", "CT"), context=1)
-    ds[0]
+    ds.__getitems__([0, 1])  # batches come from the pool (single items take their own path)
     assert ds._pool.bufs
     clone = pickle.loads(pickle.dumps(ds))
     assert "_pool" not in clone.__dict__
     torch.testing.assert_close(clone[3][1], ds[3][1], rtol=0, atol=0)
     pd = PatchDataset(frameset.store, ["rgb"], patch_size=16)
-    pd[0]
+    pd.__getitems__([0, 1])
+    assert "_pool" in pd.__dict__
     assert "_pool" not in pickle.loads(pickle.dumps(pd)).__dict__
 
 
