@@ -7,8 +7,9 @@
 //   BM_SamplerDraw/pm     one window draw (WindowAt) on 1920x1080 masks whose
 //                         valid area is pm per mille of the frame (200 = 20%,
 //                         1 = 0.1%), after the per-sample index is built
-//   BM_SamplerIndex/pm    building that per-sample index (once per sample
-//                         and window size, then cached)
+//   BM_SamplerIndex/pm    building that per-sample index: the mask's
+//                         summed-area table, then runs of qualifying windows
+//                         (once per sample and window size, then cached)
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -35,7 +36,9 @@ std::string Dir() {
 }
 
 // A frames store whose masks hold one square blob covering `permille` of
-// the frame (at a random place per sample), with stored summed-area tables.
+// the frame (at a random place per sample), written as ingest writes it
+// (store format 2: no stored summed-area tables; the sampler computes a
+// frame's table from its mask on the first visit).
 std::shared_ptr<ps::Reader> MaskStore(int permille) {
   static std::map<int, std::shared_ptr<ps::Reader>> cache;
   auto it = cache.find(permille);
@@ -54,11 +57,9 @@ std::shared_ptr<ps::Reader> MaskStore(int permille) {
       m.name = names[f];
       m.channels = static_cast<uint32_t>(channels[f]);
       m.is_mask = f == 1;
-      m.has_sat = f == 1;
       (void)w->EnsureField(m);
     }
     std::vector<float> rgb(static_cast<size_t>(3) * kH * kW, 0.5f), mask(static_cast<size_t>(kH) * kW);
-    std::vector<uint32_t> sat(static_cast<size_t>(kH + 1) * (kW + 1));
     std::mt19937 rng(permille);
     const int side = std::max(1, static_cast<int>(std::sqrt(permille / 1000.0 * kH * kW)));
     for (int s = 0; s < kSamples; ++s) {
@@ -67,7 +68,6 @@ std::shared_ptr<ps::Reader> MaskStore(int permille) {
       const int x0 = static_cast<int>(rng() % (kW - std::min(side, kW) + 1));
       for (int y = y0; y < std::min(kH, y0 + side); ++y)
         for (int x = x0; x < std::min(kW, x0 + side); ++x) mask[static_cast<size_t>(y) * kW + x] = 1.0f;
-      ps::ComputeSat(mask.data(), 1, kH, kW, sat.data());
       ps::SampleInput in;
       in.id = "frame/" + std::to_string(s);
       const void* data[3] = {rgb.data(), mask.data(), rgb.data()};
@@ -78,13 +78,6 @@ std::shared_ptr<ps::Reader> MaskStore(int permille) {
         rec.data = data[f];
         in.records.push_back(rec);
       }
-      ps::RecordInput t;
-      t.field = ps::kAuxFieldBase + 1;
-      t.header.dtype = ps::DType::kUInt32;
-      t.header.layout = ps::Layout::kSAT;
-      t.header.shape = {1, kH + 1, kW + 1, 0};
-      t.data = sat.data();
-      in.records.push_back(t);
       if (!w->WriteBatch({in}).ok()) std::abort();
     }
     if (!w->Seal().ok()) std::abort();
