@@ -194,6 +194,30 @@ void PrivatizeMap(MDB_env* env) {
   ::madvise(reinterpret_cast<void*>(start), size, MADV_RANDOM);
 }
 
+// Walks a database keyed by IndexKey(sample) in key order; stops at the
+// first error (a malformed key, or the visitor's).
+Status WalkByIndex(MDB_txn* txn, MDB_dbi dbi, const std::string& what, const std::string& path,
+                   const std::function<Status(uint64_t, const MDB_val&)>& visit) {
+  MDB_cursor* cur = nullptr;
+  int rc = mdb_cursor_open(txn, dbi, &cur);
+  if (rc != 0) return LmdbError("reading " + what + " of", path, rc);
+  MDB_val k, v;
+  Status st;
+  for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    uint64_t idx;
+    if (!DecodeIndexKey(k.mv_data, k.mv_size, &idx)) {
+      st = Status::Corruption("reading " + what + " of '" + path + "': malformed key");
+      break;
+    }
+    st = visit(idx, v);
+    if (!st.ok()) break;
+  }
+  mdb_cursor_close(cur);
+  if (!st.ok()) return st;
+  if (rc != MDB_NOTFOUND) return LmdbError("reading " + what + " of", path, rc);
+  return Status::OK();
+}
+
 }  // namespace
 
 const char* ToolVersion() { return "0.1.0"; }
@@ -374,29 +398,11 @@ Snapshot::~Snapshot() {
 
 Status Snapshot::ForEachId(const std::function<Status(uint64_t, std::string_view)>& visit) const {
   if (empty_) return Status::OK();
-  MDB_cursor* cur = nullptr;
-  int rc = mdb_cursor_open(txn_, env_->ids_dbi, &cur);
-  if (rc != 0) return LmdbError("reading ids of", path(), rc);
-  MDB_val k, v;
-  Status st;
-  for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-    uint64_t idx;
-    if (!DecodeIndexKey(k.mv_data, k.mv_size, &idx)) {
-      st = Status::Corruption("reading ids of '" + path() + "': malformed key");
-      break;
-    }
+  return WalkByIndex(txn_, env_->ids_dbi, "ids", path(), [&](uint64_t idx, const MDB_val& v) -> Status {
     auto id = DecodeIdValue(idx, v.mv_data, v.mv_size);
-    if (!id.ok()) {
-      st = id.status().WithContext("reading ids of '" + path() + "'");
-      break;
-    }
-    st = visit(idx, *id);
-    if (!st.ok()) break;
-  }
-  mdb_cursor_close(cur);
-  if (!st.ok()) return st;
-  if (rc != MDB_NOTFOUND) return LmdbError("reading ids of", path(), rc);
-  return Status::OK();
+    if (!id.ok()) return id.status().WithContext("reading ids of '" + path() + "'");
+    return visit(idx, *id);
+  });
 }
 
 Status Snapshot::ForEachRecord(
@@ -445,29 +451,12 @@ Result<std::string_view> Snapshot::SealedIndex() const {
 Status Snapshot::ForEachSummary(const std::function<Status(uint64_t, const SampleSummary&)>& visit) const {
   if (empty_) return Status::OK();
   if (!has_index_) return Status::NotFound("store '" + path() + "' has no sample index (format 1)");
-  MDB_cursor* cur = nullptr;
-  int rc = mdb_cursor_open(txn_, env_->index_dbi, &cur);
-  if (rc != 0) return LmdbError("reading the sample index of", path(), rc);
-  MDB_val k, v;
-  Status st;
-  for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-    uint64_t idx;
-    if (!DecodeIndexKey(k.mv_data, k.mv_size, &idx)) {
-      st = Status::Corruption("reading the sample index of '" + path() + "': malformed key");
-      break;
-    }
+  return WalkByIndex(txn_, env_->index_dbi, "the sample index", path(), [&](uint64_t idx, const MDB_val& v) -> Status {
     auto sum = DecodeSampleSummary(idx, v.mv_data, v.mv_size);
-    if (!sum.ok()) {
-      st = sum.status().WithContext("reading the sample index of '" + path() + "' at sample #" + std::to_string(idx));
-      break;
-    }
-    st = visit(idx, *sum);
-    if (!st.ok()) break;
-  }
-  mdb_cursor_close(cur);
-  if (!st.ok()) return st;
-  if (rc != MDB_NOTFOUND) return LmdbError("reading the sample index of", path(), rc);
-  return Status::OK();
+    if (!sum.ok())
+      return sum.status().WithContext("reading the sample index of '" + path() + "' at sample #" + std::to_string(idx));
+    return visit(idx, *sum);
+  });
 }
 
 void Snapshot::Advise(Access access, const void* data, size_t size) const {
