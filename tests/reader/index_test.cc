@@ -333,7 +333,8 @@ TEST(SampleIndex, SealedStoresAreOpenedFromOneValueThatAppendingRemoves) {
   const std::string open = MakeStore(dir, 5, "b.ps", /*seal=*/false);
   EXPECT_FALSE(SealedBlob(sealed).empty());
   EXPECT_TRUE(SealedBlob(open).empty());
-  auto entries = DecodeSealedIndex(SealedBlob(sealed).data(), SealedBlob(sealed).size()).value();
+  const std::string blob = SealedBlob(sealed);  // entries point into it
+  auto entries = DecodeSealedIndex(blob.data(), blob.size()).value();
   ASSERT_EQ(entries.size(), 5u);
   EXPECT_EQ(entries[3].id, "s3");
   auto a = Reader::Open(sealed).value(), b = Reader::Open(open).value();
@@ -371,7 +372,8 @@ TEST(SampleIndex, SealedStoresAreOpenedFromOneValueThatAppendingRemoves) {
     EXPECT_EQ(r->summary(5, 1).valid_count, static_cast<uint64_t>(kH * kW));
     ASSERT_TRUE(w->Seal().ok());
   }
-  EXPECT_EQ(DecodeSealedIndex(SealedBlob(sealed).data(), SealedBlob(sealed).size()).value().size(), 6u);
+  const std::string resealed = SealedBlob(sealed);
+  EXPECT_EQ(DecodeSealedIndex(resealed.data(), resealed.size()).value().size(), 6u);
   EXPECT_EQ(Reader::Open(sealed).value()->id(5), "extra");
   EXPECT_TRUE(VerifyStore(sealed).value().ok());
 }
