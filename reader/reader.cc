@@ -54,8 +54,13 @@ Status Reader::Index() {
     if (entries->size() != n)
       return Status::Corruption("opening store '" + path_ + "': the sealed index lists " +
                                 std::to_string(entries->size()) + " samples, the store " + std::to_string(n));
-    for (uint64_t i = 0; i < n; ++i) {
-      ids_[i] = (*entries)[i].id;
+    size_t id_bytes = 0;
+    for (const auto& e : *entries) id_bytes += e.id.size();
+    id_arena_.reserve(id_bytes);
+    for (const auto& e : *entries) id_arena_.append(e.id);
+    for (uint64_t i = 0, at = 0; i < n; ++i) {
+      ids_[i] = std::string_view(id_arena_.data() + at, (*entries)[i].id.size());
+      at += (*entries)[i].id.size();
       auto sum = DecodeSampleSummary(i, (*entries)[i].summary.data(), (*entries)[i].summary.size());
       if (!sum.ok() || sum->fields.size() > nf)
         return Status::Corruption("opening store '" + path_ + "': sealed index entry #" + std::to_string(i) +
@@ -108,6 +113,10 @@ Result<Reader::RecordRef> Reader::Ref(uint64_t sample, int field) const {
                                 ": listed in the store's sample index but has no record (run `patchstore verify`)");
     return rec.status().WithContext("reading " + Describe(sample, field));
   }
+  // A snapshot without a lock-table slot (a sealed store) does not pin its
+  // pages: if a writer has committed since, the B-tree pages just walked may
+  // have been reused. Never cache what such a lookup found.
+  if (snapshot_->no_lock()) PS_RETURN_IF_ERROR(snapshot_->CheckUnchanged());
   // Threads racing here store the same values.
   s.data.store(reinterpret_cast<const uint8_t*>(rec->data()), std::memory_order_relaxed);
   s.size.store(rec->size(), std::memory_order_relaxed);

@@ -169,6 +169,9 @@ class Reader {
   ReaderOptions options_;
   std::shared_ptr<Snapshot> snapshot_;
   std::vector<std::string_view> ids_;
+  // Ids read from a sealed index are copied here: that value's pages are
+  // freed (and may be reused) when a writer later appends to the store.
+  std::string id_arena_;
   std::unique_ptr<RecordSlot[]> slots_;   // sample * field_count + field, resolved on first access
   size_t slot_count_ = 0;
   std::vector<RecordSummary> summaries_;  // from the sample index, same indexing

@@ -556,7 +556,9 @@ Result<std::vector<SealedIndexEntry>> DecodeSealedIndex(const void* data, size_t
   if (GetU64(p + size - 8) != Checksum64(p, size - 8)) return Status::Corruption("sealed index: checksum mismatch");
   const uint64_t count = GetU64(p + 8);
   const size_t end = size - 8;
-  if (count > end / 8) return Status::Corruption("sealed index: bad count");
+  // Each entry takes at least 8 bytes (two lengths): bounds the count, and
+  // so the allocation, by the blob's own size.
+  if (count > (end - 16) / 8) return Status::Corruption("sealed index: bad count");
   std::vector<SealedIndexEntry> out;
   out.reserve(static_cast<size_t>(count));
   size_t at = 16;

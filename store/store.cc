@@ -70,7 +70,7 @@ Result<StoreMeta> ReadMeta(MDB_txn* txn, MDB_dbi dbi, const std::string& path) {
 }
 
 // Builds the sealed index (FORMAT.md) from the ids and index databases.
-Status PutSealedIndex(Env* env, MDB_txn* txn, uint64_t count) {
+Status PutSealedIndex(Env* env, MDB_txn* txn, uint64_t count, bool* map_full = nullptr) {
   std::string blob = BeginSealedIndex(count);
   MDB_cursor* ic = nullptr;
   int rc = mdb_cursor_open(txn, env->ids_dbi, &ic);
@@ -109,6 +109,7 @@ Status PutSealedIndex(Env* env, MDB_txn* txn, uint64_t count) {
   FinishSealedIndex(&blob);
   MDB_val bk = Val(kSealedIndexKey, sizeof(kSealedIndexKey) - 1), bv = Val(blob.data(), blob.size());
   rc = mdb_put(txn, env->meta_dbi, &bk, &bv, 0);
+  if (rc == MDB_MAP_FULL && map_full != nullptr) *map_full = true;
   if (rc != 0) return LmdbError("sealing: writing the sealed index of", env->path(), rc);
   return Status::OK();
 }
@@ -550,7 +551,13 @@ Result<std::unique_ptr<Writer>> Writer::Open(const std::string& path, const Writ
     struct stat sb;
     uint64_t map = options.initial_map_size;
     const std::string data = path + "/data.mdb";
-    if (::stat(data.c_str(), &sb) == 0) map = std::max<uint64_t>(map, static_cast<uint64_t>(sb.st_size) + (uint64_t{256} << 20));
+    // Headroom of an eighth of the file (at least 256 MiB): a format-1
+    // upgrade adds under 400 bytes per sample, and every sample holds at
+    // least one 4 KiB record.
+    if (::stat(data.c_str(), &sb) == 0) {
+      const uint64_t file = static_cast<uint64_t>(sb.st_size);
+      map = std::max<uint64_t>(map, file + std::max<uint64_t>(uint64_t{256} << 20, file / 8));
+    }
     mdb_env_set_mapsize(env->env_, map);
   }
   unsigned flags = MDB_NOTLS | (options.durable ? 0 : MDB_NOSYNC);
@@ -783,6 +790,18 @@ Status Writer::Upgrade(MDB_txn* txn) {
   if (from < kOldestUpgradableStoreFormat)
     return Status::Unsupported("upgrading store '" + path + "': format " + std::to_string(from) + " is too old");
   const size_t nf = meta_.fields.size();
+  {
+    // The metadata's count sizes the allocation below: check it against the
+    // ids database first (a damaged or hostile count is an error, not an
+    // abort on a huge allocation).
+    MDB_stat ist;
+    int src = mdb_stat(txn, env_->ids_dbi, &ist);
+    if (src != 0) return LmdbError("upgrading: reading ids of", path, src);
+    if (ist.ms_entries != meta_.sample_count)
+      return Status::Corruption("upgrading store '" + path + "': metadata says " + std::to_string(meta_.sample_count) +
+                                " samples but the ids database holds " + std::to_string(ist.ms_entries) +
+                                " (run `patchstore verify`)");
+  }
   std::vector<SampleSummary> sums(meta_.sample_count);
   for (auto& s : sums) s.fields.resize(nf);
   MDB_cursor* cur = nullptr;
@@ -851,6 +870,19 @@ Status Writer::WriteBatch(const std::vector<SampleInput>& samples) {
 Status Writer::CommitMeta() { return WriteBatch({}); }
 
 Status Writer::Seal() {
+  // The sealed index is one value as large as all ids and summaries: after
+  // a long ingest the map may be full; grow and try again, as WriteBatch does.
+  for (int attempt = 0; attempt < 40; ++attempt) {
+    bool map_full = false;
+    Status st = TrySeal(&map_full);
+    if (!map_full) return st;
+    PS_RETURN_IF_ERROR(Grow());
+  }
+  return Status::IOError("sealing '" + env_->path() + "': map could not grow enough");
+}
+
+Status Writer::TrySeal(bool* map_full) {
+  *map_full = false;
   MDB_txn* txn = nullptr;
   int rc = mdb_txn_begin(env_->raw(), nullptr, 0, &txn);
   if (rc != 0) return LmdbError("starting write transaction on", env_->path(), rc);
@@ -861,13 +893,15 @@ Status Writer::Seal() {
   rc = mdb_put(txn, env_->meta_dbi, &mk, &mv, 0);
   if (rc != 0) {
     mdb_txn_abort(txn);
+    *map_full = rc == MDB_MAP_FULL;
     return LmdbError("sealing", env_->path(), rc);
   }
-  if (Status st = PutSealedIndex(env_.get(), txn, next.sample_count); !st.ok()) {
+  if (Status st = PutSealedIndex(env_.get(), txn, next.sample_count, map_full); !st.ok()) {
     mdb_txn_abort(txn);
     return st;
   }
   rc = mdb_txn_commit(txn);
+  if (rc == MDB_MAP_FULL) *map_full = true;
   if (rc != 0) return LmdbError("sealing", env_->path(), rc);
   rc = mdb_env_sync(env_->raw(), 1);
   if (rc != 0) return LmdbError("syncing", env_->path(), rc);

@@ -220,6 +220,7 @@ class Writer {
   Status TryWrite(const std::vector<SampleInput>& samples, bool* map_full);
   Status Grow();
   Status Upgrade(MDB_txn* txn);
+  Status TrySeal(bool* map_full);
   std::shared_ptr<Env> env_;
   uint16_t upgraded_from_ = 0;
   StoreMeta meta_;

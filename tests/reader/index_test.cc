@@ -74,7 +74,9 @@ void EditLmdb(const std::string& path, const std::function<void(MDB_txn*, MDB_db
   ASSERT_EQ(mdb_txn_begin(env, nullptr, 0, &txn), 0);
   MDB_dbi meta, index;
   ASSERT_EQ(mdb_dbi_open(txn, "meta", 0, &meta), 0);
-  ASSERT_EQ(mdb_dbi_open(txn, "index", 0, &index), 0);
+  const int irc = mdb_dbi_open(txn, "index", 0, &index);  // absent in a format-1 store
+  if (irc == MDB_NOTFOUND) index = 0;
+  else ASSERT_EQ(irc, 0);
   edit(txn, meta, index);
   ASSERT_EQ(mdb_txn_commit(txn), 0);
   mdb_env_close(env);
@@ -241,6 +243,56 @@ TEST(SampleIndex, Format1StoreIsRefusedWithTheUpgradeCommandThenUpgraded) {
   for (uint64_t s = 0; s < 4; ++s)
     for (int f = 0; f < 2; ++f) EXPECT_TRUE(a->summary(s, f) == b->summary(s, f)) << s << "," << f;
   EXPECT_TRUE(VerifyStore(path).value().ok());
+}
+
+TEST(SampleIndex, UpgradeRefusesAHostileSampleCountInsteadOfAllocatingIt) {
+  TempDir dir;
+  const std::string path = MakeStore(dir, 3);
+  MakeFormat1(path);
+  EditLmdb(path, [&](MDB_txn* txn, MDB_dbi meta, MDB_dbi) {
+    MDB_val k{5, const_cast<char*>("store")}, v;
+    ASSERT_EQ(mdb_get(txn, meta, &k, &v), 0);
+    auto m = StoreMeta::Decode(std::string_view(static_cast<const char*>(v.mv_data), v.mv_size)).value();
+    m.sample_count = uint64_t{1} << 60;
+    const std::string text = m.Encode();
+    MDB_val nv{text.size(), const_cast<char*>(text.data())};
+    ASSERT_EQ(mdb_put(txn, meta, &k, &nv, 0), 0);
+  });
+  WriterOptions wo;
+  wo.durable = false;
+  auto w = Writer::Open(path, wo);  // a resumed ingest opens the store like this
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.status().code(), Code::kCorruption);
+  EXPECT_NE(w.status().message().find("ids database holds 3"), std::string::npos) << w.status().message();
+}
+
+TEST(SampleIndex, IdsOfASealedStoreOutliveItsSealedIndex) {
+  // A reader of a sealed store keeps valid ids after a writer appends (the
+  // append frees the sealed index's pages, which later commits reuse).
+  TempDir dir;
+  const std::string path = MakeStore(dir, 4);
+  auto r = Reader::Open(path).value();
+  {
+    WriterOptions wo;
+    wo.durable = false;
+    auto w = Writer::Open(path, wo).value();
+    std::vector<float> img(2 * kH * kW, 3.0f), mask(kH * kW, 1.0f);
+    for (int i = 0; i < 6; ++i) {
+      SampleInput in;
+      in.id = "new" + std::to_string(i);
+      RecordInput ra, rm;
+      ra.field = 0;
+      ra.header.shape = {2, kH, kW, 0};
+      ra.data = img.data();
+      rm.field = 1;
+      rm.header.shape = {1, kH, kW, 0};
+      rm.data = mask.data();
+      in.records = {ra, rm};
+      ASSERT_TRUE(w->WriteBatch({in}).ok());
+    }
+  }
+  for (uint64_t s = 0; s < 4; ++s) EXPECT_EQ(r->id(s), "s" + std::to_string(s));
+  EXPECT_EQ(r->Find("s2").value(), 2u);
 }
 
 TEST(SampleIndex, IndexDisagreeingWithRecordsIsRefusedAndNamed) {
