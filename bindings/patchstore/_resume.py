@@ -57,7 +57,8 @@ def check_state(state: Any, what: str, expect: Dict[str, Any]) -> Tuple[int, int
     return epoch, batch
 
 
-def distributed(rank: Optional[int], world_size: Optional[int]) -> Tuple[int, int]:
+def distributed_defaults(rank: Optional[int], world_size: Optional[int]) -> Tuple[int, int]:
+    """rank/world_size as given, else torch.distributed's when it is initialised, else (0, 1)."""
     import torch
 
     dist = getattr(torch, "distributed", None)
@@ -66,7 +67,11 @@ def distributed(rank: Optional[int], world_size: Optional[int]) -> Tuple[int, in
         rank = dist.get_rank() if active else 0
     if world_size is None:
         world_size = dist.get_world_size() if active else 1
-    rank, world_size = operator.index(rank), operator.index(world_size)
+    return operator.index(rank), operator.index(world_size)
+
+
+def distributed(rank: Optional[int], world_size: Optional[int]) -> Tuple[int, int]:
+    rank, world_size = distributed_defaults(rank, world_size)
     if world_size < 1 or not 0 <= rank < world_size:
         raise ValueError(f"rank must be in [0, world_size) and world_size >= 1, got rank={rank} "
                          f"world_size={world_size}")

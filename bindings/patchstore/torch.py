@@ -81,7 +81,7 @@ from torch.utils.data import Dataset, IterableDataset, default_collate
 from . import _patchstore as _C
 from ._sampler import PatchSampler, _sampler_options
 from ._store import Store
-from ._resume import EpochBatchSampler, ResumableDataset
+from ._resume import EpochBatchSampler, ResumableDataset, distributed_defaults
 from ._volumes import SliceIndex, SliceRef, SliceTransform, draw_transforms
 
 __all__ = ["BatchLoader", "EpochBatchSampler", "PatchDataset", "SliceDataset", "collate", "slice_collate"]
@@ -378,14 +378,7 @@ def _batch_tensor(owner: Any, shape: Tuple[int, ...], shared: bool, fields: int)
     return _empty(shape, shared)
 
 
-def _distributed_defaults(rank: Optional[int], world_size: Optional[int]) -> Tuple[int, int]:
-    dist = getattr(torch, "distributed", None)
-    active = dist is not None and dist.is_available() and dist.is_initialized()
-    if rank is None:
-        rank = dist.get_rank() if active else 0
-    if world_size is None:
-        world_size = dist.get_world_size() if active else 1
-    return operator.index(rank), operator.index(world_size)
+_distributed_defaults = distributed_defaults
 
 
 class BatchLoader(IterableDataset):
