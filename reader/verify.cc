@@ -140,12 +140,7 @@ Result<VerifyReport> VerifyStore(const std::string& path, const std::function<vo
       rst = Status::Corruption("record has " + std::to_string(h->shape[0]) + " channels, the field " +
                                std::to_string(meta.fields[f].channels));
     if (rst.ok() && f < nf && have_sum[s]) {
-      RecordSummary want = SummaryOf(*h);
-      if (meta.fields[f].is_mask && h->dtype == DType::kFloat32) {
-        want.has_valid_count = true;
-        want.valid_count = CountValid(reinterpret_cast<const float*>(data + kRecordHeaderSize), h->elements());
-      }
-      if (!(want == sums[s].fields[f]))
+      if (!(SummarizeRecord(*h, data, meta.fields[f].is_mask) == sums[s].fields[f]))
         rst = Status::Corruption("the sample index disagrees with the record (shape, layout or mask count)");
     }
     if (!rst.ok()) report.problems.push_back({sample_name(s), field_name(f), rst.message()});

@@ -442,6 +442,16 @@ RecordSummary SummaryOf(const RecordHeader& h) {
   return r;
 }
 
+RecordSummary SummarizeRecord(const RecordHeader& h, const void* record, bool is_mask) {
+  RecordSummary r = SummaryOf(h);
+  if (is_mask && h.dtype == DType::kFloat32) {
+    r.has_valid_count = true;
+    r.valid_count =
+        CountValid(reinterpret_cast<const float*>(static_cast<const uint8_t*>(record) + kRecordHeaderSize), h.elements());
+  }
+  return r;
+}
+
 uint64_t CountValid(const float* data, uint64_t n) {
   uint64_t c = 0;
   // v == v is false for NaN; v != 0 is false for +-0.

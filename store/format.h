@@ -214,6 +214,10 @@ struct SampleSummary {
 RecordSummary SummaryOf(const RecordHeader& header);
 // Counts the values of a float32 mask payload that are non-zero and not NaN.
 uint64_t CountValid(const float* data, uint64_t n);
+// The summary of a record (header at `record`, payload after it): SummaryOf
+// plus, for a float32 record of a mask field, its valid count. The writer,
+// the upgrade and verify all derive entries with this one function.
+RecordSummary SummarizeRecord(const RecordHeader& header, const void* record, bool is_mask);
 
 // Encodes a summary with a checksum over (IndexKey(sample) || bytes), so a
 // damaged or misplaced value is detected.

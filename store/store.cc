@@ -749,14 +749,8 @@ Status Writer::TryWrite(const std::vector<SampleInput>& samples, bool* map_full)
       std::memset(body + h.payload_bytes, 0, h.body_bytes - h.payload_bytes);
       h.body_checksum = Checksum64(body, h.body_bytes);
       EncodeRecordHeader(h, base);
-      if (r.field < summary.fields.size()) {
-        RecordSummary& rs = summary.fields[r.field];
-        rs = SummaryOf(h);
-        if (meta_.fields[r.field].is_mask && h.dtype == DType::kFloat32) {
-          rs.has_valid_count = true;
-          rs.valid_count = CountValid(reinterpret_cast<const float*>(body), h.elements());
-        }
-      }
+      if (r.field < summary.fields.size())
+        summary.fields[r.field] = SummarizeRecord(h, base, meta_.fields[r.field].is_mask);
     }
     const std::string sval = EncodeSampleSummary(index, summary);
     MDB_val sk = Val(ikey.data(), ikey.size()), sv = Val(sval.data(), sval.size());
@@ -828,14 +822,7 @@ Status Writer::Upgrade(MDB_txn* txn) {
                                   meta_.fields[field].name + "' (run `patchstore verify`)");
       break;
     }
-    RecordSummary& rs = sums[idx].fields[field];
-    rs = SummaryOf(*h);
-    if (meta_.fields[field].is_mask && h->dtype == DType::kFloat32) {
-      rs.has_valid_count = true;
-      rs.valid_count = CountValid(reinterpret_cast<const float*>(static_cast<const uint8_t*>(v.mv_data) +
-                                                                 kRecordHeaderSize),
-                                  h->elements());
-    }
+    sums[idx].fields[field] = SummarizeRecord(*h, v.mv_data, meta_.fields[field].is_mask);
   }
   mdb_cursor_close(cur);
   if (!st.ok()) return st;
