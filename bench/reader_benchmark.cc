@@ -18,8 +18,8 @@
 #include <random>
 #include <vector>
 
-#include "reader/reader.h"
-#include "store/store.h"
+#include "patchstore/reader/reader.h"
+#include "patchstore/store/store.h"
 
 namespace ps = patchstore;
 

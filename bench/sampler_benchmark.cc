@@ -21,8 +21,8 @@
 #include <random>
 #include <vector>
 
-#include "reader/sampler.h"
-#include "store/store.h"
+#include "patchstore/reader/sampler.h"
+#include "patchstore/store/store.h"
 
 namespace ps = patchstore;
 

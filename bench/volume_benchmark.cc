@@ -23,9 +23,9 @@
 #include <random>
 #include <vector>
 
-#include "reader/reader.h"
-#include "reader/volume.h"
-#include "store/store.h"
+#include "patchstore/reader/reader.h"
+#include "patchstore/reader/volume.h"
+#include "patchstore/store/store.h"
 
 namespace ps = patchstore;
 

@@ -18,8 +18,8 @@
 #include "cli/commands.h"
 #include "cli/json.h"
 #include "cli/validators.h"
-#include "reader/reader.h"
-#include "reader/volume.h"
+#include "patchstore/reader/reader.h"
+#include "patchstore/reader/volume.h"
 
 namespace patchstore::cli {
 namespace {

@@ -13,7 +13,7 @@
 
 #include "cli/commands.h"
 #include "cli/progress.h"
-#include "ingest/ingest_hdf5.h"
+#include "patchstore/ingest/ingest_hdf5.h"
 
 namespace patchstore::cli {
 namespace {

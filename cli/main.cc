@@ -20,11 +20,11 @@
 #include "cli/progress.h"
 #include "cli/shapes.h"
 #include "cli/validators.h"
-#include "ingest/ingest.h"
-#include "ingest/montage.h"
-#include "reader/reader.h"
-#include "reader/verify.h"
-#include "store/store.h"
+#include "patchstore/ingest/ingest.h"
+#include "patchstore/ingest/montage.h"
+#include "patchstore/reader/reader.h"
+#include "patchstore/reader/verify.h"
+#include "patchstore/store/store.h"
 
 namespace ps = patchstore;
 using patchstore::cli::JsonString;

@@ -7,9 +7,9 @@
 
 #include "cli/commands.h"
 #include "cli/validators.h"
-#include "ingest/montage.h"
-#include "ingest/volume_montage.h"
-#include "reader/reader.h"
+#include "patchstore/ingest/montage.h"
+#include "patchstore/ingest/volume_montage.h"
+#include "patchstore/reader/reader.h"
 
 namespace patchstore::cli {
 

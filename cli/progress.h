@@ -12,7 +12,7 @@
 #include <iostream>
 #include <string>
 
-#include "ingest/ingest.h"
+#include "patchstore/ingest/ingest.h"
 
 namespace patchstore::cli {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "reader/reader.h"
+#include "patchstore/reader/reader.h"
 
 namespace patchstore::cli {
 

@@ -1,4 +1,4 @@
-#include "ingest/checks.h"
+#include "patchstore/ingest/checks.h"
 
 #include <sys/stat.h>
 #include <unistd.h>

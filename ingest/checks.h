@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "store/format.h"
-#include "store/status.h"
+#include "patchstore/store/format.h"
+#include "patchstore/store/status.h"
 
 namespace patchstore {
 

@@ -1,4 +1,4 @@
-#include "ingest/decode.h"
+#include "patchstore/ingest/decode.h"
 
 #include <ImfChannelList.h>
 #include <ImfFrameBuffer.h>
@@ -19,7 +19,7 @@
 #include <fstream>
 #include <vector>
 
-#include "ingest/checks.h"
+#include "patchstore/ingest/checks.h"
 
 namespace patchstore {
 namespace {

@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <string>
 
-#include "store/format.h"
-#include "store/status.h"
+#include "patchstore/store/format.h"
+#include "patchstore/store/status.h"
 
 namespace patchstore {
 

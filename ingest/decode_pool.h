@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "ingest/decode.h"
+#include "patchstore/ingest/decode.h"
 
 namespace patchstore {
 

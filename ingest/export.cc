@@ -17,12 +17,12 @@
 #include <filesystem>
 #include <random>
 
-#include "ingest/decode.h"
-#include "ingest/hdf5_internal.h"
-#include "ingest/ingest.h"
-#include "ingest/montage.h"
-#include "reader/reader.h"
-#include "reader/volume.h"
+#include "patchstore/ingest/decode.h"
+#include "patchstore/ingest/hdf5_internal.h"
+#include "patchstore/ingest/ingest.h"
+#include "patchstore/ingest/montage.h"
+#include "patchstore/reader/reader.h"
+#include "patchstore/reader/volume.h"
 
 namespace patchstore {
 namespace fs = std::filesystem;

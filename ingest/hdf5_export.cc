@@ -10,9 +10,9 @@
 #include <filesystem>
 #include <vector>
 
-#include "ingest/hdf5_internal.h"
-#include "reader/reader.h"
-#include "reader/volume.h"
+#include "patchstore/ingest/hdf5_internal.h"
+#include "patchstore/reader/reader.h"
+#include "patchstore/reader/volume.h"
 
 namespace patchstore {
 namespace {

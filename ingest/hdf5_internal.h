@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "ingest/ingest.h"
-#include "store/format.h"
-#include "store/status.h"
+#include "patchstore/ingest/ingest.h"
+#include "patchstore/store/format.h"
+#include "patchstore/store/status.h"
 
 namespace patchstore {
 namespace hdf5 {

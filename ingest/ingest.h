@@ -33,8 +33,8 @@
 #include <utility>
 #include <vector>
 
-#include "store/format.h"
-#include "store/status.h"
+#include "patchstore/store/format.h"
+#include "patchstore/store/status.h"
 
 namespace patchstore {
 

@@ -18,11 +18,11 @@
 #include <set>
 #include <utility>
 
-#include "ingest/checks.h"
-#include "ingest/hdf5_internal.h"
-#include "ingest/ingest_hdf5.h"
-#include "reader/reader.h"
-#include "store/store.h"
+#include "patchstore/ingest/checks.h"
+#include "patchstore/ingest/hdf5_internal.h"
+#include "patchstore/ingest/ingest_hdf5.h"
+#include "patchstore/reader/reader.h"
+#include "patchstore/store/store.h"
 
 namespace patchstore {
 namespace {

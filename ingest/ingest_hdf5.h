@@ -77,8 +77,8 @@
 #include <string>
 #include <vector>
 
-#include "ingest/ingest.h"
-#include "store/status.h"
+#include "patchstore/ingest/ingest.h"
+#include "patchstore/store/status.h"
 
 namespace patchstore {
 

@@ -14,14 +14,14 @@
 #include <mutex>
 #include <thread>
 
-#include "ingest/decode.h"
-#include "ingest/decode_pool.h"
-#include "ingest/ingest.h"
-#include "ingest/sources.h"
-#include "reader/sat.h"
-#include "store/store.h"
+#include "patchstore/ingest/decode.h"
+#include "patchstore/ingest/decode_pool.h"
+#include "patchstore/ingest/ingest.h"
+#include "patchstore/ingest/sources.h"
+#include "patchstore/reader/sat.h"
+#include "patchstore/store/store.h"
 
-#include "ingest/checks.h"
+#include "patchstore/ingest/checks.h"
 
 namespace patchstore {
 namespace {

@@ -1,6 +1,6 @@
-#include "ingest/montage.h"
+#include "patchstore/ingest/montage.h"
 
-#include "ingest/decode.h"
+#include "patchstore/ingest/decode.h"
 
 #include <unistd.h>
 
@@ -13,7 +13,7 @@
 #include <cstdio>
 #include <fstream>
 
-#include "reader/sampler.h"
+#include "patchstore/reader/sampler.h"
 
 namespace patchstore {
 namespace {

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "store/status.h"
+#include "patchstore/store/status.h"
 
 namespace patchstore {
 

@@ -1,4 +1,4 @@
-#include "ingest/sources.h"
+#include "patchstore/ingest/sources.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -8,7 +8,7 @@
 #include <set>
 #include <sstream>
 
-#include "ingest/checks.h"
+#include "patchstore/ingest/checks.h"
 
 namespace patchstore {
 namespace fs = std::filesystem;

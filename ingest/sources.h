@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "store/status.h"
+#include "patchstore/store/status.h"
 
 namespace patchstore {
 

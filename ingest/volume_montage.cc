@@ -1,4 +1,4 @@
-#include "ingest/volume_montage.h"
+#include "patchstore/ingest/volume_montage.h"
 
 #include <opencv2/imgproc.hpp>
 
@@ -6,7 +6,7 @@
 #include <cmath>
 #include <tuple>
 
-#include "reader/reader.h"
+#include "patchstore/reader/reader.h"
 
 namespace patchstore {
 namespace {

@@ -23,9 +23,9 @@
 #include <string>
 #include <vector>
 
-#include "ingest/montage.h"
-#include "reader/volume.h"
-#include "store/status.h"
+#include "patchstore/ingest/montage.h"
+#include "patchstore/reader/volume.h"
+#include "patchstore/store/status.h"
 
 namespace patchstore {
 

@@ -1,6 +1,6 @@
-#include "reader/reader.h"
+#include "patchstore/reader/reader.h"
 
-#include "reader/parallel.h"
+#include "patchstore/reader/parallel.h"
 
 #include <unistd.h>
 

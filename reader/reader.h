@@ -36,11 +36,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "reader/sat.h"
-#include "reader/tensor_view.h"
-#include "store/format.h"
-#include "store/status.h"
-#include "store/store.h"
+#include "patchstore/reader/sat.h"
+#include "patchstore/reader/tensor_view.h"
+#include "patchstore/store/format.h"
+#include "patchstore/store/status.h"
+#include "patchstore/store/store.h"
 
 namespace patchstore {
 

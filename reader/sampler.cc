@@ -1,6 +1,6 @@
-#include "reader/sampler.h"
+#include "patchstore/reader/sampler.h"
 
-#include "reader/parallel.h"
+#include "patchstore/reader/parallel.h"
 
 #include <algorithm>
 #include <cmath>

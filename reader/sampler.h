@@ -43,7 +43,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "reader/reader.h"
+#include "patchstore/reader/reader.h"
 
 namespace patchstore {
 

@@ -1,4 +1,4 @@
-#include "reader/sat.h"
+#include "patchstore/reader/sat.h"
 
 #include <cmath>
 #include <cstring>

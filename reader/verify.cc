@@ -1,4 +1,4 @@
-#include "reader/verify.h"
+#include "patchstore/reader/verify.h"
 
 #include <unistd.h>
 
@@ -6,8 +6,8 @@
 #include <set>
 #include <utility>
 
-#include "store/format.h"
-#include "store/store.h"
+#include "patchstore/store/format.h"
+#include "patchstore/store/store.h"
 
 namespace patchstore {
 

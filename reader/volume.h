@@ -37,9 +37,9 @@
 #include <utility>
 #include <vector>
 
-#include "reader/reader.h"
-#include "reader/tensor_view.h"
-#include "store/status.h"
+#include "patchstore/reader/reader.h"
+#include "patchstore/reader/tensor_view.h"
+#include "patchstore/store/status.h"
 
 namespace patchstore {
 

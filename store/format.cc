@@ -1,4 +1,4 @@
-#include "store/format.h"
+#include "patchstore/store/format.h"
 
 #include <xxhash.h>
 

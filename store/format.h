@@ -16,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-#include "store/status.h"
+#include "patchstore/store/status.h"
 
 namespace patchstore {
 

@@ -1,5 +1,7 @@
-#include "store/status.h"
+#include "patchstore/store/status.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace patchstore {
@@ -45,5 +47,12 @@ Status Status::WithContext(const std::string& context) const {
   if (ok()) return *this;
   return Status(rep_->code, context + ": " + rep_->message);
 }
+
+namespace internal {
+void DieOnError(const Status& status) {
+  std::fprintf(stderr, "patchstore: Result::value() on an error: %s\n", status.ToString().c_str());
+  std::abort();
+}
+}  // namespace internal
 
 }  // namespace patchstore

@@ -71,6 +71,11 @@ class [[nodiscard]] Status {
   std::shared_ptr<const Rep> rep_;
 };
 
+namespace internal {
+// Prints the status to stderr and aborts. Used by Result::value() on an error.
+[[noreturn]] void DieOnError(const Status& status);
+}  // namespace internal
+
 // Result<T> holds either a value or a failed Status.
 template <typename T>
 class [[nodiscard]] Result {
@@ -83,16 +88,21 @@ class [[nodiscard]] Result {
   bool ok() const { return std::holds_alternative<T>(v_); }
   Status status() const { return ok() ? Status::OK() : std::get<Status>(v_); }
 
-  // REQUIRES: ok().
-  T& value() & { return std::get<T>(v_); }
-  const T& value() const& { return std::get<T>(v_); }
-  T&& value() && { return std::get<T>(std::move(v_)); }
+  // The value. On an error, prints "patchstore: Result::value() on an error:
+  // <status>" to stderr and aborts (as Arrow's ValueOrDie): check ok() first.
+  T& value() & { return *CheckedValue(); }
+  const T& value() const& { return *const_cast<Result*>(this)->CheckedValue(); }
+  T&& value() && { return std::move(*CheckedValue()); }
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
 
  private:
+  T* CheckedValue() {
+    if (T* v = std::get_if<T>(&v_)) return v;
+    internal::DieOnError(std::get<Status>(v_));
+  }
   std::variant<T, Status> v_;
 };
 

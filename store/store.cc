@@ -1,4 +1,6 @@
-#include "store/store.h"
+#include "patchstore/store/store.h"
+
+#include <lmdb.h>
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -15,6 +17,41 @@
 #include <filesystem>
 
 namespace patchstore {
+
+// One open LMDB environment. Created by Writer::Open or Snapshot::Open.
+class Env;
+Result<std::shared_ptr<Env>> OpenReadEnv(const std::string& path, bool no_lock);
+
+class Env {
+ public:
+  ~Env();
+  Env(const Env&) = delete;
+  Env& operator=(const Env&) = delete;
+
+  MDB_env* raw() const { return env_; }
+  const std::string& path() const { return path_; }
+  bool read_only() const { return read_only_; }
+  bool no_lock() const { return no_lock_; }
+  // True when called in the process that opened the environment.
+  bool InOpeningProcess() const;
+
+  MDB_dbi meta_dbi = 0, ids_dbi = 0, records_dbi = 0, index_dbi = 0;
+
+ private:
+  friend class Writer;
+  friend class Snapshot;
+  friend Result<std::shared_ptr<Env>> OpenReadEnv(const std::string& path, bool no_lock);
+  Env() = default;
+  MDB_env* env_ = nullptr;
+  std::string path_;
+  bool read_only_ = true;
+  bool no_lock_ = false;
+  pid_t pid_ = 0;
+};
+
+// Formats an LMDB return code as a Status: "<what> '<path>': <mdb_strerror>".
+Status LmdbError(const std::string& what, const std::string& path, int rc);
+
 namespace {
 
 constexpr unsigned kMaxReaders = 1024;  // fixed by the first opener; keep it large
@@ -311,12 +348,14 @@ Result<std::shared_ptr<Snapshot>> Snapshot::Open(const std::string& path, const 
       int dead = 0;
       mdb_reader_check(env->raw(), &dead);  // clear slots of killed readers
     }
-    int rc = mdb_txn_begin(env->raw(), nullptr, MDB_RDONLY, &snap->txn_);
+    MDB_txn* read_txn = nullptr;
+    int rc = mdb_txn_begin(env->raw(), nullptr, MDB_RDONLY, &read_txn);
     if (rc == MDB_MAP_RESIZED) {
       mdb_env_set_mapsize(env->raw(), 0);  // LMDB maps again: make the new map private too
       PrivatizeMap(env->raw());
-      rc = mdb_txn_begin(env->raw(), nullptr, MDB_RDONLY, &snap->txn_);
+      rc = mdb_txn_begin(env->raw(), nullptr, MDB_RDONLY, &read_txn);
     }
+    snap->txn_ = read_txn;
     if (rc == MDB_READERS_FULL)
       return Status::IOError("opening store '" + path + "': LMDB reader table full (" +
                              std::to_string(kMaxReaders) + " slots); too many concurrent readers");
@@ -327,15 +366,15 @@ Result<std::shared_ptr<Snapshot>> Snapshot::Open(const std::string& path, const 
       // databases at all: that is an empty store, not a damaged one.
       MDB_stat main_stat;
       MDB_dbi main_dbi;
-      if (mdb_dbi_open(snap->txn_, nullptr, 0, &main_dbi) == 0 && mdb_stat(snap->txn_, main_dbi, &main_stat) == 0 &&
+      if (mdb_dbi_open(static_cast<MDB_txn*>(snap->txn_), nullptr, 0, &main_dbi) == 0 && mdb_stat(static_cast<MDB_txn*>(snap->txn_), main_dbi, &main_stat) == 0 &&
           main_stat.ms_entries == 0) {
         snap->empty_ = true;
         snap->meta_.tool_version = ToolVersion();
         return snap;
       }
     }
-    PS_RETURN_IF_ERROR(OpenDbis(env, snap->txn_, 0));
-    PS_ASSIGN_OR_RETURN(snap->meta_, ReadMeta(snap->txn_, env->meta_dbi, path));
+    PS_RETURN_IF_ERROR(OpenDbis(env, static_cast<MDB_txn*>(snap->txn_), 0));
+    PS_ASSIGN_OR_RETURN(snap->meta_, ReadMeta(static_cast<MDB_txn*>(snap->txn_), env->meta_dbi, path));
     if (snap->meta_.format_version < kStoreFormatVersion && !options.allow_old_format)
       return Status::Unsupported("opening store '" + path + "': it has store format " +
                                  std::to_string(snap->meta_.format_version) + " (written by patchstore " +
@@ -343,7 +382,7 @@ Result<std::shared_ptr<Snapshot>> Snapshot::Open(const std::string& path, const 
                                  std::to_string(kStoreFormatVersion) + ". Run `patchstore upgrade " + path +
                                  "` once: it adds the sample index and keeps every record");
     {
-      int irc = mdb_dbi_open(snap->txn_, "index", 0, &env->index_dbi);
+      int irc = mdb_dbi_open(static_cast<MDB_txn*>(snap->txn_), "index", 0, &env->index_dbi);
       if (irc == 0) {
         snap->has_index_ = true;
       } else if (irc != MDB_NOTFOUND) {
@@ -360,7 +399,7 @@ Result<std::shared_ptr<Snapshot>> Snapshot::Open(const std::string& path, const 
       continue;
     }
     MDB_stat st;
-    rc = mdb_stat(snap->txn_, env->ids_dbi, &st);
+    rc = mdb_stat(static_cast<MDB_txn*>(snap->txn_), env->ids_dbi, &st);
     if (rc != 0) return LmdbError("reading ids database of", path, rc);
     snap->id_count_ = st.ms_entries;
     if (snap->id_count_ != snap->meta_.sample_count)
@@ -368,7 +407,7 @@ Result<std::shared_ptr<Snapshot>> Snapshot::Open(const std::string& path, const 
                                 std::to_string(snap->meta_.sample_count) + " samples but the ids database holds " +
                                 std::to_string(snap->id_count_));
     if (snap->has_index_) {
-      rc = mdb_stat(snap->txn_, env->index_dbi, &st);
+      rc = mdb_stat(static_cast<MDB_txn*>(snap->txn_), env->index_dbi, &st);
       if (rc != 0) return LmdbError("reading index database of", path, rc);
       if (st.ms_entries != snap->meta_.sample_count)
         return Status::Corruption("opening store '" + path + "': metadata says " +
@@ -386,20 +425,23 @@ Status Snapshot::CheckUnchanged() const {
   if (!no_lock() || txn_ == nullptr || !env_->InOpeningProcess()) return Status::OK();
   MDB_envinfo info;
   if (mdb_env_info(env_->raw(), &info) != 0) return Status::OK();
-  const size_t mine = mdb_txn_id(txn_);
+  const size_t mine = mdb_txn_id(static_cast<MDB_txn*>(txn_));
   if (info.me_last_txnid == mine) return Status::OK();
   return Status::IOError("reading store '" + path() + "': the store changed since this reader opened it (another "
                          "process wrote to it after it was sealed; transaction " + std::to_string(mine) + " -> " +
                          std::to_string(info.me_last_txnid) + "); its pages may be reused: reopen the store");
 }
 
+const std::string& Snapshot::path() const { return env_->path(); }
+bool Snapshot::no_lock() const { return env_->no_lock(); }
+
 Snapshot::~Snapshot() {
-  if (txn_ != nullptr && env_ && env_->InOpeningProcess()) mdb_txn_abort(txn_);
+  if (txn_ != nullptr && env_ && env_->InOpeningProcess()) mdb_txn_abort(static_cast<MDB_txn*>(txn_));
 }
 
 Status Snapshot::ForEachId(const std::function<Status(uint64_t, std::string_view)>& visit) const {
   if (empty_) return Status::OK();
-  return WalkByIndex(txn_, env_->ids_dbi, "ids", path(), [&](uint64_t idx, const MDB_val& v) -> Status {
+  return WalkByIndex(static_cast<MDB_txn*>(txn_), env_->ids_dbi, "ids", path(), [&](uint64_t idx, const MDB_val& v) -> Status {
     auto id = DecodeIdValue(idx, v.mv_data, v.mv_size);
     if (!id.ok()) return id.status().WithContext("reading ids of '" + path() + "'");
     return visit(idx, *id);
@@ -410,7 +452,7 @@ Status Snapshot::ForEachRecord(
     const std::function<Status(uint64_t, uint16_t, const uint8_t*, size_t)>& visit) const {
   if (empty_) return Status::OK();
   MDB_cursor* cur = nullptr;
-  int rc = mdb_cursor_open(txn_, env_->records_dbi, &cur);
+  int rc = mdb_cursor_open(static_cast<MDB_txn*>(txn_), env_->records_dbi, &cur);
   if (rc != 0) return LmdbError("reading records of", path(), rc);
   MDB_val k, v;
   Status st;
@@ -434,7 +476,7 @@ Result<std::string_view> Snapshot::GetRecord(uint64_t sample, uint16_t field) co
   if (empty_) return Status::NotFound("record not found");
   auto key = RecordKey(sample, field);
   MDB_val k = Val(key.data(), key.size()), v;
-  int rc = mdb_get(txn_, env_->records_dbi, &k, &v);
+  int rc = mdb_get(static_cast<MDB_txn*>(txn_), env_->records_dbi, &k, &v);
   if (rc == MDB_NOTFOUND) return Status::NotFound("record not found");
   if (rc != 0) return LmdbError("reading record of", path(), rc);
   return std::string_view(static_cast<const char*>(v.mv_data), v.mv_size);
@@ -443,7 +485,7 @@ Result<std::string_view> Snapshot::GetRecord(uint64_t sample, uint16_t field) co
 Result<std::string_view> Snapshot::SealedIndex() const {
   if (empty_ || !meta_.sealed) return Status::NotFound("store '" + path() + "' is not sealed");
   MDB_val k = Val(kSealedIndexKey, sizeof(kSealedIndexKey) - 1), v;
-  int rc = mdb_get(txn_, env_->meta_dbi, &k, &v);
+  int rc = mdb_get(static_cast<MDB_txn*>(txn_), env_->meta_dbi, &k, &v);
   if (rc == MDB_NOTFOUND) return Status::NotFound("store '" + path() + "' has no sealed index");
   if (rc != 0) return LmdbError("reading the sealed index of", path(), rc);
   return std::string_view(static_cast<const char*>(v.mv_data), v.mv_size);
@@ -452,7 +494,7 @@ Result<std::string_view> Snapshot::SealedIndex() const {
 Status Snapshot::ForEachSummary(const std::function<Status(uint64_t, const SampleSummary&)>& visit) const {
   if (empty_) return Status::OK();
   if (!has_index_) return Status::NotFound("store '" + path() + "' has no sample index (format 1)");
-  return WalkByIndex(txn_, env_->index_dbi, "the sample index", path(), [&](uint64_t idx, const MDB_val& v) -> Status {
+  return WalkByIndex(static_cast<MDB_txn*>(txn_), env_->index_dbi, "the sample index", path(), [&](uint64_t idx, const MDB_val& v) -> Status {
     auto sum = DecodeSampleSummary(idx, v.mv_data, v.mv_size);
     if (!sum.ok())
       return sum.status().WithContext("reading the sample index of '" + path() + "' at sample #" + std::to_string(idx));
@@ -778,7 +820,8 @@ Status Writer::TryWrite(const std::vector<SampleInput>& samples, bool* map_full)
 // valid count of each mask record), written with the new metadata in the
 // caller's transaction. Records are read in key order, i.e. mostly in file
 // order, with the kernel's readahead.
-Status Writer::Upgrade(MDB_txn* txn) {
+Status Writer::Upgrade(void* txn_ptr) {
+  MDB_txn* txn = static_cast<MDB_txn*>(txn_ptr);
   const std::string& path = env_->path();
   const uint16_t from = meta_.format_version;
   if (from < kOldestUpgradableStoreFormat)

@@ -16,7 +16,6 @@
 // slot or unmap its memory); the child must open the store again.
 #pragma once
 
-#include <lmdb.h>
 #include <sys/types.h>
 
 #include <cstdint>
@@ -27,47 +26,17 @@
 #include <unordered_set>
 #include <vector>
 
-#include "store/format.h"
-#include "store/status.h"
+#include "patchstore/store/format.h"
+#include "patchstore/store/status.h"
 
 namespace patchstore {
 
 // The version of the patchstore tool, written into the metadata.
 const char* ToolVersion();
 
-// One open LMDB environment. Created by Writer::Open or Snapshot::Open.
+// One open LMDB environment (defined in store.cc: no public header names an
+// LMDB type). Shared by a Snapshot or Writer and whatever they hand out.
 class Env;
-Result<std::shared_ptr<Env>> OpenReadEnv(const std::string& path, bool no_lock);
-
-class Env {
- public:
-  ~Env();
-  Env(const Env&) = delete;
-  Env& operator=(const Env&) = delete;
-
-  MDB_env* raw() const { return env_; }
-  const std::string& path() const { return path_; }
-  bool read_only() const { return read_only_; }
-  bool no_lock() const { return no_lock_; }
-  // True when called in the process that opened the environment.
-  bool InOpeningProcess() const;
-
-  MDB_dbi meta_dbi = 0, ids_dbi = 0, records_dbi = 0, index_dbi = 0;
-
- private:
-  friend class Writer;
-  friend class Snapshot;
-  friend Result<std::shared_ptr<Env>> OpenReadEnv(const std::string& path, bool no_lock);
-  Env() = default;
-  MDB_env* env_ = nullptr;
-  std::string path_;
-  bool read_only_ = true;
-  bool no_lock_ = false;
-  pid_t pid_ = 0;
-};
-
-// Formats an LMDB return code as a Status: "<what> '<path>': <mdb_strerror>".
-Status LmdbError(const std::string& what, const std::string& path, int rc);
 
 struct SnapshotOptions {
   // Read without LMDB's lock table. Chosen automatically for sealed stores
@@ -104,8 +73,8 @@ class Snapshot {
   ~Snapshot();
 
   const StoreMeta& meta() const { return meta_; }
-  const std::string& path() const { return env_->path(); }
-  bool no_lock() const { return env_->no_lock(); }
+  const std::string& path() const;
+  bool no_lock() const;
   // Number of entries in the ids database.
   uint64_t id_count() const { return id_count_; }
 
@@ -151,7 +120,7 @@ class Snapshot {
  private:
   Snapshot() = default;
   std::shared_ptr<Env> env_;
-  MDB_txn* txn_ = nullptr;
+  void* txn_ = nullptr;  // the LMDB read transaction, opaque so users need no LMDB header
   StoreMeta meta_;
   uint64_t id_count_ = 0;
   bool has_index_ = false;
@@ -219,7 +188,7 @@ class Writer {
   Writer() = default;
   Status TryWrite(const std::vector<SampleInput>& samples, bool* map_full);
   Status Grow();
-  Status Upgrade(MDB_txn* txn);
+  Status Upgrade(void* txn);  // in the given LMDB write transaction
   Status TrySeal(bool* map_full);
   std::shared_ptr<Env> env_;
   uint16_t upgraded_from_ = 0;

@@ -42,7 +42,7 @@ int RunCommand(const std::string& command, std::string* output) {
 
 }  // namespace patchstore::testing
 
-#include "store/store.h"
+#include "patchstore/store/store.h"
 
 namespace patchstore::testing {
 

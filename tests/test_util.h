@@ -28,7 +28,7 @@ int RunCommand(const std::string& command, std::string* output = nullptr);
 #include <cstdint>
 #include <vector>
 
-#include "store/status.h"
+#include "patchstore/store/status.h"
 
 namespace patchstore::testing {
 

@@ -30,10 +30,10 @@
 #include <utility>
 #include <vector>
 
-#include "ingest/ingest.h"
-#include "ingest/ingest_hdf5.h"
-#include "ingest/montage.h"
-#include "ingest/volume_montage.h"
+#include "patchstore/ingest/ingest.h"
+#include "patchstore/ingest/ingest_hdf5.h"
+#include "patchstore/ingest/montage.h"
+#include "patchstore/ingest/volume_montage.h"
 #include "status_py.h"
 
 namespace py = pybind11;

@@ -25,8 +25,8 @@
 #include <thread>
 #include <vector>
 
-#include "reader/reader.h"
-#include "reader/volume.h"
+#include "patchstore/reader/reader.h"
+#include "patchstore/reader/volume.h"
 #include "buffer_py.h"
 #include "sampler_py.h"
 #include "status_py.h"

@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "buffer_py.h"
-#include "reader/reader.h"
-#include "reader/sampler.h"
+#include "patchstore/reader/reader.h"
+#include "patchstore/reader/sampler.h"
 #include "status_py.h"
 
 namespace patchstore_py {

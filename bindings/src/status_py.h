@@ -25,7 +25,7 @@
 
 #include <pybind11/pybind11.h>
 
-#include "store/status.h"
+#include "patchstore/store/status.h"
 
 namespace patchstore_py {
 

@@ -3,7 +3,7 @@
 // returns it too).
 #pragma once
 
-#include "reader/tensor_view.h"
+#include "patchstore/reader/tensor_view.h"
 
 namespace patchstore_py {
 

@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "buffer_py.h"
-#include "reader/reader.h"
-#include "reader/volume.h"
+#include "patchstore/reader/reader.h"
+#include "patchstore/reader/volume.h"
 #include "status_py.h"
 
 namespace patchstore_py {

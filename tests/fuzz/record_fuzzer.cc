@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "store/format.h"
+#include "patchstore/store/format.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace patchstore;

@@ -20,8 +20,8 @@
 #include <random>
 #include <thread>
 
-#include "reader/reader.h"
-#include "reader/verify.h"
+#include "patchstore/reader/reader.h"
+#include "patchstore/reader/verify.h"
 #include "test_util.h"
 
 namespace patchstore {

@@ -11,10 +11,10 @@
 #include <limits>
 
 #include "ingest/hdf5_test_util.h"
-#include "ingest/ingest_hdf5.h"
-#include "reader/reader.h"
-#include "reader/verify.h"
-#include "reader/volume.h"
+#include "patchstore/ingest/ingest_hdf5.h"
+#include "patchstore/reader/reader.h"
+#include "patchstore/reader/verify.h"
+#include "patchstore/reader/volume.h"
 #include "test_util.h"
 
 namespace patchstore {

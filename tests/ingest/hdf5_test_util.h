@@ -12,7 +12,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "reader/reader.h"
+#include "patchstore/reader/reader.h"
 
 namespace patchstore::testing {
 

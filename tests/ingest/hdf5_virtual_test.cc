@@ -8,8 +8,8 @@
 #include <string>
 
 #include "ingest/hdf5_test_util.h"
-#include "ingest/ingest_hdf5.h"
-#include "reader/reader.h"
+#include "patchstore/ingest/ingest_hdf5.h"
+#include "patchstore/reader/reader.h"
 #include "test_util.h"
 
 namespace patchstore {

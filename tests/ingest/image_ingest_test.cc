@@ -19,9 +19,9 @@
 #include <fstream>
 #include <random>
 
-#include "ingest/ingest.h"
-#include "reader/reader.h"
-#include "reader/verify.h"
+#include "patchstore/ingest/ingest.h"
+#include "patchstore/reader/reader.h"
+#include "patchstore/reader/verify.h"
 #include "test_util.h"
 
 namespace patchstore {

@@ -17,9 +17,9 @@
 #include <random>
 #include <thread>
 
-#include "reader/reader.h"
-#include "reader/verify.h"
-#include "store/store.h"
+#include "patchstore/reader/reader.h"
+#include "patchstore/reader/verify.h"
+#include "patchstore/store/store.h"
 #include "test_util.h"
 
 namespace patchstore {

@@ -6,9 +6,9 @@
 #include <fstream>
 #include <random>
 
-#include "reader/reader.h"
-#include "reader/verify.h"
-#include "store/store.h"
+#include "patchstore/reader/reader.h"
+#include "patchstore/reader/verify.h"
+#include "patchstore/store/store.h"
 #include "test_util.h"
 
 namespace patchstore {

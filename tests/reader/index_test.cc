@@ -8,10 +8,10 @@
 #include <cstring>
 #include <limits>
 
-#include "reader/reader.h"
-#include "reader/sampler.h"
-#include "reader/verify.h"
-#include "store/store.h"
+#include "patchstore/reader/reader.h"
+#include "patchstore/reader/sampler.h"
+#include "patchstore/reader/verify.h"
+#include "patchstore/store/store.h"
 #include "test_util.h"
 
 namespace patchstore {

@@ -7,8 +7,8 @@
 #include <fstream>
 #include <random>
 
-#include "reader/reader.h"
-#include "reader/verify.h"
+#include "patchstore/reader/reader.h"
+#include "patchstore/reader/verify.h"
 #include "test_util.h"
 
 namespace patchstore {

@@ -5,8 +5,8 @@
 #include <random>
 #include <set>
 
-#include "reader/sampler.h"
-#include "store/store.h"
+#include "patchstore/reader/sampler.h"
+#include "patchstore/store/store.h"
 #include "test_util.h"
 
 namespace patchstore {

@@ -6,8 +6,8 @@
 #include <cstring>
 #include <random>
 
-#include "reader/volume.h"
-#include "store/store.h"
+#include "patchstore/reader/volume.h"
+#include "patchstore/store/store.h"
 #include "test_util.h"
 
 namespace patchstore {

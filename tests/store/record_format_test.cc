@@ -5,7 +5,7 @@
 #include <random>
 #include <vector>
 
-#include "store/format.h"
+#include "patchstore/store/format.h"
 
 namespace patchstore {
 namespace {

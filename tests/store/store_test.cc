@@ -6,7 +6,7 @@
 
 #include <filesystem>
 
-#include "store/store.h"
+#include "patchstore/store/store.h"
 #include "test_util.h"
 
 namespace patchstore {
@@ -154,3 +154,12 @@ TEST(Store, ForkedChildMayDropAnInheritedSnapshot) {
 
 }  // namespace
 }  // namespace patchstore
+
+// Result::value() on an error aborts with the status text (as Arrow's
+// ValueOrDie) instead of throwing a bare bad_variant_access.
+TEST(ResultDeathTest, ValueOnErrorAbortsWithStatus) {
+  patchstore::Result<int> r(patchstore::Status::NotFound("no sample 'x'"));
+  EXPECT_DEATH((void)r.value(), "Result::value\\(\\) on an error: NotFound: no sample 'x'");
+  patchstore::Result<int> ok(7);
+  EXPECT_EQ(ok.value(), 7);
+}

@@ -2,9 +2,9 @@
 // store Writer, reads a patch with the Reader, prints "consumer ok".
 #include <cstdio>
 
-#include "ingest/ingest.h"
-#include "reader/reader.h"
-#include "store/store.h"
+#include "patchstore/ingest/ingest.h"
+#include "patchstore/reader/reader.h"
+#include "patchstore/store/store.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) return 2;
