@@ -76,7 +76,7 @@ std::shared_ptr<ps::Reader> OpenBenchStore() {
     for (uint64_t s = 0; s < (*r)->size(); ++s)
       for (int f = 0; f < 3; ++f) {
         auto v = (*r)->Get(s, f);
-        for (int64_t i = 0; i < v->elements(); i += 1024) sum += v->data[i];
+        for (int64_t i = 0; i < v->elements(); i += 1024) sum += v->data_as<float>()[i];
       }
     benchmark::DoNotOptimize(sum);
     return *r;

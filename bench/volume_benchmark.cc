@@ -81,7 +81,7 @@ std::shared_ptr<ps::Reader> OpenBenchStore() {
     for (uint64_t s = 0; s < (*r)->size(); ++s)
       for (int f = 0; f < 2; ++f) {
         auto v = (*r)->Get(s, f);
-        for (int64_t i = 0; i < v->elements(); i += 1024) sum += v->data[i];
+        for (int64_t i = 0; i < v->elements(); i += 1024) sum += v->data_as<float>()[i];
       }
     benchmark::DoNotOptimize(sum);
     return *r;
@@ -108,7 +108,7 @@ void BM_Memcpy(benchmark::State& state) {
   auto r = OpenBenchStore();
   const int64_t c = state.range(0);
   std::vector<const float*> vols;
-  for (int v = 0; v < kVolumes; ++v) vols.push_back(ps::Volume(*r, v, 1)->data);
+  for (int v = 0; v < kVolumes; ++v) vols.push_back(ps::Volume(*r, v, 1)->data_as<float>());
   std::vector<float> dst(StackBytes(c) / 4);
   std::mt19937 rng(4);  // the same slices as BM_CopySliceStack
   for (auto _ : state) {

@@ -139,6 +139,7 @@ Status ExportPng(const TensorView& v, const RecordHeader& h, const ExportOptions
   if (C != 1 && C != 3 && C != 4)
     return Status::Unsupported("exporting to '" + path + "': " + std::to_string(C) +
                                " channels cannot be written as PNG (use --format exr)");
+  const float* data = v.data_as<float>();
   const bool integer_source = h.source_type == SourceType::kUInt8 || h.source_type == SourceType::kUInt16;
   const bool sixteen = h.source_type == SourceType::kUInt16;
   double maxval = sixteen ? 65535.0 : 255.0;
@@ -149,9 +150,9 @@ Status ExportPng(const TensorView& v, const RecordHeader& h, const ExportOptions
       lo = o.window_lo;
       hi = o.window_hi;
     } else if (o.window_auto) {
-      PercentileWindow(v.data, v.elements(), &lo, &hi);
+      PercentileWindow(v.data_as<float>(), v.elements(), &lo, &hi);
     } else {  // the stored range
-      FiniteRange(v.data, v.elements(), &lo, &hi);
+      FiniteRange(v.data_as<float>(), v.elements(), &lo, &hi);
     }
     maxval = sixteen ? 65535.0 : 255.0;
   }
@@ -159,7 +160,7 @@ Status ExportPng(const TensorView& v, const RecordHeader& h, const ExportOptions
   // Non-finite values (NaN, +inf, -inf) are drawn in kNonFiniteRgb, never as a value: a gray
   // image holding any is written as RGB (gray replicated) so that the colour can be told apart.
   bool nonfinite = false;
-  for (int64_t i = 0, n = v.elements(); i < n && !nonfinite; ++i) nonfinite = !std::isfinite(v.data[i]);
+  for (int64_t i = 0, n = v.elements(); i < n && !nonfinite; ++i) nonfinite = !std::isfinite(data[i]);
   const int CO = nonfinite && C == 1 ? 3 : C;
   cv::Mat img(H, W, CV_MAKETYPE(sixteen ? CV_16U : CV_8U, CO));
   auto put = [&](int y, int x, int c, double raw) {
@@ -170,7 +171,7 @@ Status ExportPng(const TensorView& v, const RecordHeader& h, const ExportOptions
     for (int x = 0; x < W; ++x) {
       bool finite = true;
       for (int c = 0; c < C; ++c) {
-        float s = v.data[c * plane + static_cast<int64_t>(y) * W + x];
+        float s = data[c * plane + static_cast<int64_t>(y) * W + x];
         finite = finite && std::isfinite(s);
         double raw = windowed ? (static_cast<double>(s) - lo) / (hi - lo) * maxval : Invert(h.norm, s, maxval);
         if (!std::isfinite(raw)) raw = 0;
@@ -220,7 +221,7 @@ Status ExportExr(const TensorView& v, const std::string& channel_names, const st
     Imf::FrameBuffer fb;
     const int64_t plane = static_cast<int64_t>(H) * W;
     for (int c = 0; c < C; ++c)
-      fb.insert(names[c], Imf::Slice(Imf::FLOAT, reinterpret_cast<char*>(const_cast<float*>(v.data + c * plane)),
+      fb.insert(names[c], Imf::Slice(Imf::FLOAT, reinterpret_cast<char*>(const_cast<float*>(v.data_as<float>() + c * plane)),
                                      sizeof(float), sizeof(float) * W));
     file.setFrameBuffer(fb);
     file.writePixels(H);
@@ -245,9 +246,9 @@ Status ExportVolumePng(const TensorView& v, const ExportOptions& o, const fs::pa
   const int64_t S = v.shape[0], H = v.shape[1], W = v.shape[2];
   double lo = o.window_lo, hi = o.window_hi;
   if (o.window_auto) {
-    PercentileWindow(v.data, v.elements(), &lo, &hi);
+    PercentileWindow(v.data_as<float>(), v.elements(), &lo, &hi);
   } else if (!o.has_window) {  // the finite range of this volume
-    FiniteRange(v.data, v.elements(), &lo, &hi);
+    FiniteRange(v.data_as<float>(), v.elements(), &lo, &hi);
   }
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -256,7 +257,7 @@ Status ExportVolumePng(const TensorView& v, const ExportOptions& o, const fs::pa
   cv::Mat gray(static_cast<int>(H), static_cast<int>(W), CV_8UC1), img;
   std::vector<uint8_t> buf;
   for (int64_t s = 0; s < S; ++s) {
-    const float* plane = v.data + s * H * W;
+    const float* plane = v.data_as<float>() + s * H * W;
     bool nonfinite = false;
     for (int64_t y = 0; y < H; ++y) {
       uint8_t* row = gray.ptr<uint8_t>(static_cast<int>(y));
@@ -351,7 +352,7 @@ Result<ExportSummary> Export(const ExportOptions& o) {
         PS_ASSIGN_OR_RETURN(TensorView v, Volume(*reader, s, f));
         if (o.has_window && !warned[f] && reader->field(f).norm.kind != NormKind::kNone) {
           double vlo = 0, vhi = 1;
-          FiniteRange(v.data, v.elements(), &vlo, &vhi);
+          FiniteRange(v.data_as<float>(), v.elements(), &vlo, &vhi);
           if (o.window_hi - o.window_lo > 10 * (vhi - vlo) || o.window_hi < vlo || o.window_lo > vhi) {
             warned[f] = true;
             summary.warnings.push_back(

@@ -53,7 +53,7 @@ Status WriteVolume(hid_t group, const std::string& name, const TensorView& v, in
   Hid ds(H5Dcreate2(group, name.c_str(), H5T_IEEE_F32LE, space.get(), lcpl, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
   if (!ds.valid()) return Status::IOError("creating " + what + ": " + TakeErrorStack());
   if (axis == 0) {
-    if (H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data) < 0)
+    if (H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data_as<float>()) < 0)
       return Status::IOError("writing " + what + ": " + TakeErrorStack());
     return Status::OK();
   }
@@ -66,7 +66,7 @@ Status WriteVolume(hid_t group, const std::string& name, const TensorView& v, in
     for (hsize_t h = 0; h < hn; ++h) {
       float* out = buf.data() + h * row_elems;
       for (hsize_t s = 0; s < S; ++s) {
-        const float* in = v.data + (s * H + h0 + h) * W;
+        const float* in = v.data_as<float>() + (s * H + h0 + h) * W;
         if (axis == 1) {
           std::memcpy(out + s * W, in, W * sizeof(float));  // (h, s, w)
         } else {

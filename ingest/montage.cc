@@ -269,10 +269,10 @@ Result<Image8> DrawBoxes(const MontageOptions& o, const std::string& id) {
   const int field = s.sampler->field_indices()[0];
   PS_ASSIGN_OR_RETURN(TensorView v, s.reader->Get(sample, field));
   PS_ASSIGN_OR_RETURN(RecordHeader hdr, s.reader->Header(sample, field));
-  cv::Mat frame = ToDisplay(v.data, v.shape[0], v.shape[1], v.shape[2], hdr, o);
+  cv::Mat frame = ToDisplay(v.data_as<float>(), v.shape[0], v.shape[1], v.shape[2], hdr, o);
   if (s.sampler->field_indices().size() > 1) {
     PS_ASSIGN_OR_RETURN(TensorView m, s.reader->Get(sample, s.sampler->field_indices()[1]));
-    Overlay(&frame, m.data, m.shape[1], m.shape[2]);
+    Overlay(&frame, m.data_as<float>(), m.shape[1], m.shape[2]);
   }
   // Windows of this sample: the visit positions where the epoch's
   // permutation reaches it, k windows each, up to `count`.

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <thread>
+#include <type_traits>
 
 namespace patchstore {
 namespace {
@@ -29,11 +30,24 @@ Result<std::shared_ptr<Reader>> Reader::Open(const std::string& path, const Read
   r->options_ = options;
   r->snapshot_ = std::move(snap);
   r->pid_ = ::getpid();
+  PS_RETURN_IF_ERROR(r->CheckFieldDTypes());
   PS_RETURN_IF_ERROR(r->Index());
   return r;
 }
 
 bool Reader::InOpeningProcess() const { return ::getpid() == pid_; }
+
+Status Reader::CheckFieldDTypes() const {
+  // Views and copies carry any dtype, but the sampler, volumes, summed-area
+  // tables and export read float32; until compact encodings convert on read
+  // (a later format), a store with other fields is refused here, by name,
+  // rather than deep inside a kernel.
+  for (const FieldMeta& f : meta().fields)
+    if (f.dtype != DType::kFloat32)
+      return Status::Unsupported("opening store '" + path_ + "': field '" + f.name + "' holds " +
+                                 DTypeName(f.dtype) + " records; this version of patchstore reads float32 fields only");
+  return Status::OK();
+}
 
 Status Reader::Index() {
   const uint64_t n = snapshot_->id_count();
@@ -169,10 +183,12 @@ Result<RecordHeader> Reader::CheckedHeader(uint64_t sample, int field, const uin
   if (reinterpret_cast<uintptr_t>(ref.data + kRecordHeaderSize) % kPayloadAlignment != 0)
     return Status::Corruption("reading " + Describe(sample, field) + ": payload is not " +
                               std::to_string(kPayloadAlignment) + "-byte aligned in the map");
-  if (h->dtype != DType::kFloat32)
-    return Status::Corruption("reading " + Describe(sample, field) + ": record is not float32");
   // The record must agree with what the metadata says of its field.
   const FieldMeta& fm = meta().fields[field];
+  if (h->dtype != fm.dtype)
+    return UnlessChanged(*snapshot_, Status::Corruption("reading " + Describe(sample, field) + ": the record holds " +
+                                                        DTypeName(h->dtype) + " but the field is " +
+                                                        DTypeName(fm.dtype) + " (run `patchstore verify`)"));
   if (h->layout != fm.layout || h->rank != 3 || (fm.layout == Layout::kCHW && h->shape[0] != fm.channels))
     return UnlessChanged(*snapshot_, Status::Corruption("reading " + Describe(sample, field) +
                                                         ": record shape or layout disagrees with the store metadata"));
@@ -206,9 +222,10 @@ Result<TensorView> Reader::Get(uint64_t sample, int field) const {
   const uint8_t* data = nullptr;
   PS_ASSIGN_OR_RETURN(RecordHeader h, CheckedHeader(sample, field, &data));
   TensorView v;
-  v.data = reinterpret_cast<const float*>(data + kRecordHeaderSize);
+  v.data = data + kRecordHeaderSize;
+  v.dtype = h.dtype;
   v.rank = h.rank;
-  int64_t stride = 4;
+  int64_t stride = static_cast<int64_t>(DTypeSize(h.dtype));
   for (int i = h.rank - 1; i >= 0; --i) {
     v.shape[i] = static_cast<int64_t>(h.shape[i]);
     v.strides[i] = stride;
@@ -239,7 +256,7 @@ Result<TensorView> Reader::Patch(uint64_t sample, int field, int64_t y, int64_t 
     return Status::OutOfRange("patch " + window() + " of " + Describe(sample, field) + ": outside the " +
                               std::to_string(H) + "x" + std::to_string(W) + " record");
   TensorView v = full;
-  v.data = full.data + y * W + x;
+  v.data = full.bytes() + y * full.strides[1] + x * full.strides[2];
   v.shape[1] = h;
   v.shape[2] = w;
   return v;
@@ -247,10 +264,24 @@ Result<TensorView> Reader::Patch(uint64_t sample, int field, int64_t y, int64_t 
 
 namespace {
 
-void CopyWindow(const TensorView& v, float* dst) {
+// One row of `w` elements of type T into float32: a memcpy for float32, an
+// element-wise ToFloat32 otherwise (this is where a compact record becomes
+// float32, inside the gather copy).
+template <class T>
+inline void ConvertRow(const uint8_t* src, int64_t w, float* dst) {
+  if constexpr (std::is_same_v<T, float>) {
+    std::memcpy(dst, src, static_cast<size_t>(w) * sizeof(float));
+  } else {
+    const T* s = reinterpret_cast<const T*>(src);
+    for (int64_t i = 0; i < w; ++i) dst[i] = ToFloat32(s[i]);
+  }
+}
+
+template <class T>
+void CopyWindowAs(const TensorView& v, float* dst) {
   const int64_t C = v.shape[0], h = v.shape[1], w = v.shape[2];
-  const size_t row = static_cast<size_t>(w) * sizeof(float);
-  const auto* base = reinterpret_cast<const uint8_t*>(v.data);
+  const size_t row = static_cast<size_t>(w) * sizeof(T);  // source bytes per row
+  const uint8_t* base = v.bytes();
   // Rows of a window lie in different pages, where the hardware prefetcher
   // starts cold; prefetching a few rows ahead hides that latency (measured:
   // bench/reader_benchmark BM_PatchCopy).
@@ -264,16 +295,20 @@ void CopyWindow(const TensorView& v, float* dst) {
       const uint8_t* ahead = row_ptr(i + kAhead);
       for (size_t b = 0; b < row; b += 64) __builtin_prefetch(ahead + b);
     }
-    std::memcpy(dst, row_ptr(i), row);
+    ConvertRow<T>(row_ptr(i), w, dst);
     dst += w;
   }
 }
 
 }  // namespace
 
+void CopyToFloat32(const TensorView& v, float* dst) {
+  VisitDType(v.dtype, [&](auto tag) { CopyWindowAs<typename decltype(tag)::type>(v, dst); });
+}
+
 Status Reader::CopyPatch(uint64_t sample, int field, int64_t y, int64_t x, int64_t h, int64_t w, float* dst) const {
   PS_ASSIGN_OR_RETURN(TensorView v, Patch(sample, field, y, x, h, w));
-  CopyWindow(v, dst);
+  CopyToFloat32(v, dst);
   return Status::OK();
 }
 
@@ -294,7 +329,7 @@ Status Reader::CopyPatches(const std::vector<PatchRequest>& requests, int64_t h,
   const int64_t item = C * h * w;
   const int64_t n = static_cast<int64_t>(views.size());
   ParallelBlocks(n, num_threads, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) CopyWindow(views[i], dst + i * item);
+    for (int64_t i = begin; i < end; ++i) CopyToFloat32(views[i], dst + i * item);
   });
   return Status::OK();
 }
@@ -338,7 +373,7 @@ Result<SatView> Reader::Sat(uint64_t sample, int field, bool cache) const {
   if (!cache) lock.unlock();
   Prefetch(sample, field);  // the whole mask is read: one request, not a page fault per page
   auto buf = std::shared_ptr<uint32_t[]>(new uint32_t[static_cast<size_t>(planes * (H + 1) * (W + 1))]);
-  ComputeSat(mask.data, planes, H, W, buf.get());
+  ComputeSat(mask.data_as<float>(), planes, H, W, buf.get());
   SatView v;
   v.data = buf.get();
   v.planes = planes;
@@ -358,8 +393,8 @@ void Reader::Prefetch(uint64_t sample, int field) const {
 void Reader::PrefetchWindow(const TensorView& v) const {
   if (v.data == nullptr || v.rank != 3) return;
   if (snapshot_->Resident(v.data)) return;  // the common case, in the page cache: one mincore()
-  const auto* base = reinterpret_cast<const uint8_t*>(v.data);
-  const size_t row = static_cast<size_t>(v.shape[2]) * sizeof(float);
+  const uint8_t* base = v.bytes();
+  const size_t row = static_cast<size_t>(v.shape[2] * v.itemsize());
   std::vector<std::pair<const void*, size_t>> rows;
   rows.reserve(static_cast<size_t>(v.shape[0] * v.shape[1]));
   for (int64_t c = 0; c < v.shape[0]; ++c)

@@ -98,7 +98,8 @@ class Reader {
     return summaries_[sample * meta().fields.size() + field];
   }
 
-  // A view of a whole record: (C,H,W) for images, (S,H,W) for volumes.
+  // A view of a whole record: (C,H,W) for images, (S,H,W) for volumes, of
+  // the record's dtype (the field's; float32 in every store written today).
   Result<TensorView> Get(uint64_t sample, int field) const;
 
   // A (C,h,w) view of the window [y, y+h) x [x, x+w) of an image record, or
@@ -107,7 +108,8 @@ class Reader {
   Result<TensorView> Patch(uint64_t sample, int field, int64_t y, int64_t x, int64_t h, int64_t w) const;
 
   // Copies that window into `dst`, a contiguous (C,h,w) float32 buffer of
-  // at least C*h*w floats owned by the caller.
+  // at least C*h*w floats owned by the caller, converting from the record's
+  // dtype (CopyToFloat32).
   Status CopyPatch(uint64_t sample, int field, int64_t y, int64_t x, int64_t h, int64_t w, float* dst) const;
 
   // Copies N windows of one size into `dst`, a contiguous (N,C,h,w) buffer,
@@ -160,6 +162,7 @@ class Reader {
   };
   Reader() = default;
   Status Index();
+  Status CheckFieldDTypes() const;
   // The record's bytes (data null: the index lists no such record).
   Result<RecordRef> Ref(uint64_t sample, int field) const;
   Result<RecordHeader> CheckedHeader(uint64_t sample, int field, const uint8_t** data_out = nullptr) const;

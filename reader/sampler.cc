@@ -349,7 +349,7 @@ Status PatchSampler::GatherWindows(const std::vector<Window>& wins, const std::v
       for (size_t f = 0; f < fields_.size(); ++f) {
         const TensorView& v = views[f][i];
         const int64_t C = channels_[f];
-        CopyTransformed(v.data, C, v.strides[0] / 4, v.strides[1] / 4, P, wins[i].flip, wins[i].rot,
+        CopyTransformed(v.data_as<float>(), C, v.strides[0] / 4, v.strides[1] / 4, P, wins[i].flip, wins[i].rot,
                         outs[f] + i * C * P * P);
       }
   };

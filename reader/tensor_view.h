@@ -1,10 +1,19 @@
-// patchstore/reader/tensor_view.h — a borrowed-or-owned view of float32 data.
+// patchstore/reader/tensor_view.h — a borrowed-or-owned view of typed data.
 //
-// A TensorView is a pointer, a shape and byte strides, plus an `owner` that
-// keeps the memory alive. Views handed out by patchstore::Reader point into
-// the LMDB memory map; their owner holds the read transaction and the
-// environment, so a view stays valid for as long as any copy of it lives,
-// even after the Reader that made it is destroyed.
+// A TensorView is a pointer, an element type (DType), a shape and byte
+// strides, plus an `owner` that keeps the memory alive. Views handed out by
+// patchstore::Reader point into the LMDB memory map and carry the dtype of
+// the record (float32 for every store ingest writes today); their owner holds
+// the read transaction and the environment, so a view stays valid for as long
+// as any copy of it lives, even after the Reader that made it is destroyed.
+//
+// Reading the elements: `data_as<float>()` returns the pointer typed, after
+// checking that the view holds float32; asking for the wrong type aborts the
+// process with a message (a programming error, like an out-of-range
+// std::span index: the dtype of a view is known before its data is read).
+// Code that accepts several dtypes dispatches once with VisitDType
+// (store/dtype.h) and calls data_as<T>() inside. `data` is the untyped
+// address, for byte-level work (memcpy, prefetch, pointer identity).
 //
 // Views are read-only: the map is mapped PROT_READ and writing through the
 // pointer faults.
@@ -17,14 +26,31 @@
 #include <cstdint>
 #include <memory>
 
+#include "patchstore/store/dtype.h"
+
 namespace patchstore {
 
 struct TensorView {
-  const float* data = nullptr;
+  const void* data = nullptr;         // the first element; untyped (see data_as)
+  DType dtype = DType::kFloat32;      // the type of every element
   int rank = 0;
   std::array<int64_t, 4> shape{};
-  std::array<int64_t, 4> strides{};  // in bytes
+  std::array<int64_t, 4> strides{};   // in bytes
   std::shared_ptr<const void> owner;  // keeps `data` valid
+
+  // `data` as `const T*`. Aborts with a message naming both dtypes when T is
+  // not the C++ type of `dtype` (DTypeOf<T>::value != dtype).
+  template <class T>
+  const T* data_as() const {
+    if (DTypeOf<T>::value != dtype)
+      DTypeFatal("TensorView::data_as<T>() with T other than the view's dtype (asked, held)", DTypeOf<T>::value,
+                 dtype);
+    return static_cast<const T*>(data);
+  }
+  // `data` as bytes, for byte-offset arithmetic with `strides`.
+  const uint8_t* bytes() const { return static_cast<const uint8_t*>(data); }
+  // Bytes per element.
+  int64_t itemsize() const { return static_cast<int64_t>(DTypeSize(dtype)); }
 
   int64_t elements() const {
     int64_t n = 1;
@@ -32,7 +58,7 @@ struct TensorView {
     return n;
   }
   bool contiguous() const {
-    int64_t s = 4;
+    int64_t s = itemsize();
     for (int i = rank - 1; i >= 0; --i) {
       if (shape[i] != 1 && strides[i] != s) return false;
       s *= shape[i];
@@ -40,5 +66,11 @@ struct TensorView {
     return true;
   }
 };
+
+// Copies a rank-3 view (C, h, w) of any dtype into `dst`, a contiguous
+// C*h*w float32 buffer, converting each element with ToFloat32 (store/dtype.h;
+// a memcpy of each row for float32). The one copy kernel behind
+// Reader::CopyPatch and CopyPatches. REQUIRES: v.rank == 3.
+void CopyToFloat32(const TensorView& v, float* dst);
 
 }  // namespace patchstore

@@ -135,7 +135,13 @@ Result<VerifyReport> VerifyStore(const std::string& path, const std::function<vo
     Status rst = h.ok() ? VerifyRecordBody(*h, data) : h.status();
     if (rst.ok() && h->layout != (f >= kAuxFieldBase ? Layout::kSAT : meta.fields[f].layout))
       rst = Status::Corruption("record layout disagrees with the field");
-    if (rst.ok() && f < nf && h->dtype != DType::kFloat32) rst = Status::Corruption("record is not float32");
+    // A record holds its field's dtype (summed-area tables: uint32); the valid
+    // count below is computed for that dtype (SummarizeRecord dispatches with
+    // VisitDType).
+    const DType want = f < nf ? meta.fields[f].dtype : DType::kUInt32;
+    if (rst.ok() && h->dtype != want)
+      rst = Status::Corruption(std::string("record holds ") + DTypeName(h->dtype) + " but the field is " +
+                               DTypeName(want));
     if (rst.ok() && f < nf && h->shape[0] != meta.fields[f].channels && meta.fields[f].layout == Layout::kCHW)
       rst = Status::Corruption("record has " + std::to_string(h->shape[0]) + " channels, the field " +
                                std::to_string(meta.fields[f].channels));

@@ -164,7 +164,7 @@ struct VolumeRef {
 
 Result<VolumeRef> CheckedVolume(const Reader& reader, uint64_t sample, int field, TensorView* keep = nullptr) {
   PS_ASSIGN_OR_RETURN(TensorView v, Volume(reader, sample, field));
-  VolumeRef r{v.data, v.shape[0], v.shape[1], v.shape[2]};
+  VolumeRef r{v.data_as<float>(), v.shape[0], v.shape[1], v.shape[2]};
   if (keep) *keep = std::move(v);
   return r;
 }

@@ -50,14 +50,6 @@ std::string FormatDouble(double d) {
 
 }  // namespace
 
-size_t DTypeSize(DType t) {
-  switch (t) {
-    case DType::kFloat32: return 4;
-    case DType::kUInt32: return 4;
-  }
-  return 0;
-}
-
 const char* SourceTypeName(SourceType t) {
   switch (t) {
     case SourceType::kUnknown: return "unknown";
@@ -381,6 +373,7 @@ std::string StoreMeta::Encode() const {
     os << p << "name=" << Escape(f.name) << "\n";
     os << p << "channels=" << f.channels << "\n";
     os << p << "layout=" << static_cast<int>(f.layout) << "\n";
+    os << p << "dtype=" << static_cast<int>(f.dtype) << "\n";
     os << p << "source_type=" << static_cast<int>(f.source_type) << "\n";
     os << p << "norm.kind=" << static_cast<int>(f.norm.kind) << "\n";
     os << p << "norm.scale=" << FormatDouble(f.norm.scale) << "\n";
@@ -444,12 +437,25 @@ RecordSummary SummaryOf(const RecordHeader& h) {
 
 RecordSummary SummarizeRecord(const RecordHeader& h, const void* record, bool is_mask) {
   RecordSummary r = SummaryOf(h);
-  if (is_mask && h.dtype == DType::kFloat32) {
+  if (is_mask) {
     r.has_valid_count = true;
-    r.valid_count =
-        CountValid(reinterpret_cast<const float*>(static_cast<const uint8_t*>(record) + kRecordHeaderSize), h.elements());
+    r.valid_count = CountValid(h.dtype, static_cast<const uint8_t*>(record) + kRecordHeaderSize, h.elements());
   }
   return r;
+}
+
+uint64_t CountValid(DType dtype, const void* data, uint64_t n) {
+  return VisitDType(dtype, [&](auto tag) -> uint64_t {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, float>) {
+      return CountValid(static_cast<const float*>(data), n);
+    } else {
+      const T* p = static_cast<const T*>(data);
+      uint64_t c = 0;
+      for (uint64_t i = 0; i < n; ++i) c += IsValidMaskValue(p[i]);
+      return c;
+    }
+  });
 }
 
 uint64_t CountValid(const float* data, uint64_t n) {
@@ -657,6 +663,13 @@ Result<StoreMeta> StoreMeta::Decode(std::string_view text) {
     PS_ASSIGN_OR_RETURN(uint64_t lay, need_u64(p + "layout", 255));
     if (!ValidLayout(static_cast<uint8_t>(lay))) return Status::Corruption("store metadata: bad layout");
     f.layout = static_cast<Layout>(lay);
+    // Absent in stores written before the field dtype existed: float32.
+    if (kv.count(p + "dtype")) {
+      PS_ASSIGN_OR_RETURN(uint64_t dt, need_u64(p + "dtype", 255));
+      if (!IsKnownDType(static_cast<uint8_t>(dt)))
+        return Status::Corruption("store metadata: field '" + f.name + "' has unknown dtype " + std::to_string(dt));
+      f.dtype = static_cast<DType>(dt);
+    }
     PS_ASSIGN_OR_RETURN(uint64_t st, need_u64(p + "source_type", 255));
     if (!ValidSource(static_cast<uint8_t>(st))) return Status::Corruption("store metadata: bad source type");
     f.source_type = static_cast<SourceType>(st);

@@ -1,7 +1,8 @@
 // patchstore/store/format.h — the bytes of a record and of the store metadata.
 //
 // This header is the executable form of store/FORMAT.md. It knows bytes, not
-// images: a record is a fixed 112-byte header followed by a float32 payload.
+// images: a record is a fixed 112-byte header followed by a payload of one
+// element type (float32 for every record ingest writes today; see dtype.h).
 // Everything here is pure (no LMDB, no I/O) so it can be unit-tested and
 // fuzzed on arbitrary bytes.
 //
@@ -16,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "patchstore/store/dtype.h"
 #include "patchstore/store/status.h"
 
 namespace patchstore {
@@ -40,9 +42,7 @@ inline constexpr int kMaxRank = 4;
 // 2^36 bytes = 64 GiB.
 inline constexpr uint64_t kMaxPayloadBytes = uint64_t{1} << 36;
 
-enum class DType : uint8_t { kFloat32 = 1, kUInt32 = 2 };
-// The element size in bytes, or 0 for an unknown dtype.
-size_t DTypeSize(DType t);
+// DType, DTypeSize, DTypeName and VisitDType: see dtype.h.
 
 enum class Layout : uint8_t {
   kCHW = 1,  // an image: channels, height, width
@@ -163,6 +163,10 @@ struct FieldMeta {
   std::string name;
   uint32_t channels = 0;        // C for images; 1 for volume fields
   Layout layout = Layout::kCHW;
+  // The element type of every record of the field ("field.N.dtype"; absent
+  // in stores written before it existed, which hold float32). Readers refuse
+  // a record whose header says otherwise.
+  DType dtype = DType::kFloat32;
   SourceType source_type = SourceType::kUnknown;
   Normalization norm;
   std::string channel_names;    // comma-separated, e.g. "R,G,B" or "Z"
@@ -214,9 +218,12 @@ struct SampleSummary {
 RecordSummary SummaryOf(const RecordHeader& header);
 // Counts the values of a float32 mask payload that are non-zero and not NaN.
 uint64_t CountValid(const float* data, uint64_t n);
+// The same for `n` elements of type `dtype` at `data` (IsValidMaskValue).
+// REQUIRES: dtype is a known DType.
+uint64_t CountValid(DType dtype, const void* data, uint64_t n);
 // The summary of a record (header at `record`, payload after it): SummaryOf
-// plus, for a float32 record of a mask field, its valid count. The writer,
-// the upgrade and verify all derive entries with this one function.
+// plus, for a record of a mask field, its valid count. The writer, the
+// upgrade and verify all derive entries with this one function.
 RecordSummary SummarizeRecord(const RecordHeader& header, const void* record, bool is_mask);
 
 // Encodes a summary with a checksum over (IndexKey(sample) || bytes), so a

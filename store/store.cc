@@ -698,6 +698,9 @@ Result<uint16_t> Writer::EnsureField(const FieldMeta& field) {
                                      " channels in the store but " + std::to_string(field.channels) + " here");
     if (f.layout != field.layout)
       return Status::InvalidArgument("field '" + field.name + "' has another layout in the store");
+    if (f.dtype != field.dtype)
+      return Status::InvalidArgument("field '" + field.name + "' holds " + DTypeName(f.dtype) +
+                                     " in the store but " + DTypeName(field.dtype) + " here");
     return static_cast<uint16_t>(i);
   }
   if (field.name.empty()) return Status::InvalidArgument("empty field name");
@@ -771,6 +774,11 @@ Status Writer::TryWrite(const std::vector<SampleInput>& samples, bool* map_full)
       RecordHeader h = r.header;
       Status st = FinalizeHeader(&h);
       if (!st.ok()) return fail(st.WithContext("writing sample '" + s.id + "'"));
+      if (r.field < meta_.fields.size() && h.dtype != meta_.fields[r.field].dtype)
+        return fail(Status::InvalidArgument("writing sample '" + s.id + "' to '" + path + "': field '" +
+                                            meta_.fields[r.field].name + "' holds " +
+                                            DTypeName(meta_.fields[r.field].dtype) + ", the record " +
+                                            DTypeName(h.dtype)));
       auto rkey = RecordKey(index, r.field);
       MDB_val rk = Val(rkey.data(), rkey.size());
       MDB_val rv{h.record_bytes(), nullptr};

@@ -59,6 +59,7 @@ class FieldInfo(NamedTuple):
     is_mask: bool
     channel_names: Tuple[str, ...]
     source_format: str  #: "png", "exr", ...
+    dtype: str = "float32"  #: element type of the stored records (numpy.asarray(view).dtype); float32 today
 
 
 class Ids(Sequence):
@@ -268,7 +269,7 @@ class Store:
                 names = tuple(x for x in f["channel_names"].split(",") if x)
                 out[f["name"]] = FieldInfo(
                     f["name"], int(f["channels"]), shape, f["layout"], f["norm"], f["source_type"],
-                    bool(f["is_mask"]), names, f["source_format"],
+                    bool(f["is_mask"]), names, f["source_format"], f["dtype"],
                 )
             self._fields = out
         return dict(self._fields)

@@ -93,6 +93,7 @@ py::dict FieldInfo(const FieldMeta& f) {
   d["name"] = f.name;
   d["channels"] = f.channels;
   d["layout"] = LayoutName(f.layout);
+  d["dtype"] = patchstore::DTypeName(f.dtype);
   d["source_type"] = patchstore::SourceTypeName(f.source_type);
   d["norm"] = f.norm.ToString();
   d["channel_names"] = f.channel_names;
@@ -108,6 +109,7 @@ py::dict HeaderInfo(const RecordHeader& h) {
   py::dict d;
   d["shape"] = shape;
   d["layout"] = LayoutName(h.layout);
+  d["dtype"] = patchstore::DTypeName(h.dtype);
   d["source_type"] = patchstore::SourceTypeName(h.source_type);
   d["norm"] = h.norm.ToString();
   d["payload_bytes"] = h.payload_bytes;
@@ -121,6 +123,7 @@ py::dict SummaryInfo(const patchstore::RecordSummary& h) {
   py::dict d;
   d["shape"] = shape;
   d["layout"] = LayoutName(h.layout);
+  d["dtype"] = patchstore::DTypeName(h.dtype);
   d["payload_bytes"] = h.payload_bytes();
   d["valid_count"] = h.has_valid_count ? py::object(py::int_(h.valid_count)) : py::object(py::none());
   return d;
@@ -201,19 +204,13 @@ PYBIND11_MODULE(_patchstore, m) {
   patchstore_py::CorruptRecordErrorSlot() = corrupt;          // and the slot keeps ours
 
   py::class_<View>(m, "View", py::buffer_protocol(),
-                   "A read-only float32 view into the store's memory map (buffer protocol).\n\n"
+                   "A read-only view into the store's memory map (buffer protocol), of the record's dtype\n"
+                   "(`dtype`; float32 for every store written today).\n\n"
                    "Holds the LMDB read transaction: the memory stays valid while this object lives.\n"
                    "Wrap it with numpy.asarray(view) (no copy).")
-      .def_buffer([](View& self) -> py::buffer_info {
-        const TensorView& t = self.v;
-        std::vector<py::ssize_t> shape(t.rank), strides(t.rank);
-        for (int i = 0; i < t.rank; ++i) {
-          shape[i] = t.shape[i];
-          strides[i] = t.strides[i];
-        }
-        return py::buffer_info(const_cast<float*>(t.data), sizeof(float), py::format_descriptor<float>::format(),
-                               t.rank, std::move(shape), std::move(strides), /*readonly=*/true);
-      })
+      .def_buffer([](View& self) { return patchstore_py::BufferInfo(self); })
+      .def_property_readonly("dtype", [](const View& self) { return patchstore::DTypeName(self.v.dtype); },
+                             "The element type: 'float32', 'uint8', ... (what numpy.asarray(view).dtype is).")
       .def_property_readonly("shape", [](const View& self) { return Shape(self.v); })
       .def_property_readonly("strides",
                              [](const View& self) {
@@ -224,7 +221,7 @@ PYBIND11_MODULE(_patchstore, m) {
       .def_property_readonly("address",
                              [](const View& self) { return reinterpret_cast<uintptr_t>(self.v.data); })
       .def("__repr__", [](const View& self) {
-        std::string s = "<patchstore View float32 (";
+        std::string s = std::string("<patchstore View ") + patchstore::DTypeName(self.v.dtype) + " (";
         for (int i = 0; i < self.v.rank; ++i) s += (i ? "," : "") + std::to_string(self.v.shape[i]);
         return s + ")>";
       });

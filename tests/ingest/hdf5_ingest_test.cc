@@ -236,7 +236,7 @@ TEST_F(Hdf5IngestTest, AnyNumericTypeBecomesFloat32) {
   EXPECT_EQ(CompareVolume(*reader, "p", "u64", u64, d, 2), "");
   EXPECT_EQ(CompareVolume(*reader, "p", "f64", f64, d, 2), "");
   EXPECT_EQ(CompareVolume(*reader, "p", "bool", flags, d, 2), "");
-  EXPECT_TRUE(std::isinf(reader->Get(0, 6)->data[0]));
+  EXPECT_TRUE(std::isinf(reader->Get(0, 6)->data_as<float>()[0]));
   const SourceType want[] = {SourceType::kInt8,  SourceType::kUInt16, SourceType::kInt32,   SourceType::kUInt32,
                              SourceType::kInt64, SourceType::kUInt64, SourceType::kFloat64, SourceType::kInt8};
   for (int f = 0; f < 8; ++f) EXPECT_EQ(reader->field(f).source_type, want[f]) << reader->field(f).name;

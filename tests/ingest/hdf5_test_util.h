@@ -104,7 +104,7 @@ std::string CompareVolume(const Reader& r, const std::string& id, const std::str
     for (uint64_t b = 0; b < H; ++b)
       for (uint64_t c = 0; c < W; ++c) {
         const float want = expect(src[SourceIndex(dims, axis, a, b, c)]);
-        const float got = v->data[(a * H + b) * W + c];
+        const float got = v->data_as<float>()[(a * H + b) * W + c];
         if (std::memcmp(&want, &got, 4) != 0)
           return "at (" + std::to_string(a) + "," + std::to_string(b) + "," + std::to_string(c) + "): got " +
                  std::to_string(got) + ", want " + std::to_string(want);

@@ -140,11 +140,11 @@ TEST_F(ImageIngest, EightBitRgbPngIsStoredInRgbOrderWithTheSeedNormalisation) {
       for (int c = 0; c < 3; ++c) {
         uint8_t raw = bgr.at<cv::Vec3b>(y, x)[2 - c];  // RGB order
         float expect = static_cast<float>(raw) / 255.0f * 2.0f - 1.0f;
-        ASSERT_EQ(v->data[(c * 30 + y) * 41 + x], expect);
+        ASSERT_EQ(v->data_as<float>()[(c * 30 + y) * 41 + x], expect);
       }
   auto m = (*r)->Get(0, 1);
   for (int y = 0; y < 30; ++y)
-    for (int x = 0; x < 41; ++x) ASSERT_EQ(m->data[y * 41 + x], mask.at<uint8_t>(y, x) ? 1.0f : 0.0f);
+    for (int x = 0; x < 41; ++x) ASSERT_EQ(m->data_as<float>()[y * 41 + x], mask.at<uint8_t>(y, x) ? 1.0f : 0.0f);
   EXPECT_TRUE((*r)->field(1).is_mask);
   EXPECT_EQ((*r)->field(0).channel_names, "R,G,B");
 }
@@ -193,7 +193,7 @@ TEST_F(ImageIngest, FloatAndHalfExrRoundTripBitExactly) {
   auto check = [&](int field, int c, const cv::Mat& expect) {
     auto v = (*r)->Get(0, field);
     ASSERT_TRUE(v.ok());
-    ASSERT_EQ(0, std::memcmp(v->data + c * H * W, expect.ptr<float>(), sizeof(float) * H * W))
+    ASSERT_EQ(0, std::memcmp(v->data_as<float>() + c * H * W, expect.ptr<float>(), sizeof(float) * H * W))
         << "field " << field << " channel " << c;
   };
   check(0, 0, f[0]);
@@ -359,7 +359,7 @@ TEST_F(ImageIngest, CliVerifyNamesAFlippedRecordAndExportStaysInside) {
   auto r = Reader::Open(store);
   auto v = (*r)->Get(1, 0);
   float probe[4];
-  std::memcpy(probe, v->data + 100, sizeof probe);
+  std::memcpy(probe, v->data_as<float>() + 100, sizeof probe);
   r->reset();
   v = Result<TensorView>(Status::Internal("released"));
   std::string bytes;
@@ -426,10 +426,10 @@ TEST_F(ImageIngest, MasksSavedAsColourBecomeOneChannel) {
   auto v = (*r)->Get(0, 0);
   ASSERT_TRUE(v.ok());
   float sum = 0;
-  for (int i = 0; i < 42; ++i) sum += v->data[i];
+  for (int i = 0; i < 42; ++i) sum += v->data_as<float>()[i];
   EXPECT_EQ(sum, 2.0f);
-  EXPECT_EQ(v->data[2 * 7 + 3], 1.0f);
-  EXPECT_EQ(v->data[4 * 7 + 1], 1.0f);
+  EXPECT_EQ(v->data_as<float>()[2 * 7 + 3], 1.0f);
+  EXPECT_EQ(v->data_as<float>()[4 * 7 + 1], 1.0f);
   EXPECT_TRUE((*r)->Sat(0, 0).ok());
 }
 

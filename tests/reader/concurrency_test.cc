@@ -177,7 +177,7 @@ TEST(Concurrency, LiveStoreReadWhileIngestWritesAndGrowsTheMap) {
       ASSERT_TRUE((*r)->Verify(s, 0).ok()) << "sample " << s << " of " << n;
       auto v = (*r)->Get(s, 0);
       ASSERT_TRUE(v.ok());
-      ASSERT_EQ(v->data[3 * 64 * 64 - 1], SyntheticValue(s, 0, 2, 63, 63));
+      ASSERT_EQ(v->data_as<float>()[3 * 64 * 64 - 1], SyntheticValue(s, 0, 2, 63, 63));
     }
   }
   EXPECT_EQ(last, 61u);

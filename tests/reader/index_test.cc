@@ -145,7 +145,7 @@ TEST(SampleIndex, WriterRecordsShapesAndExactMaskCounts) {
     // Brute force over the stored mask, with the sampler's validity rule.
     auto v = r->Get(s, 1).value();
     uint64_t want = 0;
-    for (int64_t i = 0; i < kH * kW; ++i) want += (v.data[i] != 0.0f && !std::isnan(v.data[i]));
+    for (int64_t i = 0; i < kH * kW; ++i) want += (v.data_as<float>()[i] != 0.0f && !std::isnan(v.data_as<float>()[i]));
     EXPECT_EQ(want, s * 7);
     EXPECT_EQ(mask.valid_count, want) << "sample " << s;
   }
@@ -364,7 +364,7 @@ TEST(SampleIndex, ReadAheadHintsNeverFailAndChangeNothing) {
   for (int64_t c = 0; c < 2; ++c)
     for (int64_t y = 0; y < 5; ++y)
       for (int64_t x = 0; x < 6; ++x)
-        EXPECT_EQ(w.data[c * kH * kW + y * kW + x], static_cast<float>(2000 + c * kH * kW + (y + 3) * kW + x + 4));
+        EXPECT_EQ(w.data_as<float>()[c * kH * kW + y * kW + x], static_cast<float>(2000 + c * kH * kW + (y + 3) * kW + x + 4));
 }
 
 }  // namespace

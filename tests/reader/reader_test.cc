@@ -55,7 +55,7 @@ TEST_F(ReaderTest, GetReturnsAContiguousViewIntoTheMap) {
   EXPECT_EQ(v->strides[0], 8000);
   EXPECT_TRUE(v->contiguous());
   EXPECT_EQ(reinterpret_cast<uintptr_t>(v->data) % 16, 0u);
-  EXPECT_EQ(v->data[(1 * 40 + 7) * 50 + 9], SyntheticValue(2, 0, 1, 7, 9));
+  EXPECT_EQ(v->data_as<float>()[(1 * 40 + 7) * 50 + 9], SyntheticValue(2, 0, 1, 7, 9));
   // Same record twice: the same memory, no copy.
   EXPECT_EQ(reader_->Get(2, 0)->data, v->data);
 }
@@ -81,7 +81,7 @@ TEST_F(ReaderTest, ViewsOutliveTheReader) {
   ASSERT_TRUE(p.ok());
   TensorView keep = *p;
   reader_.reset();
-  EXPECT_EQ(keep.data[40 * 50 - 1], SyntheticValue(1, 1, 0, 39, 49));
+  EXPECT_EQ(keep.data_as<float>()[40 * 50 - 1], SyntheticValue(1, 1, 0, 39, 49));
 }
 
 TEST_F(ReaderTest, OutOfRangePatchesAreClearErrors) {

@@ -216,7 +216,7 @@ TEST_F(VolumeTest, VolumeIsTheWholeRecord) {
   EXPECT_EQ(v->shape[1], 16);
   EXPECT_EQ(v->shape[2], 20);
   EXPECT_TRUE(v->contiguous());
-  EXPECT_EQ(v->data[(5 * 16 + 3) * 20 + 7], Value(3, 1, 5, 3, 7));
+  EXPECT_EQ(v->data_as<float>()[(5 * 16 + 3) * 20 + 7], Value(3, 1, 5, 3, 7));
 }
 
 TEST_F(VolumeTest, SliceStackInsideIsAZeroCopyView) {
@@ -231,7 +231,7 @@ TEST_F(VolumeTest, SliceStackInsideIsAZeroCopyView) {
   auto one = SliceStack(*reader_, 0, 0, 3, 0);
   ASSERT_TRUE(one.ok());
   EXPECT_EQ(one->shape[0], 1);
-  EXPECT_EQ(one->data, vol->data + 3 * 7 * 9);
+  EXPECT_EQ(one->data, vol->data_as<float>() + 3 * 7 * 9);
   EXPECT_EQ(one->owner, vol->owner);
 }
 
@@ -246,7 +246,7 @@ TEST_F(VolumeTest, SliceStackReplicatesTheEndSlices) {
     for (int64_t d = 0; d < 5; ++d) {
       const int64_t s = std::min<int64_t>(std::max<int64_t>(slice - 2 + d, 0), 4);
       for (int64_t y = 0; y < H; ++y)
-        for (int64_t x = 0; x < W; ++x) ASSERT_EQ(st->data[(d * H + y) * W + x], Value(0, 1, s, y, x));
+        for (int64_t x = 0; x < W; ++x) ASSERT_EQ(st->data_as<float>()[(d * H + y) * W + x], Value(0, 1, s, y, x));
     }
     if (slice != 2) {
       EXPECT_NE(st->owner, vol->owner);  // an owned copy
@@ -259,7 +259,7 @@ TEST_F(VolumeTest, ContextLargerThanTheVolume) {
   auto st = SliceStack(*reader_, 2, 0, 0, 4);
   ASSERT_TRUE(st.ok());
   EXPECT_EQ(st->shape[0], 9);
-  for (int64_t d = 0; d < 9; ++d) EXPECT_EQ(st->data[d * 63 + 10], Value(2, 0, 0, 1, 1));
+  for (int64_t d = 0; d < 9; ++d) EXPECT_EQ(st->data_as<float>()[d * 63 + 10], Value(2, 0, 0, 1, 1));
   // p2 (3 slices), context 5, slice 1: 0,0,0,0,0,1,2,2,2,2,2.
   std::vector<float> buf(11 * 4 * 6);
   ASSERT_TRUE(CopySliceStack(*reader_, 1, 0, 1, 5, {}, buf.data()).ok());
