@@ -14,6 +14,7 @@
 #include "patchstore/reader/tensor_view.h"
 #include "patchstore/reader/verify.h"
 #include "patchstore/reader/volume.h"
+#include "patchstore/store/dtype.h"
 #include "patchstore/store/format.h"
 #include "patchstore/store/status.h"
 #include "patchstore/store/store.h"
