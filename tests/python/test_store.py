@@ -112,6 +112,27 @@ def test_zero_copy_views(frameset):
     assert not np.shares_memory(whole, store.get(2, "rgb"))
 
 
+def test_views_carry_the_stored_dtype(frameset):
+    # The buffer export takes its element size and format character from the
+    # view's dtype (the record's), not a hard-coded "f".
+    r = C.Reader.open(frameset.store)
+    for view in (r.get(0, "rgb"), r.patch(0, "rgb", 1, 2, 3, 4), r.get(0, "mask")):
+        m = memoryview(view)
+        assert view.dtype == "float32"
+        assert (m.format, m.itemsize) == ("f", 4)
+        assert np.dtype(m.format) == np.dtype(view.dtype)
+        a = np.asarray(view)
+        assert a.dtype == np.float32
+        assert a.strides[-1] == 4
+        assert repr(view).startswith("<patchstore View float32 (")
+    assert [f["dtype"] for f in r.fields()] == ["float32"] * len(r.fields())
+    assert r.header(0, "rgb")["dtype"] == "float32"
+    assert r.summary(0, "rgb")["dtype"] == "float32"
+    store = patchstore.open(frameset.store)
+    assert {f.dtype for f in store.fields.values()} == {"float32"}
+    assert store["video01/0002"]["rgb"].dtype == np.float32
+
+
 def test_views_outlive_store(frameset):
     exp = frameset.frames["video02/0003"].expected()
     store = patchstore.open(frameset.store)
