@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
   auto reader = patchstore::Reader::Open(argv[1]);
   if (!reader.ok()) return 1;
   auto p = (*reader)->Patch(0, 0, 1, 1, 2, 2);
-  if (!p.ok() || p->data[0] != 5.0f) return 1;
+  if (!p.ok() || p->data_as<float>()[0] != 5.0f) return 1;
   std::printf("consumer ok (%s)\n", patchstore::SafeRelativePath("../a").c_str());
   return 0;
 }
