@@ -16,7 +16,7 @@ from torch.utils.data import Dataset
 from .. import _patchstore as _C
 from .._resume import ResumableDataset
 from .._sampler import _sampler_options
-from .._store import Store
+from .._store import Store, reader_of
 from ._common import _SharedEpoch, _batch_tensor
 
 
@@ -176,7 +176,7 @@ class PatchDataset(ResumableDataset, Dataset):
         if s is not None and self._pid == os.getpid():
             return s
         self._sampler = None
-        s = _C.Sampler(self.store._r(), **self._options)
+        s = _C.Sampler(reader_of(self.store), **self._options)
         self._eligible = np.flatnonzero(np.frombuffer(s.eligibility(), dtype=np.uint8)).astype(np.int64)
         self._sampler, self._pid = s, os.getpid()
         return s
@@ -419,7 +419,7 @@ class PatchDataset(ResumableDataset, Dataset):
         plans = [self._fallback_plan(i, None) for i in indices]
         k = self.patches_per_sample
         ph, pw = self.patch_size
-        reader = self.store._r()
+        reader = reader_of(self.store)
         samples = np.repeat(np.array([p[0] for p in plans], dtype=np.int64), k)
         ys = np.concatenate([p[2] for p in plans]) if plans else np.zeros(0, np.int64)
         xs = np.concatenate([p[3] for p in plans]) if plans else np.zeros(0, np.int64)
