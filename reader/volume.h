@@ -82,6 +82,8 @@ class SliceIndex {
   int64_t width(uint64_t v) const { return hw_[v].second; }
   // Flat index of slice 0 of volume `v`; first(volume_count()) == size().
   uint64_t first(uint64_t v) const { return first_[v]; }
+  // The indexed volume holding flat slice `i`. REQUIRES: i < size(). O(1).
+  uint64_t volume_of(uint64_t i) const { return volume_of_[i]; }
 
   // REQUIRES: i < size(). O(1).
   SliceRef operator[](uint64_t i) const {
@@ -178,5 +180,27 @@ enum class SliceFlip { kNone, kBoth, kIndependent };  // False, True, "independe
 // crop_w == 0: no crop. REQUIRES: crop_h <= H and crop_w <= W.
 SliceTransform DrawSliceTransform(uint64_t seed, uint64_t epoch, uint64_t index, int64_t H, int64_t W,
                                   int64_t crop_h, int64_t crop_w, SliceFlip flip, bool rot90);
+
+// SliceDataset's augmentation options.
+struct SliceSampling {
+  uint64_t seed = 0;
+  int64_t crop_h = 0, crop_w = 0;  // 0, 0: no crop
+  SliceFlip flip = SliceFlip::kNone;
+  bool rot90 = false;
+};
+
+// One item of a SliceDataset: which slice, its transform and the output
+// plane (rows, columns) it gives.
+struct SliceItem {
+  SliceRef ref;
+  SliceTransform transform;
+  int64_t out_h = 0, out_w = 0;
+};
+
+// Flat item `i` of `index` in `epoch`: the lookup and DrawSliceTransform in
+// one call (what SliceDataset.__getitem__ and Store.slice's callers need).
+// OutOfRange for i >= index.size(); InvalidArgument when the crop is larger
+// than that volume's slices.
+Result<SliceItem> DrawSliceItem(const SliceIndex& index, const SliceSampling& s, uint64_t epoch, uint64_t i);
 
 }  // namespace patchstore

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import bisect
 import operator
 import os
 import warnings
@@ -19,59 +18,19 @@ from .._volumes import SliceRef, SliceTransform, draw_transforms
 from ._common import _SharedEpoch, _batch_tensor, _empty, _clamps
 
 
-_M64 = (1 << 64) - 1
-
-
-def _mix64(z: int) -> int:
-    """SplitMix64's finaliser on a Python int (patchstore._volumes._mix, one value)."""
-    z = (z + 0x9E3779B97F4A7C15) & _M64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
-    return z ^ (z >> 31)
+def _flip_mode(flip: Union[bool, str]) -> str:
+    """SliceDataset's flip option as the C++ binding spells it: '', 'both' or 'independent'."""
+    return "independent" if flip == "independent" else ("both" if flip else "")
 
 
 def _slice_transform_row(seed: int, epoch: int, i: int, H: int, W: int, crop: Optional[Tuple[int, int]],
                          flip: Union[bool, str], rot90: bool) -> List[int]:
-    """draw_transforms(seed, epoch, [i], [H], [W], crop, flip, rot90)[0] with Python ints (one item)."""
-    key = _mix64(seed & _M64)
-    for part in (epoch, i, 0x534C4943):  # _volumes._SLICE_TAG
-        key = _mix64(key ^ (part & _M64))
-    row = [0] * 7
-    if crop is not None:
-        ch, cw = crop
-        row[0] = ((_mix64(key ^ 1) >> 32) * (H - ch + 1)) >> 32
-        row[1] = ((_mix64(key ^ 2) >> 32) * (W - cw + 1)) >> 32
-        row[2], row[3] = ch, cw
-    if flip:
-        u = _mix64(key ^ 3)
-        row[4] = u & 1
-        row[5] = (u >> 1) & 1 if flip == "independent" else u & 1
-    if rot90:
-        v = _mix64(key ^ 4)
-        row[6] = (1 + (((v >> 32) * 3) >> 32)) if v & 1 else 0
-    return row
+    """draw_transforms(seed, epoch, [i], [H], [W], crop, flip, rot90)[0] for one item, as Python ints.
 
-
-class _SliceItemPlan:
-    """What SliceDataset.__getitem__ needs, as plain Python values, built once per process."""
-
-    __slots__ = ("pid", "n", "firsts", "volumes", "reader", "fields", "depth", "augment", "identity")
-
-    def __init__(self, ds: "SliceDataset") -> None:
-        ix = ds.index
-        self.pid = os.getpid()
-        self.n = len(ix)
-        self.firsts = [ix.first(v) for v in range(ix.volume_count)]
-        self.volumes = []
-        for v in range(ix.volume_count):
-            _, H, W = ix.shape(v)
-            self.volumes.append((ix.sample(v), H, W))
-        self.reader = reader_of(ds.store)
-        self.fields = list(ds.fields)
-        self.depth = 2 * ds.context + 1
-        self.augment = ds.crop is not None or bool(ds.flip) or ds.rot90
-        self.identity = np.zeros((1, 7), dtype=np.int64)  # no crop, flip or turn (read only)
-        self.identity.setflags(write=False)
+    Drawn in C++ (patchstore::DrawSliceTransform, the one counter-based generator of reader/transform.h).
+    """
+    ch, cw = crop if crop is not None else (0, 0)
+    return list(_C.draw_slice_transform(seed, epoch, i, H, W, ch, cw, _flip_mode(flip), bool(rot90)))
 
 
 class SliceDataset(ResumableDataset, Dataset):
@@ -341,53 +300,41 @@ class SliceDataset(ResumableDataset, Dataset):
         """Item i alone: the same values as ``__getitems__([i])[0]``, on a path cut to the copy itself.
 
         What DataLoader with batch_size=None or a per-item sampler calls, and what a loop over the
-        dataset calls: plain-int lookups (no NumPy round trips), the transform drawn with Python ints,
-        reused request arrays and one C++ copy per item (see bench/python_item_bench.py).
+        dataset calls: one C++ call for the lookup and the draw (SliceIndex.draw_item), no NumPy round
+        trips, and one C++ copy per item (see bench/python_item_bench.py).
         """
-        plan = self._item_plan()
-        n = plan.n
+        ix = self.index._n()  # the native index of this process
+        n = len(ix)
         j = operator.index(i)
         if j < 0:
             j += n
         if not 0 <= j < n:
             raise IndexError(f"SliceDataset index {i} out of range [0, {n}) for '{self.store.path}'")
-        v = bisect.bisect_right(plan.firsts, j) - 1
-        sample, H, W = plan.volumes[v]
-        refs = np.array([[sample, j - plan.firsts[v]]], dtype=np.int64)  # per call: threads may share ds
-        if plan.augment:
-            row = _slice_transform_row(self.seed, self.epoch, j, H, W, self.crop, self.flip, self.rot90)
-            tr = np.array([row], dtype=np.int64)
-            h, w = (row[2], row[3]) if self.crop is not None else (H, W)
-            if row[6] % 2:
-                h, w = w, h
-        else:
-            tr, (h, w) = plan.identity, (H, W)
-        nf = len(plan.fields)
+        ch, cw = self.crop if self.crop is not None else (0, 0)
+        sample, k, h, w, row = ix.draw_item(self.seed, self.epoch, j, ch, cw, _flip_mode(self.flip), self.rot90)
+        refs = np.array([[sample, k]], dtype=np.int64)  # per call: threads may share ds
+        tr = np.array([row], dtype=np.int64) if self._augments() else None
+        reader, fields, depth = reader_of(self.store), list(self.fields), 2 * self.context + 1
+        nf = len(fields)
         if torch.utils.data.get_worker_info() is None:
             # One allocation for all fields; the items are views of it (as __getitems__'s are of the batch).
-            buf = np.empty((nf, 1, plan.depth, h, w), dtype=np.float32)
-            _C.copy_slice_stacks(plan.reader, refs, tr, plan.fields, self.context, list(buf), 1)
-            out = torch.from_numpy(buf.reshape(nf, plan.depth, h, w)).unbind(0)
+            buf = np.empty((nf, 1, depth, h, w), dtype=np.float32)
+            _C.copy_slice_stacks(reader, refs, tr, fields, self.context, list(buf), 1)
+            out = torch.from_numpy(buf.reshape(nf, depth, h, w)).unbind(0)
         else:  # in shared memory, which the worker hands to the training process without a copy
-            out = tuple(_empty((plan.depth, h, w), True) for _ in plan.fields)
-            _C.copy_slice_stacks(plan.reader, refs, tr, plan.fields, self.context, [t.numpy()[None] for t in out],
-                                 1)
+            out = tuple(_empty((depth, h, w), True) for _ in fields)
+            _C.copy_slice_stacks(reader, refs, tr, fields, self.context, [t.numpy()[None] for t in out], 1)
         for f, t in zip(self.fields, out):
             c = self.clamp.get(f)
             if c is not None:
                 t.clamp_(c[0], c[1])
         return out
 
-    def _item_plan(self) -> "_SliceItemPlan":
-        plan = getattr(self, "_plan_cache", None)
-        if plan is None or plan.pid != os.getpid():
-            plan = _SliceItemPlan(self)
-            self._plan_cache = plan
-        return plan
+    def _augments(self) -> bool:
+        return self.crop is not None or bool(self.flip) or self.rot90
 
     def __getstate__(self) -> Dict[str, Any]:
         state = self.__dict__.copy()
-        state.pop("_plan_cache", None)  # per process
         state.pop("_pool", None)  # batch buffers belong to the process that made them
         return state
 
