@@ -106,3 +106,48 @@ def test_item_equals_the_reference_transform_applied_with_numpy(vols):
             for f, got in zip(("MR", "CT"), ds[i]):
                 want = t.apply(store.slice(ref.id, f, ref.slice, 0))
                 np.testing.assert_array_equal(got.numpy(), want)
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory) -> str:
+    """Volumes big (20x18, 3 slices), small (12x10, 2 slices), tiny (6x6, 4 slices) (store order: by id)."""
+    base = tmp_path_factory.mktemp("mixed")
+    rng = np.random.default_rng(6)
+    src = base / "v.h5"
+    with h5py.File(src, "w") as f:
+        for g in ("MR", "CT", "MASK"):
+            for name, shape in (("small", (12, 10, 2)), ("big", (20, 18, 3)), ("tiny", (6, 6, 4))):
+                f.create_dataset(f"{g}/{name}", data=rng.standard_normal(shape).astype(np.float32))
+    store = str(base / "v.ps")
+    patchstore.ingest_hdf5(src, store, durable=False, progress=False)
+    return store
+
+
+def test_volumes_smaller_than_the_crop_are_skipped_counted_and_warned_once(mixed):
+    with pytest.warns(RuntimeWarning, match=r"2 of 3 volumes .* are skipped \(crop 11x11\): 'small' \(12x10 slices\), "
+                                             r"'tiny' \(6x6 slices\)") as rec:
+        ds = SliceDataset(mixed, ("MR",), crop=11, flip=True, seed=4)
+    assert len([w for w in rec if "skipped" in str(w.message)]) == 1
+    assert ds.skipped == 2 and ds.skipped_ids == ["small", "tiny"]
+    assert len(ds) == 3 and [ds.ref(i) for i in range(3)] == [("big", 0), ("big", 1), ("big", 2)]
+    store = patchstore.Store(mixed)
+    for i in range(len(ds)):  # every item is from 'big', drawn for its own index
+        ref = ds.ref(i)
+        t = patchstore.SliceTransform.from_row(reference(4, 0, i, 20, 18, (11, 11), True, False))
+        np.testing.assert_array_equal(ds[i][0].numpy(), t.apply(store.slice(ref.id, "MR", ref.slice, 0)))
+    batch = ds.__getitems__([2, 0])
+    np.testing.assert_array_equal(batch[0][0].numpy(), ds[2][0].numpy())
+    # With ids=, only the listed volumes count; a pickled dataset keeps the reduced index.
+    with pytest.warns(RuntimeWarning, match="1 of 2 volumes"):
+        sub = SliceDataset(mixed, ("MR",), crop=11, ids=["tiny", "big"])
+    assert sub.skipped_ids == ["tiny"] and len(sub) == 3
+    import pickle
+    again = pickle.loads(pickle.dumps(sub))
+    assert len(again) == 3 and again.ref(0) == ("big", 0)
+
+
+def test_no_volume_left_is_an_error_naming_them(mixed):
+    with pytest.raises(ValueError, match=r"crop 21x21 is larger than the slices of every volume \('big' \(20x18"):
+        SliceDataset(mixed, ("MR",), crop=21)
+    ds = SliceDataset(mixed, ("MR",), crop=6)  # fits all: nothing skipped, no warning
+    assert ds.skipped == 0 and len(ds) == 9

@@ -108,7 +108,11 @@ class SliceDataset(ResumableDataset, Dataset):
     buffers stay allocated.
 
     ids: a list (or other sequence) of volume ids, in that order; a single
-    string is a TypeError and an empty list a ValueError. Volumes whose
+    string is a TypeError and an empty list a ValueError. A volume that
+    gives no item (no slice, or slices smaller than ``crop``) is left out,
+    as the window loaders skip a sample without a qualifying window:
+    counted (``skipped``, ``skipped_ids``), warned about once here, never
+    replaced by a neighbour; ValueError when none is left. Volumes whose
     slices differ in size need ``crop`` to be batched (warned here;
     :func:`slice_collate` says so when a batch mixes them).
 
@@ -117,7 +121,7 @@ class SliceDataset(ResumableDataset, Dataset):
     slice index (one header read per record).
 
     Errors: KeyError for an unknown field or id, ValueError for bad options,
-    a store of images (kind "frames"), a crop larger than a volume's slices
+    a store of images (kind "frames"), a crop larger than every volume's slices
     or rot90 with non-square planes; IndexError for an index outside
     [-len, len).
     """
@@ -189,6 +193,8 @@ class SliceDataset(ResumableDataset, Dataset):
         if self.num_threads < 1:
             raise ValueError(f"SliceDataset: num_threads must be >= 1 (or 0 for all cores), got {num_threads!r}")
         self.index = self.store.slice_index(ids)  # ValueError here for bad volumes
+        self.skipped_ids: List[str] = []
+        self._skip_unusable()
         self._check_shapes()
         self._epoch = _SharedEpoch(0)
 
@@ -215,6 +221,46 @@ class SliceDataset(ResumableDataset, Dataset):
             f"e.g. --norm {field}=range:LO,HI (norm={{'{field}': 'range:-1024,3000'}} for CT in HU), or drop "
             f"the clamp for this field. Warned once per field and process.",
             RuntimeWarning, stacklevel=4)
+
+    @property
+    def skipped(self) -> int:
+        """How many volumes were left out because they give no item (no slice, or slices smaller than crop)."""
+        return len(self.skipped_ids)
+
+    def _skip_unusable(self) -> None:
+        """Leaves out volumes with no slice or with slices smaller than `crop`: counted, warned once.
+
+        As the window loaders treat a sample without a qualifying window: the
+        volume is skipped (``skipped``, ``skipped_ids``), never replaced by a
+        neighbour, and reported once here; ValueError when no volume is left.
+        """
+        ix = self.index
+        keep: List[str] = []
+        why: List[str] = []
+        for v in range(ix.volume_count):
+            S, H, W = ix.shape(v)
+            vid = self.store.ids[ix.sample(v)]
+            if S == 0:
+                why.append(f"'{vid}' (no slice)")
+            elif self.crop is not None and (self.crop[0] > H or self.crop[1] > W):
+                why.append(f"'{vid}' ({H}x{W} slices)")
+            else:
+                keep.append(vid)
+                continue
+            self.skipped_ids.append(vid)
+        if not self.skipped_ids:
+            return
+        if not keep:
+            raise ValueError(f"SliceDataset: no volume of '{self.store.path}' gives an item"
+                             + (f": crop {self.crop[0]}x{self.crop[1]} is larger than the slices of every volume"
+                                if self.crop is not None else "") + f" ({', '.join(why[:4])}"
+                             + (", ..." if len(why) > 4 else "") + ")")
+        self.index = self.store.slice_index(keep)
+        warnings.warn(f"patchstore.torch.SliceDataset: {len(why)} of {len(why) + len(keep)} volumes of "
+                      f"'{self.store.path}' give no item and are skipped"
+                      + (f" (crop {self.crop[0]}x{self.crop[1]})" if self.crop is not None else "")
+                      + f": {', '.join(why[:4])}{', ...' if len(why) > 4 else ''}. dataset.skipped_ids lists them.",
+                      RuntimeWarning, stacklevel=3)
 
     def _check_shapes(self) -> None:
         ix = self.index
