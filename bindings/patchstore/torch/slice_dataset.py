@@ -349,18 +349,16 @@ class SliceDataset(ResumableDataset, Dataset):
         dataset calls: one C++ call for the lookup and the draw (SliceIndex.draw_item), no NumPy round
         trips, and one C++ copy per item (see bench/python_item_bench.py).
         """
-        ix = self.index._n()  # the native index of this process
-        n = len(ix)
+        h_ = self._handles()
+        ix, n, reader, fields, depth, ch, cw, mode, augments = h_[1:]
         j = operator.index(i)
         if j < 0:
             j += n
         if not 0 <= j < n:
             raise IndexError(f"SliceDataset index {i} out of range [0, {n}) for '{self.store.path}'")
-        ch, cw = self.crop if self.crop is not None else (0, 0)
-        sample, k, h, w, row = ix.draw_item(self.seed, self.epoch, j, ch, cw, _flip_mode(self.flip), self.rot90)
+        sample, k, h, w, row = ix.draw_item(self.seed, self.epoch, j, ch, cw, mode, self.rot90)
         refs = np.array([[sample, k]], dtype=np.int64)  # per call: threads may share ds
-        tr = np.array([row], dtype=np.int64) if self._augments() else None
-        reader, fields, depth = reader_of(self.store), list(self.fields), 2 * self.context + 1
+        tr = np.array([row], dtype=np.int64) if augments else None
         nf = len(fields)
         if torch.utils.data.get_worker_info() is None:
             # One allocation for all fields; the items are views of it (as __getitems__'s are of the batch).
@@ -376,12 +374,25 @@ class SliceDataset(ResumableDataset, Dataset):
                 t.clamp_(c[0], c[1])
         return out
 
-    def _augments(self) -> bool:
-        return self.crop is not None or bool(self.flip) or self.rot90
+    def _handles(self) -> Tuple[Any, ...]:
+        """(pid, native index, len, reader, fields, depth, crop_h, crop_w, flip mode, augments) of this process.
+
+        Handles and options only, cached per process; the lookup and the draw are C++ (draw_item).
+        """
+        h = getattr(self, "_handle_cache", None)
+        if h is None or h[0] != os.getpid():
+            ix = self.index._n()
+            ch, cw = self.crop if self.crop is not None else (0, 0)
+            augments = self.crop is not None or bool(self.flip) or self.rot90
+            h = (os.getpid(), ix, len(ix), reader_of(self.store), list(self.fields), 2 * self.context + 1, ch, cw,
+                 _flip_mode(self.flip), augments)
+            self._handle_cache = h
+        return h
 
     def __getstate__(self) -> Dict[str, Any]:
         state = self.__dict__.copy()
         state.pop("_pool", None)  # batch buffers belong to the process that made them
+        state.pop("_handle_cache", None)  # per process
         return state
 
     def __getitems__(self, indices: Sequence[int]) -> List[Tuple[torch.Tensor, ...]]:
