@@ -18,7 +18,7 @@ from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Seq
 import numpy as np
 
 from . import _patchstore as _C
-from ._store import Store, _decode_id
+from ._store import Store, _decode_id, reader_of
 
 __all__ = ["PatchSampler", "Window", "Windows"]
 
@@ -86,7 +86,7 @@ class Windows(Sequence):
     @property
     def ids(self) -> List[str]:
         if self._ids is None:
-            r = self._store._r()
+            r = reader_of(self._store)
             self._ids = [_decode_id(r.id(int(i))) for i in self.array[:, 0]]
         return list(self._ids)
 
@@ -98,7 +98,7 @@ class Windows(Sequence):
             return [self[j] for j in range(*i.indices(len(self)))]
         row = self.array[operator.index(i)]
         s = int(row[0])
-        return Window(s, _decode_id(self._store._r().id(s)), int(row[1]), int(row[2]), int(row[3]), int(row[4]),
+        return Window(s, _decode_id(reader_of(self._store).id(s)), int(row[1]), int(row[2]), int(row[3]), int(row[4]),
                       bool(row[5]))
 
     def __iter__(self) -> Iterator[Window]:
@@ -342,7 +342,7 @@ class PatchSampler:
         # its position as of the last batch.
         self._native = None
         self._recycler = _Recycler()
-        s = _C.Sampler(self._store._r(), **self._options)
+        s = _C.Sampler(reader_of(self._store), **self._options)
         s.set_position(*self._position)
         self._native, self._pid = s, os.getpid()
         return s
@@ -544,7 +544,7 @@ class PatchSampler:
         s = self._s()
         self._no_windows(s, "window")
         sample, y, x, flip, rot, positive = s.window_at(epoch, position, j)
-        return Window(sample, _decode_id(self._store._r().id(sample)), y, x, flip, rot, positive)
+        return Window(sample, _decode_id(reader_of(self._store).id(sample)), y, x, flip, rot, positive)
 
     def windows(self, epoch: int) -> Windows:
         """All windows of `epoch` on this rank, in order (no pixels copied)."""

@@ -1,9 +1,10 @@
 // patchstore/bindings/src/volume_py.cc — patchstore._patchstore.SliceIndex
 // and copy_slice_stacks: a thin skin over reader/volume.h.
 //
-// The Python layer (patchstore/_volumes.py, patchstore/torch.py SliceDataset)
-// owns ids, fork handling, pickling and the random transforms; here are only
-// the O(1) index lookups and the batch copy.
+// The Python layer (patchstore/_volumes.py, patchstore/torch/slice_dataset.py)
+// owns ids, fork handling and pickling; here are the O(1) index lookups, the
+// transform draws (reader/volume.h DrawSliceTransform / DrawSliceItem, the one
+// counter-based generator) and the batch copy.
 //
 // Buffers crossing the boundary (all C-contiguous, checked with the GIL held,
 // then read or written with it released):
@@ -196,6 +197,13 @@ void CopySliceStacks(const std::shared_ptr<Reader>& reader, const py::object& re
   Check(st);
 }
 
+patchstore::SliceFlip FlipOf(const std::string& flip, const std::string& ctx) {
+  if (flip == "independent") return patchstore::SliceFlip::kIndependent;
+  if (flip == "both") return patchstore::SliceFlip::kBoth;
+  if (flip.empty()) return patchstore::SliceFlip::kNone;
+  throw py::value_error(ctx + ": flip must be '', 'both' or 'independent'");
+}
+
 // out[k] = DrawSliceTransform(seed, epoch, indices[k], heights[k], widths[k], ...) as a transform row.
 void DrawTransforms(uint64_t seed, uint64_t epoch, const py::object& indices_obj, const py::object& heights_obj,
                     const py::object& widths_obj, int64_t crop_h, int64_t crop_w, const std::string& flip,
@@ -207,17 +215,13 @@ void DrawTransforms(uint64_t seed, uint64_t epoch, const py::object& indices_obj
   const int64_t* hs = Int64Rows(hb, heights_obj, 0, "heights", ctx, &nh);
   const int64_t* ws = Int64Rows(wb, widths_obj, 0, "widths", ctx, &nw);
   if (nh != n || nw != n) throw py::value_error(ctx + ": indices, heights and widths differ in length");
-  if (flip != "" && flip != "both" && flip != "independent")
-    throw py::value_error(ctx + ": flip must be '', 'both' or 'independent'");
+  const patchstore::SliceFlip f = FlipOf(flip, ctx);
   for (int64_t k = 0; k < n; ++k)
     if (idx[k] < 0 || crop_h > hs[k] || crop_w > ws[k] || crop_h < 0 || crop_w < 0)
       throw py::value_error(ctx + ": item " + std::to_string(k) + " has a negative index or a crop larger than its " +
                             std::to_string(hs[k]) + "x" + std::to_string(ws[k]) + " plane");
   auto hold = WritableBuffer(out, {n, kTransformColumns}, "qlQL", 8, "int64", "out", ctx);
   int64_t* dst = static_cast<int64_t*>(hold->view().buf);
-  const patchstore::SliceFlip f = flip == "independent" ? patchstore::SliceFlip::kIndependent
-                                  : flip == "both"      ? patchstore::SliceFlip::kBoth
-                                                        : patchstore::SliceFlip::kNone;
   for (int64_t k = 0; k < n; ++k) {
     const SliceTransform t = patchstore::DrawSliceTransform(seed, epoch, static_cast<uint64_t>(idx[k]), hs[k], ws[k],
                                                             crop_h, crop_w, f, rot90);
@@ -230,6 +234,39 @@ void DrawTransforms(uint64_t seed, uint64_t epoch, const py::object& indices_obj
     row[5] = t.flip_h;
     row[6] = t.rot90;
   }
+}
+
+py::tuple TransformTuple(const SliceTransform& t) {
+  return py::make_tuple(t.y, t.x, t.height, t.width, static_cast<int>(t.flip_v), static_cast<int>(t.flip_h),
+                        t.rot90);
+}
+
+// DrawSliceTransform for one item, as a (y, x, height, width, flip_v, flip_h,
+// rot90) tuple of ints.
+py::tuple DrawTransform(uint64_t seed, uint64_t epoch, int64_t index, int64_t H, int64_t W, int64_t crop_h,
+                        int64_t crop_w, const std::string& flip, bool rot90) {
+  const std::string ctx = "drawing a slice transform";
+  const patchstore::SliceFlip f = FlipOf(flip, ctx);
+  if (index < 0 || crop_h < 0 || crop_w < 0 || crop_h > H || crop_w > W)
+    throw py::value_error(ctx + ": item " + std::to_string(index) + " has a negative index or a crop larger than its " +
+                          std::to_string(H) + "x" + std::to_string(W) + " plane");
+  return TransformTuple(
+      patchstore::DrawSliceTransform(seed, epoch, static_cast<uint64_t>(index), H, W, crop_h, crop_w, f, rot90));
+}
+
+// DrawSliceItem: (sample, slice, out_h, out_w, (y, x, height, width, flip_v,
+// flip_h, rot90)) of flat item `index` (0 <= index < len).
+py::tuple DrawItem(const PySliceIndex& p, uint64_t seed, uint64_t epoch, int64_t index, int64_t crop_h,
+                   int64_t crop_w, const std::string& flip, bool rot90) {
+  patchstore::SliceSampling s;
+  s.seed = seed;
+  s.crop_h = crop_h;
+  s.crop_w = crop_w;
+  s.flip = FlipOf(flip, "drawing a slice item of '" + p.path + "'");
+  s.rot90 = rot90;
+  if (index < 0) throw py::index_error("slice index " + std::to_string(index) + " is negative");
+  const patchstore::SliceItem it = Unwrap(patchstore::DrawSliceItem(p.ix, s, epoch, static_cast<uint64_t>(index)));
+  return py::make_tuple(it.ref.sample, it.ref.slice, it.out_h, it.out_w, TransformTuple(it.transform));
 }
 
 }  // namespace
@@ -267,6 +304,11 @@ void BindVolumes(py::module_& m) {
             return py::make_tuple(r.sample, r.slice, r.depth);
           },
           py::arg("index"), "(sample, slice, depth) of flat slice index `index`. O(1).")
+      .def("draw_item", &DrawItem, py::arg("seed"), py::arg("epoch"), py::arg("index"), py::arg("crop_h"),
+           py::arg("crop_w"), py::arg("flip"), py::arg("rot90"),
+           "patchstore::DrawSliceItem: (sample, slice, out_h, out_w, (y, x, height, width, flip_v, flip_h,\n"
+           "rot90)) of flat item `index` in `epoch`: SliceDataset's lookup and draw in one call.\n"
+           "flip '' | 'both' | 'independent'. IndexError outside [0, len), ValueError for a crop too large.")
       .def("lookup", &Lookup, py::arg("indices"), py::arg("out"),
            "Writes (sample, slice, depth) of each flat index (1-D int64 array) into out, int64 (n, 3).\n"
            "IndexError (nothing written) when an index is outside [0, len).");
@@ -276,6 +318,11 @@ void BindVolumes(py::module_& m) {
         py::arg("rot90"), py::arg("out"),
         "patchstore::DrawSliceTransform for each flat item index: SliceDataset's crop/flip/turn draws.\n"
         "indices, heights, widths: 1-D int64; flip '' | 'both' | 'independent'; out: int64 (n, 7) rows.");
+  m.def("draw_slice_transform", &DrawTransform, py::arg("seed"), py::arg("epoch"), py::arg("index"),
+        py::arg("height"), py::arg("width"), py::arg("crop_h"), py::arg("crop_w"), py::arg("flip"),
+        py::arg("rot90"),
+        "patchstore::DrawSliceTransform for one item of an height x width plane: a (y, x, height, width,\n"
+        "flip_v, flip_h, rot90) tuple of ints.");
   m.def("copy_slice_stacks", &CopySliceStacks, py::arg("reader"), py::arg("refs"), py::arg("transforms"),
         py::arg("fields"), py::arg("context"), py::arg("outs"), py::arg("num_threads") = 1,
         "patchstore::CopySliceStacks for each field, with the GIL released.\n"
