@@ -295,14 +295,6 @@ void Deinterleave(const DecodedImage& image, const Normalization& norm, float* d
 
 }  // namespace
 
-double SourceMaxValue(SourceType t) {
-  switch (t) {
-    case SourceType::kUInt8: return 255.0;
-    case SourceType::kUInt16: return 65535.0;
-    default: return 0.0;
-  }
-}
-
 Result<DecodedImage> DecodeFile(const std::string& path, const std::string& channel, uint64_t max_pixels) {
   std::vector<uint8_t> bytes;
   PS_RETURN_IF_ERROR(ReadWholeFile(path, &bytes));

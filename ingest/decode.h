@@ -30,9 +30,6 @@ struct DecodedImage {
 // before any pixel memory is allocated. Errors name the file and the cause.
 Result<DecodedImage> DecodeFile(const std::string& path, const std::string& channel, uint64_t max_pixels);
 
-// The largest integer value of an integer source type (255, 65535), or 0.
-double SourceMaxValue(SourceType t);
-
 // The range [lo, hi] of the finite values among `n` floats, widened to
 // [lo, lo+1] when it is empty or a single value: a display window.
 void FiniteRange(const float* data, int64_t n, double* lo, double* hi);

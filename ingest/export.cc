@@ -121,18 +121,6 @@ void PercentileWindow(const float* data, int64_t n, double* lo, double* hi) {
   if (!(*lo < *hi)) FiniteRange(data, n, lo, hi);
 }
 
-double Invert(const Normalization& n, float v, double maxval) {
-  switch (n.kind) {
-    case NormKind::kSymmetric: return (static_cast<double>(v) + 1.0) / 2.0 * n.scale;
-    case NormKind::kUnit: return static_cast<double>(v) * n.scale;
-    case NormKind::kAffine: return n.scale != 0 ? (static_cast<double>(v) - n.offset) / n.scale : 0.0;
-    case NormKind::kBinary: return v != 0 ? maxval : 0.0;
-    case NormKind::kRange: return (n.scale + n.offset) / 2 + static_cast<double>(v) * ((n.offset - n.scale) / 2);
-    case NormKind::kNone: return v;
-  }
-  return v;
-}
-
 Status ExportPng(const TensorView& v, const RecordHeader& h, const ExportOptions& o, const std::string& path,
                  uint64_t* bytes) {
   const int C = static_cast<int>(v.shape[0]), H = static_cast<int>(v.shape[1]), W = static_cast<int>(v.shape[2]);
@@ -140,9 +128,10 @@ Status ExportPng(const TensorView& v, const RecordHeader& h, const ExportOptions
     return Status::Unsupported("exporting to '" + path + "': " + std::to_string(C) +
                                " channels cannot be written as PNG (use --format exr)");
   const float* data = v.data_as<float>();
-  const bool integer_source = h.source_type == SourceType::kUInt8 || h.source_type == SourceType::kUInt16;
+  const bool integer_source = SourceMaxValue(h.source_type) > 0;
   const bool sixteen = h.source_type == SourceType::kUInt16;
-  double maxval = sixteen ? 65535.0 : 255.0;
+  // The PNG written: 16-bit for uint16 sources, else 8-bit (float sources go through a window).
+  const double maxval = SourceMaxValue(sixteen ? SourceType::kUInt16 : SourceType::kUInt8);
   double lo = 0, hi = 1;
   bool windowed = !integer_source || o.has_window || o.window_auto;
   if (windowed) {
@@ -154,7 +143,6 @@ Status ExportPng(const TensorView& v, const RecordHeader& h, const ExportOptions
     } else {  // the stored range
       FiniteRange(v.data_as<float>(), v.elements(), &lo, &hi);
     }
-    maxval = sixteen ? 65535.0 : 255.0;
   }
   const int64_t plane = static_cast<int64_t>(H) * W;
   // Non-finite values (NaN, +inf, -inf) are drawn in kNonFiniteRgb, never as a value: a gray
@@ -173,7 +161,7 @@ Status ExportPng(const TensorView& v, const RecordHeader& h, const ExportOptions
       for (int c = 0; c < C; ++c) {
         float s = data[c * plane + static_cast<int64_t>(y) * W + x];
         finite = finite && std::isfinite(s);
-        double raw = windowed ? (static_cast<double>(s) - lo) / (hi - lo) * maxval : Invert(h.norm, s, maxval);
+        double raw = windowed ? (static_cast<double>(s) - lo) / (hi - lo) * maxval : h.norm.Invert(s, maxval);
         if (!std::isfinite(raw)) raw = 0;
         raw = std::min(std::max(std::nearbyint(raw), 0.0), maxval);
         for (int o = c; o < (C == 1 ? CO : c + 1); ++o) put(y, x, o, raw);

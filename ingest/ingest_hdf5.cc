@@ -191,14 +191,6 @@ struct Item {
   uint64_t bytes = 0;  // float32 payload of all fields
 };
 
-double MaxValueOf(SourceType t) {
-  switch (t) {
-    case SourceType::kUInt8: return 255.0;
-    case SourceType::kUInt16: return 65535.0;
-    default: return 0.0;
-  }
-}
-
 class Hdf5Ingest {
  public:
   explicit Hdf5Ingest(const Hdf5IngestOptions& o) : o_(o) {}
@@ -595,7 +587,7 @@ Status Hdf5Ingest::ResolveNorms(Item* item) {
     auto it = o_.norm.find(field);
     const std::string spec = it != o_.norm.end() ? it->second : mask ? "binary" : "none";
     const SourceType src = item->fields[g].source;
-    const double maxval = MaxValueOf(src);
+    const double maxval = SourceMaxValue(src);
     const std::string base = spec.substr(0, spec.find('+'));
     if ((base == "unit" || base == "symmetric") && maxval == 0)
       return Status::InvalidArgument("reading " + DescribeDataset(item->file, g, item->name) + ": normalisation '" +

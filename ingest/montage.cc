@@ -21,25 +21,17 @@ namespace {
 // Maps a (C,h,w) float tile to 8-bit RGB.
 cv::Mat ToDisplay(const float* data, int64_t C, int64_t h, int64_t w, const RecordHeader& hdr,
                   const MontageOptions& o) {
-  const bool integer = hdr.source_type == SourceType::kUInt8 || hdr.source_type == SourceType::kUInt16;
+  const double maxval = SourceMaxValue(hdr.source_type);
+  const bool integer = maxval > 0;
   double lo = o.window_lo, hi = o.window_hi;
   const int64_t n = C * h * w;
   if (!o.has_window && !integer) {
     FiniteRange(data, n, &lo, &hi);
   }
-  const double maxval = hdr.source_type == SourceType::kUInt16 ? 65535.0 : 255.0;
   auto to8 = [&](float v) -> uint8_t {
     double x;
     if (integer && !o.has_window) {
-      const Normalization& nm = hdr.norm;
-      switch (nm.kind) {
-        case NormKind::kSymmetric: x = (v + 1.0) / 2.0; break;
-        case NormKind::kUnit: x = v; break;
-        case NormKind::kAffine: x = nm.scale != 0 ? (v - nm.offset) / nm.scale / maxval : 0; break;
-        case NormKind::kBinary: x = v != 0 ? 1 : 0; break;
-        case NormKind::kRange: x = ((nm.scale + nm.offset) / 2 + v * ((nm.offset - nm.scale) / 2)) / maxval; break;
-        default: x = v / maxval;
-      }
+      x = hdr.norm.Invert(v, maxval) / maxval;  // the source value, as a fraction of its range
     } else {
       x = (v - lo) / (hi - lo);
     }

@@ -50,6 +50,14 @@ std::string FormatDouble(double d) {
 
 }  // namespace
 
+double SourceMaxValue(SourceType t) {
+  switch (t) {
+    case SourceType::kUInt8: return 255.0;
+    case SourceType::kUInt16: return 65535.0;
+    default: return 0.0;
+  }
+}
+
 const char* SourceTypeName(SourceType t) {
   switch (t) {
     case SourceType::kUnknown: return "unknown";
@@ -106,6 +114,19 @@ float Normalization::Apply(double x) const {
     if (v > static_cast<float>(clamp_hi)) v = static_cast<float>(clamp_hi);
   }
   return v;
+}
+
+double Normalization::Invert(float v, double maxval) const {
+  const double x = static_cast<double>(v);
+  switch (kind) {
+    case NormKind::kNone: return x;
+    case NormKind::kSymmetric: return (x + 1.0) / 2.0 * scale;
+    case NormKind::kUnit: return x * scale;
+    case NormKind::kAffine: return scale != 0 ? (x - offset) / scale : 0.0;
+    case NormKind::kBinary: return v != 0 ? maxval : 0.0;
+    case NormKind::kRange: return (scale + offset) / 2 + x * ((offset - scale) / 2);
+  }
+  return x;
 }
 
 std::string Normalization::ToString() const {

@@ -57,6 +57,10 @@ enum class SourceType : uint8_t {
   kInt64 = 10, kUInt64 = 11,
 };
 const char* SourceTypeName(SourceType t);
+// The largest value of an integer source type that normalisations scale by
+// (the `maxval` below): 255 for uint8, 65535 for uint16; 0 for every other
+// type (no "symmetric"/"unit" for them, and values written back as floats).
+double SourceMaxValue(SourceType t);
 
 // How source values were mapped to stored float32 values. With `maxval` the
 // largest value of the source integer type (255, 65535):
@@ -85,6 +89,12 @@ struct Normalization {
 
   // Applies the mapping to one source value (as double) in float32.
   float Apply(double x) const;
+  // The inverse of Apply: the source value (in double, not rounded) that a
+  // stored value v came from, for a source whose largest value is `maxval`
+  // (SourceMaxValue; kBinary maps non-zero back to maxval, kAffine with a
+  // zero scale to 0). A clamp is not undone. Used by export (values written
+  // back to PNG) and montage (tiles shown in source units).
+  double Invert(float v, double maxval) const;
   // "none", "symmetric/255", "unit/65535", "affine(s,o)", "binary",
   // each optionally followed by " clamp[lo,hi]".
   std::string ToString() const;

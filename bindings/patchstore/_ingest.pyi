@@ -24,15 +24,54 @@ class CancelFlag:
     def set(self) -> None: ...
     def is_set(self) -> bool: ...
 
-def ingest_images(store: str, manifest: str, root: str, fields: List[Tuple[str, str]], masks: List[str],
-                  norm: Dict[str, str], threads: int, skip_errors: bool, report_path: str, batch_bytes: int,
-                  durable: bool, max_pixels: int, command_line: str,
-                  progress: Optional[Callable[[Progress], None]],
-                  cancel: Optional[CancelFlag] = None, strict_ids: bool = False) -> Dict[str, Any]: ...
-def ingest_hdf5(files: List[str], store: str, groups: List[str], slice_axis: int, ids: str, masks: List[str],
-                norm: Dict[str, str], allow_external: bool, skip_errors: bool, report_path: str, batch_bytes: int,
-                durable: bool, command_line: str, progress: Optional[Callable[[Progress], None]],
-                cancel: Optional[CancelFlag] = None, strict_ids: bool = False) -> Dict[str, Any]: ...
+class ImageIngestOptions:
+    """patchstore::ImageIngestOptions (ingest/ingest.h); defaults are the C++ ones."""
+
+    _fields: Tuple[str, ...]
+    store: str
+    manifest: str
+    root: str
+    field_templates: List[Tuple[str, str]]
+    mask_fields: List[str]
+    norm: Dict[str, str]
+    threads: int
+    skip_errors: bool
+    report_path: str
+    batch_bytes: int
+    batch_samples: int
+    durable: bool
+    max_pixels: int
+    isolate_decoders: bool
+    decode_timeout_s: float
+    command_line: str
+    def __init__(self) -> None: ...
+
+class Hdf5IngestOptions:
+    """patchstore::Hdf5IngestOptions (ingest/ingest_hdf5.h); defaults are the C++ ones."""
+
+    _fields: Tuple[str, ...]
+    files: List[str]
+    store: str
+    groups: List[str]
+    slice_axis: int
+    ids: str
+    strict_ids: bool
+    mask_fields: List[str]
+    norm: Dict[str, str]
+    allow_external: bool
+    skip_errors: bool
+    report_path: str
+    batch_bytes: int
+    slab_bytes: int
+    chunk_cache_bytes: int
+    durable: bool
+    command_line: str
+    def __init__(self) -> None: ...
+
+def ingest_images(options: ImageIngestOptions, progress: Optional[Callable[[Progress], None]] = None,
+                  cancel: Optional[CancelFlag] = None) -> Dict[str, Any]: ...
+def ingest_hdf5(options: Hdf5IngestOptions, progress: Optional[Callable[[Progress], None]] = None,
+                cancel: Optional[CancelFlag] = None) -> Dict[str, Any]: ...
 def render_montage(store: str, count: int, patch_size: int, field: str, overlay: str, require: str,
                    require_overlay: bool, patches_per_sample: int, seed: int, epoch: int, flip: bool, rot90: bool,
                    has_window: bool, window_lo: float, window_hi: float, tile: int) -> Tuple[int, int, bytearray]: ...

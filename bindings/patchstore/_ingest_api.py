@@ -7,6 +7,7 @@ Both calls release the GIL while they run.
 
 from __future__ import annotations
 
+import operator
 import os
 import threading
 import warnings
@@ -141,8 +142,11 @@ def ingest_images(
     *,
     report: Optional[PathLike] = None,
     batch_bytes: int = 256 << 20,
+    batch_samples: int = 256,
     durable: bool = True,
     max_pixels: int = 1 << 28,
+    isolate_decoders: bool = True,
+    decode_timeout: float = 60.0,
     progress: ProgressArg = None,
     callback: Optional[Callable[[Any], None]] = None,
 ) -> IngestSummary:
@@ -169,7 +173,14 @@ def ingest_images(
     on_error: "stop" (default; everything committed before the bad file
     stays) or "skip" (record the failure in `report`, default
     <store>/ingest-errors.tsv, and go on).
+    batch_bytes, batch_samples: commit after this many float32 bytes or
+    this many samples, whichever comes first (``--commit-every``).
     durable: fsync each commit (False is faster for scratch stores).
+    max_pixels: refuse images declaring more pixels (before decoding).
+    isolate_decoders: decode in child processes with a memory limit and a
+    watchdog, so a hostile file can neither crash nor stall the ingest
+    (False: in this process, as ``--in-process``). decode_timeout: seconds
+    one file may take to decode in a child process (``--decode-timeout``).
     progress: None (default) shows progress on stderr as ``patchstore
     ingest`` does: a bar when stderr is a terminal (tqdm's if tqdm is
     installed), else a plain line every 5 seconds and one at the end;
@@ -215,25 +226,29 @@ def ingest_images(
     if on_error != "stop":
         args.append(f"on_error={on_error!r}")
     command_line = "patchstore.ingest_images(" + ", ".join(args) + ")"
+    batch_samples = operator.index(batch_samples)
+    if batch_samples < 1:
+        raise ValueError(f"ingest_images: batch_samples must be >= 1, got {batch_samples}")
     native = _native()
+    o = native.ImageIngestOptions()
+    o.store = os.fspath(store)
+    o.manifest = "" if manifest is None else os.fspath(manifest)
+    o.root = "" if root is None else os.fspath(root)
+    o.field_templates = templates
+    o.mask_fields = masks
+    o.norm = {str(k): str(v) for k, v in norm.items()}
+    o.threads = int(threads)
+    o.skip_errors = on_error == "skip"
+    o.report_path = "" if report is None else os.fspath(report)
+    o.batch_bytes = int(batch_bytes)
+    o.batch_samples = batch_samples
+    o.durable = bool(durable)
+    o.max_pixels = int(max_pixels)
+    o.isolate_decoders = bool(isolate_decoders)
+    o.decode_timeout_s = float(decode_timeout)
+    o.command_line = command_line
     reporter = Reporter("ingest", "samples", progress, callback)
-    d = _run_cancellable(lambda cancel: native.ingest_images(
-        os.fspath(store),
-        "" if manifest is None else os.fspath(manifest),
-        "" if root is None else os.fspath(root),
-        templates,
-        masks,
-        {str(k): str(v) for k, v in norm.items()},
-        int(threads),
-        on_error == "skip",
-        "" if report is None else os.fspath(report),
-        int(batch_bytes),
-        bool(durable),
-        int(max_pixels),
-        command_line,
-        reporter.native(),
-        cancel,
-    ), reporter)
+    d = _run_cancellable(lambda cancel: native.ingest_images(o, reporter.native(), cancel), reporter)
     return IngestSummary(**d)
 
 
@@ -279,6 +294,8 @@ def ingest_hdf5(
     batch_bytes: int = 256 << 20,
     callback: Optional[Callable[[Any], None]] = None,
     strict_ids: bool = False,
+    slab_bytes: int = 16 << 20,
+    chunk_cache_bytes: int = 4 << 20,
 ) -> IngestSummary:
     """Reads 3D volumes from HDF5 files once into the volume store at `store` (created if missing).
 
@@ -321,6 +338,8 @@ def ingest_hdf5(
     has done, total (volumes), failed, skipped, bytes, seconds. If it raises,
     it is not called again and the exception is raised at the end.
     batch_bytes: commit after this many float32 bytes.
+    slab_bytes: source bytes read per HDF5 hyperslab (whole chunk rows);
+    chunk_cache_bytes: the HDF5 chunk cache per dataset. Tuning only.
     strict_ids: with prefixed ids (several files), refuse (ValueError)
     instead of warning when a dataset name is already in the store, or in
     this ingest, under another file prefix (the same patient twice). To add
@@ -380,25 +399,25 @@ def ingest_hdf5(
         args.append(f"on_error={on_error!r}")
     command_line = "patchstore.ingest_hdf5(" + ", ".join(args) + ")"
     native = _native()
+    o = native.Hdf5IngestOptions()
+    o.files = paths
+    o.store = os.fspath(store)
+    o.groups = specs
+    o.slice_axis = axis
+    o.ids = ids
+    o.strict_ids = bool(strict_ids)
+    o.mask_fields = masks
+    o.norm = norm
+    o.allow_external = bool(allow_external)
+    o.skip_errors = on_error == "skip"
+    o.report_path = "" if report is None else os.fspath(report)
+    o.batch_bytes = int(batch_bytes)
+    o.slab_bytes = int(slab_bytes)
+    o.chunk_cache_bytes = int(chunk_cache_bytes)
+    o.durable = bool(durable)
+    o.command_line = command_line
     reporter = Reporter("ingest hdf5", "volumes", progress, callback)
-    d = _run_cancellable(lambda cancel: native.ingest_hdf5(
-        paths,
-        os.fspath(store),
-        specs,
-        axis,
-        ids,
-        masks,
-        norm,
-        bool(allow_external),
-        on_error == "skip",
-        "" if report is None else os.fspath(report),
-        int(batch_bytes),
-        bool(durable),
-        command_line,
-        reporter.native(),
-        cancel,
-        bool(strict_ids),
-    ), reporter)
+    d = _run_cancellable(lambda cancel: native.ingest_hdf5(o, reporter.native(), cancel), reporter)
     summary = IngestSummary(**d)
     for w in summary.warnings:
         warnings.warn(f"patchstore.ingest_hdf5: {w}", RuntimeWarning, stacklevel=2)

@@ -125,51 +125,35 @@ py::dict RunIngest(Options& o, Fn&& ingest, py::object progress, std::shared_ptr
   return SummaryDict(r.value());
 }
 
-py::dict IngestImages(const std::string& store, const std::string& manifest, const std::string& root,
-                      const std::vector<std::pair<std::string, std::string>>& fields,
-                      const std::vector<std::string>& masks, const std::map<std::string, std::string>& norm,
-                      int threads, bool skip_errors, const std::string& report_path, uint64_t batch_bytes,
-                      bool durable, uint64_t max_pixels, const std::string& command_line, py::object progress,
-                      std::shared_ptr<CancelFlag> cancel) {
-  ImageIngestOptions o;
-  o.store = store;
-  o.manifest = manifest;
-  o.root = root;
-  o.field_templates = fields;
-  o.mask_fields = masks;
-  o.norm = norm;
-  o.threads = threads;
-  o.skip_errors = skip_errors;
-  o.report_path = report_path;
-  o.batch_bytes = batch_bytes;
-  o.durable = durable;
-  o.max_pixels = max_pixels;
-  o.command_line = command_line;
+// The option structs are bound as classes (ImageIngestOptions,
+// Hdf5IngestOptions: every field but the callbacks, defaults from the C++
+// struct), so an option added to the struct (and the CLI) is one
+// def_readwrite here and one keyword in patchstore/_ingest_api.py; the
+// calls take a copy and set its progress and cancel callbacks.
+py::dict IngestImages(ImageIngestOptions o, py::object progress, std::shared_ptr<CancelFlag> cancel) {
   return RunIngest(o, patchstore::IngestImages, std::move(progress), std::move(cancel), Where::kFiles);
 }
 
-py::dict IngestHdf5(const std::vector<std::string>& files, const std::string& store,
-                    const std::vector<std::string>& groups, int slice_axis, const std::string& ids,
-                    const std::vector<std::string>& masks, const std::map<std::string, std::string>& norm,
-                    bool allow_external, bool skip_errors, const std::string& report_path, uint64_t batch_bytes,
-                    bool durable, const std::string& command_line, py::object progress,
-                    std::shared_ptr<CancelFlag> cancel, bool strict_ids) {
-  Hdf5IngestOptions o;
-  o.strict_ids = strict_ids;
-  o.files = files;
-  o.store = store;
-  o.groups = groups;
-  o.slice_axis = slice_axis;
-  o.ids = ids;
-  o.mask_fields = masks;
-  o.norm = norm;
-  o.allow_external = allow_external;
-  o.skip_errors = skip_errors;
-  o.report_path = report_path;
-  o.batch_bytes = batch_bytes;
-  o.durable = durable;
-  o.command_line = command_line;
+py::dict IngestHdf5(Hdf5IngestOptions o, py::object progress, std::shared_ptr<CancelFlag> cancel) {
   return RunIngest(o, patchstore::IngestHdf5, std::move(progress), std::move(cancel), Where::kLookup);
+}
+
+// Binds one field of an option struct and records its name in `names`
+// (the class's _fields, which __repr__ and the Python layer read).
+template <typename C, typename T>
+void BindField(py::class_<C>& cls, py::list& names, const char* name, T C::*member, const char* doc) {
+  cls.def_readwrite(name, member, doc);
+  names.append(name);
+}
+
+// "ClassName(field=value, ...)" for the bound option structs: the fields are
+// read back through Python, so the repr lists exactly what is bound.
+std::string OptionsRepr(py::handle self, const char* name) {
+  py::list parts;
+  for (py::handle f : self.attr("_fields")) {
+    parts.append(py::str("{}={!r}").format(f, self.attr(f)));
+  }
+  return std::string(name) + "(" + py::str(", ").attr("join")(parts).cast<std::string>() + ")";
 }
 
 py::dict Export(const std::string& store, const std::string& outdir, const std::vector<py::bytes>& ids,
@@ -300,16 +284,62 @@ PYBIND11_MODULE(_ingest, m) {
       .def("set", [](CancelFlag& c) { c.set.store(true); })
       .def("is_set", [](const CancelFlag& c) { return c.set.load(); });
 
-  m.def("ingest_images", &IngestImages, py::arg("store"), py::arg("manifest"), py::arg("root"),
-        py::arg("fields"), py::arg("masks"), py::arg("norm"), py::arg("threads"), py::arg("skip_errors"),
-        py::arg("report_path"), py::arg("batch_bytes"), py::arg("durable"), py::arg("max_pixels"),
-        py::arg("command_line"), py::arg("progress"), py::arg("cancel") = nullptr,
+  using IO = ImageIngestOptions;
+  py::class_<IO> io(m, "ImageIngestOptions",
+                    "patchstore::ImageIngestOptions (ingest/ingest.h): what `patchstore ingest images` takes.\n"
+                    "Defaults are the C++ ones; patchstore.ingest_images fills one from its keywords.");
+  io.def(py::init<>());
+  py::list io_fields;
+  BindField(io, io_fields, "store", &IO::store, "destination directory (created if missing)");
+  BindField(io, io_fields, "manifest", &IO::manifest, "CSV manifest (or root + field_templates)");
+  BindField(io, io_fields, "root", &IO::root, "root folder searched with field_templates");
+  BindField(io, io_fields, "field_templates", &IO::field_templates, "[(field, path template), ...]");
+  BindField(io, io_fields, "mask_fields", &IO::mask_fields, "fields stored as {0,1}");
+  BindField(io, io_fields, "norm", &IO::norm, "{field: normalisation spec}");
+  BindField(io, io_fields, "threads", &IO::threads, "decoder threads; 0 = all cores");
+  BindField(io, io_fields, "skip_errors", &IO::skip_errors, "--on-error skip");
+  BindField(io, io_fields, "report_path", &IO::report_path, "failures as TSV (--report)");
+  BindField(io, io_fields, "batch_bytes", &IO::batch_bytes, "commit after this many bytes");
+  BindField(io, io_fields, "batch_samples", &IO::batch_samples, "... or this many samples (--commit-every)");
+  BindField(io, io_fields, "durable", &IO::durable, "fsync each commit (--no-sync: False)");
+  BindField(io, io_fields, "max_pixels", &IO::max_pixels, "refuse larger declared images");
+  BindField(io, io_fields, "isolate_decoders", &IO::isolate_decoders, "decode in child processes (not --in-process)");
+  BindField(io, io_fields, "decode_timeout_s", &IO::decode_timeout_s, "seconds a file may decode (--decode-timeout)");
+  BindField(io, io_fields, "command_line", &IO::command_line, "recorded in the metadata");
+  io.attr("_fields") = py::tuple(io_fields);
+  io.def("__repr__", [](py::handle self) { return OptionsRepr(self, "ImageIngestOptions"); });
+
+  using HO = Hdf5IngestOptions;
+  py::class_<HO> ho(m, "Hdf5IngestOptions",
+                    "patchstore::Hdf5IngestOptions (ingest/ingest_hdf5.h): what `patchstore ingest hdf5` takes.\n"
+                    "Defaults are the C++ ones; patchstore.ingest_hdf5 fills one from its keywords.");
+  ho.def(py::init<>());
+  py::list ho_fields;
+  BindField(ho, ho_fields, "files", &HO::files, "input .h5 files, ingested in this order");
+  BindField(ho, ho_fields, "store", &HO::store, "destination directory (created if missing)");
+  BindField(ho, ho_fields, "groups", &HO::groups, "\"PATH\" or \"PATH=FIELD\" per field (--group)");
+  BindField(ho, ho_fields, "slice_axis", &HO::slice_axis, "source axis that indexes slices");
+  BindField(ho, ho_fields, "ids", &HO::ids, "\"auto\" | \"stem\" | \"name\"");
+  BindField(ho, ho_fields, "strict_ids", &HO::strict_ids, "refuse a patient under two file prefixes");
+  BindField(ho, ho_fields, "mask_fields", &HO::mask_fields, "fields stored as masks (--mask)");
+  BindField(ho, ho_fields, "norm", &HO::norm, "{field: normalisation spec}");
+  BindField(ho, ho_fields, "allow_external", &HO::allow_external, "follow external links and storage");
+  BindField(ho, ho_fields, "skip_errors", &HO::skip_errors, "--on-error skip");
+  BindField(ho, ho_fields, "report_path", &HO::report_path, "failures as TSV (--report)");
+  BindField(ho, ho_fields, "batch_bytes", &HO::batch_bytes, "commit after this many float32 bytes");
+  BindField(ho, ho_fields, "slab_bytes", &HO::slab_bytes, "source bytes read per hyperslab");
+  BindField(ho, ho_fields, "chunk_cache_bytes", &HO::chunk_cache_bytes, "HDF5 chunk cache per dataset");
+  BindField(ho, ho_fields, "durable", &HO::durable, "fsync each commit (--no-sync: False)");
+  BindField(ho, ho_fields, "command_line", &HO::command_line, "recorded in the metadata");
+  ho.attr("_fields") = py::tuple(ho_fields);
+  ho.def("__repr__", [](py::handle self) { return OptionsRepr(self, "Hdf5IngestOptions"); });
+
+  m.def("ingest_images", &IngestImages, py::arg("options"), py::arg("progress") = py::none(),
+        py::arg("cancel") = nullptr,
         "patchstore::IngestImages with the GIL released. Returns the IngestSummary as a dict.\n"
         "cancel: a CancelFlag polled between samples (RuntimeError once set: committed samples stay).");
-  m.def("ingest_hdf5", &IngestHdf5, py::arg("files"), py::arg("store"), py::arg("groups"), py::arg("slice_axis"),
-        py::arg("ids"), py::arg("masks"), py::arg("norm"), py::arg("allow_external"), py::arg("skip_errors"),
-        py::arg("report_path"), py::arg("batch_bytes"), py::arg("durable"), py::arg("command_line"),
-        py::arg("progress"), py::arg("cancel") = nullptr, py::arg("strict_ids") = false,
+  m.def("ingest_hdf5", &IngestHdf5, py::arg("options"), py::arg("progress") = py::none(),
+        py::arg("cancel") = nullptr,
         "patchstore::IngestHdf5 with the GIL released. Returns the IngestSummary as a dict.\n"
         "cancel: a CancelFlag polled between volumes (RuntimeError once set: committed volumes stay).\n"
         "NotFound (a missing group or dataset) raises KeyError.");

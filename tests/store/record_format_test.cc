@@ -196,6 +196,57 @@ TEST(Normalization, MatchesTheSeedFormulaBitForBit) {
   EXPECT_EQ(n.Apply(255), 1.0f);
 }
 
+TEST(Normalization, SourceMaxValueIsTheIntegerRange) {
+  EXPECT_EQ(SourceMaxValue(SourceType::kUInt8), 255.0);
+  EXPECT_EQ(SourceMaxValue(SourceType::kUInt16), 65535.0);
+  for (SourceType t : {SourceType::kUnknown, SourceType::kFloat16, SourceType::kFloat32, SourceType::kInt16,
+                       SourceType::kFloat64, SourceType::kInt8, SourceType::kUInt32, SourceType::kInt32,
+                       SourceType::kInt64, SourceType::kUInt64})
+    EXPECT_EQ(SourceMaxValue(t), 0.0) << SourceTypeName(t);
+}
+
+// Invert(Apply(x)) rounded is x for every uint8 and uint16 value and every
+// normalisation export writes back as PNG (what makes its round trip exact).
+TEST(Normalization, InvertUndoesApplyForEveryIntegerValue) {
+  for (SourceType t : {SourceType::kUInt8, SourceType::kUInt16}) {
+    const double maxval = SourceMaxValue(t);
+    // (range is always clamped to [-1, 1]: its [LO, HI] covers the type's values)
+    const char* range = t == SourceType::kUInt8 ? "range:-1024,3000" : "range:0,65535";
+    for (const char* spec : {"none", "symmetric", "unit", "affine:0.5,-3", range}) {
+      auto n = ParseNormalization(spec, maxval);
+      ASSERT_TRUE(n.ok()) << spec;
+      for (int x = 0; x <= static_cast<int>(maxval); ++x) {
+        const double back = n->Invert(n->Apply(x), maxval);
+        ASSERT_EQ(std::nearbyint(back), x) << spec << " maxval " << maxval << " value " << back;
+      }
+    }
+    auto b = ParseNormalization("binary", maxval);
+    ASSERT_TRUE(b.ok());
+    EXPECT_EQ(b->Invert(b->Apply(0), maxval), 0.0);
+    EXPECT_EQ(b->Invert(b->Apply(1), maxval), maxval);  // a mask comes back as 0 / maxval
+    EXPECT_EQ(b->Invert(b->Apply(maxval), maxval), maxval);
+  }
+  // Exact formulas (not just round trips), and a zero affine scale.
+  Normalization s;
+  s.kind = NormKind::kSymmetric;
+  s.scale = 255;
+  EXPECT_EQ(s.Invert(-1.0f, 255), 0.0);
+  EXPECT_EQ(s.Invert(1.0f, 255), 255.0);
+  EXPECT_EQ(s.Invert(0.0f, 255), 127.5);
+  auto r = ParseNormalization("range:-1024,3000", 0);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->Invert(-1.0f, 0), -1024.0);
+  EXPECT_EQ(r->Invert(0.0f, 0), 988.0);
+  EXPECT_EQ(r->Invert(1.0f, 0), 3000.0);
+  Normalization z;  // (ParseNormalization refuses a zero scale; a damaged header may hold one)
+  z.kind = NormKind::kAffine;
+  z.scale = 0;
+  z.offset = 2;
+  EXPECT_EQ(z.Invert(2.0f, 0), 0.0);
+  Normalization none;
+  EXPECT_EQ(none.Invert(-3.25f, 0), -3.25);
+}
+
 TEST(Normalization, ParsesSpecsAndRejectsBadOnes) {
   auto a = ParseNormalization("affine:0.001,-1+clamp:-1,1", 0);
   ASSERT_TRUE(a.ok());
