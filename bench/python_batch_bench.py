@@ -10,7 +10,7 @@ Measures, in the training process (no DataLoader workers, torch 1 thread):
 
 for batch 16, 32 and 64, each in a fresh process, in four settings:
 
-  * pool off / on: patchstore.torch._POOL_BATCH_BUFFERS (off = a new tensor
+  * pool off / on: patchstore.torch._common._POOL_BATCH_BUFFERS (off = a new tensor
     per batch and field, what the datasets did before buffers were pooled);
   * default environment / MALLOC_MMAP_THRESHOLD_=268435456 (glibc serves the
     allocations from the heap, not fresh mappings).
@@ -49,7 +49,7 @@ def child(kind: str, store: str, batch: int, pool: bool, seconds: float) -> None
     import patchstore.torch as pt
 
     torch.set_num_threads(1)
-    pt._POOL_BATCH_BUFFERS = pool
+    pt._common._POOL_BATCH_BUFFERS = pool
     rng = np.random.default_rng(0)
     if kind == "slices":
         ds = pt.SliceDataset(store, ("MR", "CT", "MASK"), context=2)

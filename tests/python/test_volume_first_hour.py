@@ -160,7 +160,7 @@ def test_patch_dataset_batches_reuse_buffers(volstore, frameset):
 
 
 def test_pooling_off_allocates_per_batch(volstore, monkeypatch):
-    monkeypatch.setattr(pt, "_POOL_BATCH_BUFFERS", False)
+    monkeypatch.setattr(pt._common, "_POOL_BATCH_BUFFERS", False)
     ds = SliceDataset(volstore[0], ("MR",))
     ds[0]
     assert "_pool" not in ds.__dict__

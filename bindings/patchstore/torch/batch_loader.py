@@ -1,0 +1,281 @@
+"""patchstore.torch.BatchLoader: ready batches of random patches gathered in C++."""
+
+from __future__ import annotations
+
+import operator
+import os
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import torch
+from torch.utils.data import IterableDataset
+
+from .._sampler import PatchSampler
+from .._store import Store
+from ._common import _EpochCounter, _Ring, _distributed_defaults, _empty
+
+
+class BatchLoader(IterableDataset):
+    """Ready batches of random patches: {field: float32 tensor (B, C, P, P)}, one epoch per iter().
+
+    Built on :class:`patchstore.PatchSampler` (same options, same windows):
+    each batch is one C++ gather of B windows for every field, on
+    ``num_threads`` threads with the GIL released, straight into a reused
+    buffer. No per-sample Python work, no collate, no per-batch allocation.
+
+    path: a store path or a :class:`patchstore.Store`. batch_size: windows
+    per batch (B; with patches_per_sample=k, a batch covers B/k sample
+    visits). ``len(loader)``: batches per epoch on this rank, the last one
+    smaller unless ``drop_last``.
+
+    Epochs: ``set_epoch(e)`` (as with DistributedSampler) makes the next
+    iter() yield epoch e; without it each iter() yields the epoch after the
+    previous one (0, 1, 2, ...), counted per process. ``epoch``: the epoch
+    the next iter() in this process yields.
+
+    rank / world_size: shard of each epoch (as DistributedSampler);
+    None takes them from torch.distributed when it is initialised, else 0 / 1.
+
+    Buffers (in the training process): batches are written into a ring of
+    ``buffers`` sets of (B, C, P, P) tensors, pinned with ``pin_memory``
+    (with a warning and ordinary memory where torch has no pinned
+    allocator). A yielded batch is never overwritten while anything still
+    refers to it (the batch, one of its tensors or a view of them): a set is
+    reused only once the storage use counts show it free, and a new set is
+    allocated (with a warning) if all are held. With pinned memory and CUDA,
+    a set is refilled only after the work queued on the current CUDA stream
+    while it was out has finished (so ``x.cuda(non_blocking=True)`` copies
+    of it are done; copies queued on other streams are the caller's to
+    synchronise); a set whose copies are done is preferred. So keep at most
+    ``buffers - 1`` batches alive (the ``for batch in loader`` loop variable
+    holds one), and copy what you keep longer.
+
+    Inside DataLoader workers (``DataLoader(loader, batch_size=None,
+    num_workers=N)``): it is an IterableDataset; worker w of N yields
+    batches w, w + N, ..., each gathered into fresh shared memory (as torch's
+    collate does) since the main process holds it after the worker moves on;
+    the DataLoader interleaves them back into the same order, so batches are
+    identical to iterating in the training process. Use the DataLoader's
+    pin_memory there. Each worker reopens the store (pickled as path and
+    options).
+    """
+
+    def __init__(
+        self,
+        path: Union[str, "os.PathLike[str]", Store],
+        fields: Union[str, Sequence[str]],
+        patch_size: int,
+        batch_size: int,
+        patches_per_sample: int = 1,
+        require: Optional[str] = None,
+        min_valid: float = 1,
+        positive_fraction: Optional[float] = None,
+        seed: int = 0,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        num_threads: int = 1,
+        pin_memory: bool = False,
+        flip: bool = False,
+        rot90: bool = False,
+        drop_last: bool = False,
+        buffers: int = 2,
+    ) -> None:
+        super().__init__()
+        rank, world_size = _distributed_defaults(rank, world_size)
+        self.sampler = PatchSampler(path, fields, patch_size, patches_per_sample, require, min_valid,
+                                    positive_fraction, seed, rank, world_size, num_threads, flip=flip, rot90=rot90)
+        self.batch_size = operator.index(batch_size)
+        if self.batch_size < 1:
+            raise ValueError(f"BatchLoader: batch_size must be >= 1, got {batch_size!r}")
+        self.buffers = operator.index(buffers)
+        if self.buffers < 1:
+            raise ValueError(f"BatchLoader: buffers must be >= 1, got {buffers!r}")
+        self.pin_memory = bool(pin_memory)
+        self.drop_last = bool(drop_last)
+        if len(self.sampler) == 0:
+            self.sampler._no_windows(self.sampler._s(), "BatchLoader")
+        self._epochs = _EpochCounter()
+        self._ring: Optional[_Ring] = None
+        self._ring_pid = -1
+        self._init_resume()
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_ring"] = None
+        state["_ring_pid"] = -1
+        state["_position"] = None  # each process counts its own iteration
+        return state
+
+    # -- description ----------------------------------------------------------------
+
+    @property
+    def fields(self) -> Tuple[str, ...]:
+        return self.sampler.fields
+
+    @property
+    def store(self) -> Store:
+        return self.sampler.store
+
+    def __len__(self) -> int:
+        """Batches per epoch on this rank."""
+        w = len(self.sampler)
+        return w // self.batch_size if self.drop_last else -(-w // self.batch_size)
+
+    def __repr__(self) -> str:
+        o = self.sampler.options
+        return (f"BatchLoader('{self.store.path}', fields={list(o['fields'])}, patch_size={o['patch_size']}, "
+                f"batch_size={self.batch_size}, patches_per_sample={o['patches_per_sample']}, "
+                f"require={o['require']!r}, seed={o['seed']}, rank={o['rank']}, world_size={o['world_size']}, "
+                f"epoch={self.epoch}, batches={len(self)})")
+
+    # -- epochs ----------------------------------------------------------------------
+
+    @staticmethod
+    def _slot() -> int:
+        info = torch.utils.data.get_worker_info()
+        return 1 if info is None else 2 + info.id % (_EpochCounter.SLOTS - 2)
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next iter() in this process yields."""
+        return self._epochs.peek(self._slot())
+
+    def set_epoch(self, epoch: int) -> None:
+        """The next iter() (here and in DataLoader workers, persistent or not) yields epoch `epoch`."""
+        e = operator.index(epoch)
+        if e < 0:
+            raise ValueError(f"epoch must be >= 0, got {epoch!r}")
+        self._epochs.set(e)
+        if self._resume is not None and self._resume[0] != e:
+            self._resume = None  # a position restored by load_state_dict holds for its own epoch only
+
+    # -- iteration -------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Dict[str, torch.Tensor]]:
+        info = torch.utils.data.get_worker_info()
+        epoch = self._epochs.take(self._slot())
+        nb = len(self)
+        w, n = (0, 1) if info is None else (info.id, info.num_workers)
+        first = w
+        resume, self._resume = self._resume, None
+        if resume is not None and resume[0] == epoch:
+            # A worker state (StatefulDataLoader) gives this worker's own next batch; a training-process
+            # state gives the first batch not consumed, which worker w of n reads at offset w.
+            first = resume[1] if resume[2] else resume[1] + w
+        self._position = [epoch, first, n]
+        return self._batches(epoch, range(first, nb, n), shared=info is not None, track=True)
+
+    def batches(self, epoch: int) -> Iterator[Dict[str, torch.Tensor]]:
+        """The batches of `epoch` (does not touch the epoch counter)."""
+        e = operator.index(epoch)
+        if e < 0:
+            raise ValueError(f"epoch must be >= 0, got {epoch!r}")
+        return self._batches(e, range(len(self)), shared=torch.utils.data.get_worker_info() is not None)
+
+    def _batches(self, epoch: int, which: range, shared: bool,
+                 track: bool = False) -> Iterator[Dict[str, torch.Tensor]]:
+        s = self.sampler._s()
+        total = len(self.sampler)
+        B = self.batch_size
+        shapes = self.sampler.shapes(B)
+        fields = self.fields
+        pos = self._position if track else None
+        for b in which:
+            if pos is not None:
+                pos[1] = b + which.step  # counted when handed out: the caller has it
+            first = b * B
+            n = min(B, total - first)
+            if shared:
+                out = {f: _empty((n,) + shape[1:], True) for f, shape in shapes.items()}
+                s.gather(epoch, first, n, [out[f].numpy() for f in fields])
+                yield out
+                continue
+            slot = self._ring_for(shapes).acquire()
+            s.gather(epoch, first, n, [slot.arrays[f][:n] for f in fields])
+            yield {f: slot.tensors[f][:n] for f in fields}  # new views: they keep the slot busy
+
+    # -- resuming ----------------------------------------------------------------------
+
+    def _init_resume(self) -> None:
+        # This process's iteration: [epoch, next batch, stride] (None before the first iter()).
+        self._position: Optional[List[int]] = None
+        # (epoch, first batch, worker-local) for the next iter() of that epoch, set by load_state_dict.
+        self._resume: Optional[Tuple[int, int, bool]] = None
+
+    def _state_options(self) -> Dict[str, Any]:
+        o = self.sampler.options
+        return {"seed": int(o["seed"]), "world_size": int(o["world_size"]), "batch_size": self.batch_size,
+                "batches": len(self)}
+
+    def state_dict(self, epoch: Optional[int] = None, batch: Optional[int] = None) -> Dict[str, Any]:
+        """Where this process stands: {type, version, seed, world_size, batch_size, batches, epoch, batch}.
+
+        Iterated directly (``for batch in loader``), the loader counts the
+        batches it handed out: ``epoch`` is the epoch in progress and
+        ``batch`` the number of its batches already yielded (the next epoch
+        and 0 once an epoch is done), so save it after the training step of
+        the last batch. Plain dicts of ints and strings: save it with the
+        model checkpoint and pass it to load_state_dict() in the new process.
+
+        Inside DataLoader workers, the training process does not see the
+        batches: with torchdata's StatefulDataLoader (which calls
+        state_dict() in each worker and load_state_dict() there again) it
+        works as is; with a plain DataLoader, give the epoch and the number
+        of batches your loop consumed in it: ``state_dict(epoch, step)``.
+        The state holds no rank: every rank of a synchronous job is at the
+        same position, so one rank's state resumes them all.
+        """
+        info = torch.utils.data.get_worker_info()
+        nb = len(self)
+        pos = self._position
+        if epoch is not None or batch is not None:
+            e = self.epoch if epoch is None else operator.index(epoch)
+            b = 0 if batch is None else operator.index(batch)
+            if e < 0 or b < 0:
+                raise ValueError(f"BatchLoader.state_dict: epoch and batch must be >= 0, got {epoch!r}, {batch!r}")
+            worker: Optional[Tuple[int, int]] = None
+        elif pos is None:
+            e, b = self.epoch, 0 if info is None else info.id
+            worker = None if info is None else (info.id, info.num_workers)
+        else:
+            e, b = pos[0], pos[1]
+            worker = None if info is None else (info.id, info.num_workers)
+        if b >= nb and worker is None:  # that epoch is done: the start of the next one
+            e, b = e + 1, 0
+        # (A worker's state keeps its epoch: the DataLoader may not have ended that epoch yet.)
+        state: Dict[str, Any] = {"type": "BatchLoader", "version": 1, **self._state_options(), "epoch": e, "batch": b}
+        if worker is not None:
+            state["worker"], state["num_workers"] = worker
+        return state
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Continues a run from a state_dict(): the next iter() yields the rest of the saved epoch (the
+        batches after the ones consumed), and later iter() calls the epochs after it, exactly as the
+        uninterrupted run would have, here and in DataLoader workers started afterwards (fork or spawn).
+
+        ValueError if the state was saved with another seed, world_size, batch_size or number of
+        batches per epoch. Calling ``set_epoch`` with the saved epoch afterwards keeps the position;
+        another epoch drops it.
+        """
+        from .._resume import check_state
+
+        epoch, batch = check_state(state, "BatchLoader", self._state_options())
+        info = torch.utils.data.get_worker_info()
+        if "worker" in state:
+            w, n = state.get("worker"), state.get("num_workers")
+            if info is None or (info.id, info.num_workers) != (w, n):
+                where = "the training process" if info is None else f"worker {info.id} of {info.num_workers}"
+                raise ValueError(f"BatchLoader.load_state_dict: this state was saved in DataLoader worker {w} of "
+                                 f"{n} (by torchdata's StatefulDataLoader); it cannot be loaded in {where}")
+            slot = self._slot()
+            a = self._epochs._shared
+            a[slot] = epoch - int(a[0])  # this worker's next iter() yields `epoch`, later ones the following
+            self._resume = (epoch, batch, True)
+            return
+        self._epochs.set(epoch)
+        self._resume = (epoch, batch, False) if batch else None
+
+    def _ring_for(self, shapes: Dict[str, Tuple[int, ...]]) -> _Ring:
+        if self._ring is None or self._ring_pid != os.getpid():
+            self._ring = _Ring(shapes, self.buffers, self.pin_memory, "patchstore.torch.BatchLoader")
+            self._ring_pid = os.getpid()
+        return self._ring
