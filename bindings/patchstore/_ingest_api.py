@@ -484,10 +484,21 @@ def export(
     return summary
 
 
+def _loader_options(loader: Any) -> Tuple[str, Dict[str, Any]]:
+    """(kind, options) of a loader object: PatchSampler, torch BatchLoader or PatchDataset."""
+    name = type(loader).__name__
+    kinds = {"PatchSampler": "sampler", "BatchLoader": "batchloader", "PatchDataset": "patchdataset"}
+    if name not in kinds:
+        raise TypeError(f"montage: loader must be 'sampler', 'batchloader', 'patchdataset' or one of those "
+                        f"loaders, got {loader!r}")
+    o = loader.sampler.options if name == "BatchLoader" else loader.options
+    return kinds[name], o
+
+
 def montage(
     path: str,
     count: int = 64,
-    patch_size: int = 256,
+    patch_size: Any = 256,
     field: Optional[str] = None,
     overlay: Optional[str] = None,
     seed: int = 0,
@@ -499,18 +510,28 @@ def montage(
     rot90: bool = False,
     window: Optional[Tuple[float, float]] = None,
     tile: Optional[int] = None,
+    min_valid: float = 1,
+    positive_fraction: Optional[float] = None,
+    policy: str = "auto",
+    ids: Optional[Iterable[Any]] = None,
+    rank: int = 0,
+    world_size: int = 1,
+    loader: Any = "sampler",
+    return_windows: bool = False,
 ) -> Any:
-    """patchstore::RenderMontage as an (H, W, 3) uint8 NumPy array (see Store.montage)."""
+    """patchstore::RenderMontage as an (H, W, 3) uint8 NumPy array (see Store.montage).
+
+    With return_windows, (sheet, windows): the windows shown as int64 rows
+    (sample, y, x, flip, rot, positive), in tile order.
+    """
     import numpy as np
+
+    from ._sampler import _sampler_options
 
     count = int(count)
     if not 1 <= count <= 4096:
         raise ValueError(f"montage: count must be in 1..4096, got {count}")
-    if int(patch_size) < 1:
-        raise ValueError(f"montage: patch_size must be positive, got {patch_size}")
-    if int(patches_per_sample) < 1:
-        raise ValueError(f"montage: patches_per_sample must be >= 1, got {patches_per_sample}")
-    if int(seed) < 0 or int(epoch) < 0:
+    if int(epoch) < 0:
         raise ValueError("montage: seed and epoch must be >= 0")
     if tile is not None and not 8 <= int(tile) <= 4096:
         raise ValueError(f"montage: tile must be in 8..4096, got {tile}")
@@ -518,11 +539,35 @@ def montage(
         lo, hi = (float(v) for v in window)
     else:
         lo, hi = 0.0, 1.0
-    h, w, pixels = _native().render_montage(
-        path, count, int(patch_size), field or "", overlay or "", require or "", require is None,
-        int(patches_per_sample), int(seed), int(epoch), bool(flip), bool(rot90), window is not None, lo, hi,
-        0 if tile is None else int(tile))
-    return np.frombuffer(pixels, dtype=np.uint8).reshape(h, w, 3)
+    require_overlay = require is None
+    if isinstance(loader, str):
+        kind = loader
+        if kind not in ("sampler", "batchloader", "patchdataset"):
+            raise ValueError(f"montage: loader must be 'sampler', 'batchloader' or 'patchdataset' (or one of "
+                             f"those loaders), got {loader!r}")
+        o = _sampler_options([field or "-"], patch_size, patches_per_sample, require, min_valid, positive_fraction,
+                             seed, rank, world_size, 1, flip, rot90, what="montage", ids=ids, policy=policy)
+    else:
+        # The loader's own options: exactly the windows it serves.
+        kind, pub = _loader_options(loader)
+        require_overlay = False
+        o = _sampler_options([field or "-"], pub["patch_size"], pub["patches_per_sample"], pub["require"],
+                             pub["min_valid"], pub["positive_fraction"], pub["seed"], pub["rank"],
+                             pub["world_size"], 1, pub["flip"], pub["rot90"], what="montage", ids=pub["ids"],
+                             policy=pub["policy"])
+    result = _native().render_montage(
+        path, count, o["patch_size"], field or "", overlay or "", o["require"], require_overlay,
+        o["patches_per_sample"], o["seed"], int(epoch), o["flip"], o["rot90"], window is not None, lo, hi,
+        0 if tile is None else int(tile), patch_h=o["patch_h"], patch_w=o["patch_w"], min_valid=o["min_valid"],
+        positive_fraction=o["positive_fraction"], policy=o["policy"], loader=kind, ids=o["ids"],
+        samples=o["samples"], rank=o["rank"], world_size=o["world_size"], with_windows=True)
+    h, w, pixels, wins, notes = result
+    for note in notes:
+        warnings.warn(f"patchstore montage: {note}", RuntimeWarning, stacklevel=3)
+    sheet = np.frombuffer(pixels, dtype=np.uint8).reshape(h, w, 3)
+    if return_windows:
+        return sheet, np.array(wins, dtype=np.int64).reshape(-1, 6)
+    return sheet
 
 
 def volume_montage(

@@ -13,6 +13,7 @@ import operator
 import os
 import sys
 import threading
+import warnings
 from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -121,43 +122,95 @@ def _field_list(fields: Union[str, Sequence[str]], what: str) -> Tuple[str, ...]
     return out
 
 
-def _min_valid_note(min_valid: float, patch_size: int) -> str:
+def _min_valid_note(min_valid: float, patch_size: Union[int, Tuple[int, int]]) -> str:
     """", min_valid=0.05: at least 3277 valid pixels of the 65536 in a window": the count the sampler asks for."""
-    area = patch_size * patch_size
+    ph, pw = _patch_shape(patch_size)
+    area = ph * pw
     need = max(1, math.ceil(min_valid * area) if min_valid < 1 else math.ceil(min_valid))
     return f", min_valid={min_valid:g}: at least {need} valid pixels of the {area} in a window"
 
 
-def _best_window(store: Any, field: str, patch_size: int, pixel_budget: int = 1 << 27) -> str:
+def _best_window(store: Any, field: str, patch_size: Union[int, Tuple[int, int]], pixel_budget: int = 1 << 27) -> str:
     """", the best 40x40 window of any sample holds 25 (1.6%)": for an error message.
 
     Reads the masks (an error path only), at most `pixel_budget` pixels of them.
     """
-    p, best, seen, pixels = patch_size, 0, 0, 0
+    (ph, pw), best, seen, pixels = _patch_shape(patch_size), 0, 0, 0
     for i in range(len(store)):
         m = np.asarray(store.get(i, field))[0]
-        if m.shape[0] < p or m.shape[1] < p:
+        if m.shape[0] < ph or m.shape[1] < pw:
             continue
         valid = (m != 0) & ~np.isnan(m)
         c = np.zeros((m.shape[0] + 1, m.shape[1] + 1), np.int64)
         c[1:, 1:] = valid.cumsum(0).cumsum(1)
-        best = max(best, int((c[p:, p:] - c[:-p, p:] - c[p:, :-p] + c[:-p, :-p]).max()))
+        best = max(best, int((c[ph:, pw:] - c[:-ph, pw:] - c[ph:, :-pw] + c[:-ph, :-pw]).max()))
         seen, pixels = seen + 1, pixels + m.size
         if pixels >= pixel_budget:
             break
     if seen == 0:
         return ""
     among = "" if seen == len(store) else f" among the first {seen} samples"
-    return f"; the best {p}x{p} window{among} holds {best} ({best / (p * p):.1%})"
+    return f"; the best {ph}x{pw} window{among} holds {best} ({best / (ph * pw):.1%})"
+
+
+def _patch_shape(patch_size: Any) -> Tuple[int, int]:
+    """(h, w) of patch_size: P (P x P) or (h, w)."""
+    if isinstance(patch_size, (tuple, list)):
+        return int(patch_size[0]), int(patch_size[1])
+    p = operator.index(patch_size)
+    return p, p
+
+
+def _subset(ids: Any, what: str) -> Tuple[List[str], List[int]]:
+    """ids= of a loader: None (every sample) or sample ids (str) and/or store indices (int)."""
+    if ids is None:
+        return [], []
+    if isinstance(ids, (str, bytes)):
+        raise TypeError(f"{what}: ids must be a list of sample ids or indices, not the string {ids!r}")
+    names: List[str] = []
+    indices: List[int] = []
+    for v in ids:
+        if isinstance(v, str):
+            names.append(v)
+        elif isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+            if v < 0:
+                raise ValueError(f"{what}: ids: sample index {v} is negative")
+            indices.append(int(v))
+        else:
+            raise TypeError(f"{what}: ids must hold sample ids (str) or indices (int), got {v!r}")
+    if not names and not indices:
+        raise ValueError(f"{what}: ids is empty (None: every sample)")
+    return names, indices
+
+
+_POLICIES = ("auto", "uniform", "min_valid", "positive_fraction")
 
 
 def _sampler_options(fields, patch_size, patches_per_sample, require, min_valid, positive_fraction, seed, rank,
-                     world_size, num_threads, flip, rot90, what="PatchSampler") -> Dict[str, Any]:
-    """The checked options of the C++ sampler, as keyword arguments of _C.Sampler."""
+                     world_size, num_threads, flip, rot90, what="PatchSampler", *, ids=None,
+                     policy="auto") -> Dict[str, Any]:
+    """The checked options of the C++ sampler, as keyword arguments of _C.Sampler.
+
+    One set of options and meanings for PatchSampler, BatchLoader and
+    PatchDataset: patch_size P or (h, w); ids: a subset (sample ids or
+    indices); policy: "auto" (from require / positive_fraction), "uniform",
+    "min_valid" or "positive_fraction" (reader/sampler.h).
+    """
     fields = _field_list(fields, what)
-    p = operator.index(patch_size)
-    if not 1 <= p < 2 ** 31:
+    if isinstance(patch_size, (tuple, list)):
+        if len(patch_size) != 2:
+            raise ValueError(f"{what}: patch_size must be P or (h, w), got {patch_size!r}")
+        ph, pw = (operator.index(v) for v in patch_size)
+    else:
+        ph = pw = operator.index(patch_size)
+    if not (1 <= ph < 2 ** 31 and 1 <= pw < 2 ** 31):
         raise ValueError(f"{what}: patch_size must be in [1, 2**31), got {patch_size!r}")
+    if rot90 and ph != pw:
+        raise ValueError(f"{what}: rot90 needs a square patch (a quarter turn of a {ph}x{pw} window is "
+                         f"{pw}x{ph}, and a batch has one shape); use flip, or a square patch_size")
+    if policy not in _POLICIES:
+        raise ValueError(f"{what}: policy must be one of {', '.join(_POLICIES)}, got {policy!r}")
+    names, indices = _subset(ids, what)
     k = operator.index(patches_per_sample)
     if not 1 <= k < 2 ** 31:
         raise ValueError(f"{what}: patches_per_sample must be in [1, 2**31), got {patches_per_sample!r}")
@@ -167,9 +220,9 @@ def _sampler_options(fields, patch_size, patches_per_sample, require, min_valid,
     if not mv > 0:
         raise ValueError(f"{what}: min_valid must be positive (pixels >= 1, or a fraction of the window < 1), "
                          f"got {min_valid!r}")
-    if not mv <= p * p:
-        raise ValueError(f"{what}: min_valid {min_valid!r} asks for more valid pixels than a {p}x{p} window "
-                         f"holds ({p * p})")
+    if not mv <= ph * pw:
+        raise ValueError(f"{what}: min_valid {min_valid!r} asks for more valid pixels than a {ph}x{pw} window "
+                         f"holds ({ph * pw})")
     if positive_fraction is None:
         pf = -1.0
     else:
@@ -191,9 +244,29 @@ def _sampler_options(fields, patch_size, patches_per_sample, require, min_valid,
         t = os.cpu_count() or 1
     if not 1 <= t <= 4096:
         raise ValueError(f"{what}: num_threads must be in [1, 4096] (or 0 for all cores), got {num_threads!r}")
-    return dict(fields=list(fields), patch_size=p, patches_per_sample=k, require=require or "", min_valid=mv,
-                positive_fraction=pf, seed=s, rank=r, world_size=w, num_threads=t, flip=bool(flip),
-                rot90=bool(rot90))
+    return dict(fields=list(fields), patch_size=max(ph, pw), patch_h=ph, patch_w=pw, patches_per_sample=k,
+                require=require or "", min_valid=mv, positive_fraction=pf, seed=s, rank=r, world_size=w,
+                num_threads=t, flip=bool(flip), rot90=bool(rot90), policy=policy, ids=names, samples=indices)
+
+
+def _public_options(options: Mapping[str, Any]) -> Dict[str, Any]:
+    """The user-facing form of _sampler_options' result (patch_size P or (h, w), None for off)."""
+    o = dict(options)
+    ph, pw = o.pop("patch_h"), o.pop("patch_w")
+    o["patch_size"] = ph if ph == pw else (ph, pw)
+    o["require"] = o["require"] or None
+    o["positive_fraction"] = None if o["positive_fraction"] < 0 else o["positive_fraction"]
+    o["fields"] = tuple(o["fields"])
+    names, indices = o.pop("ids"), o.pop("samples")
+    o["ids"] = (list(names) + list(indices)) or None
+    return o
+
+
+def _warn_skipped(native: "_C.Sampler", who: str) -> None:
+    """The one warning about samples without a qualifying window, the same text for every loader."""
+    report = native.skipped_report
+    if report:
+        warnings.warn(f"{who}: {report}", RuntimeWarning, stacklevel=3)
 
 
 def _as_target(obj: Any, context: str, what: str) -> Any:
@@ -250,11 +323,11 @@ class _Recycler:
 
 
 class PatchSampler:
-    """Batches of random square windows from an image store, gathered in C++ (patchstore::PatchSampler).
+    """Batches of random windows from an image store, gathered in C++ (patchstore::PatchSampler).
 
     Each epoch visits every eligible sample once, in a permutation that
     depends on (seed, epoch), and cuts ``patches_per_sample`` (k) windows of
-    ``patch_size`` x ``patch_size`` from each visit: an epoch holds
+    ``patch_size`` (P x P, or (h, w)) from each visit: an epoch holds
     ``len(sampler)`` windows on this rank. :meth:`batch` copies the next n of
     them, for every field, straight from the store's memory map into
     contiguous float32 (n, C, P, P) arrays, on ``num_threads`` threads with the
@@ -272,8 +345,14 @@ class PatchSampler:
     with that probability and from the others otherwise (a sample lacking
     one kind uses the other).
 
+    policy: "auto" (the above, from require / positive_fraction), or by name
+    "uniform", "min_valid", "positive_fraction". ids: only these samples
+    (sample ids or store indices), e.g. a train/val split.
+
     Samples without an admissible window (an empty mask, or smaller than the
-    window) are skipped and counted: :attr:`skipped`, :attr:`skipped_ids`.
+    window) are skipped and counted: :attr:`skipped`, :attr:`skipped_ids`,
+    and one RuntimeWarning when the sampler is built (the same text from
+    every loader).
 
     Determinism: the permutation depends on (seed, epoch) only, window j of
     the visit at global position g on (seed, epoch, g, j) only, so batches do
@@ -307,7 +386,7 @@ class PatchSampler:
         self,
         store: Union[PathLike, Store],
         fields: Union[str, Sequence[str]],
-        patch_size: int,
+        patch_size: Union[int, Tuple[int, int]],
         patches_per_sample: int = 1,
         require: Optional[str] = None,
         min_valid: float = 1,
@@ -319,16 +398,20 @@ class PatchSampler:
         *,
         flip: bool = False,
         rot90: bool = False,
+        ids: Optional[Sequence[Union[str, int]]] = None,
+        policy: str = "auto",
+        _who: str = "patchstore.PatchSampler",
     ) -> None:
         self._store = store if isinstance(store, Store) else Store(store)
         self._options = _sampler_options(fields, patch_size, patches_per_sample, require, min_valid,
-                                         positive_fraction, seed, rank, world_size, num_threads, flip, rot90)
+                                         positive_fraction, seed, rank, world_size, num_threads, flip, rot90,
+                                         ids=ids, policy=policy)
         self._native: Optional[_C.Sampler] = None
         self._pid = -1
         self._position: Tuple[int, int] = (0, 0)
         self._recycler = _Recycler()
         self._last: Optional[Windows] = None
-        self._s()  # errors (unknown field, bad sizes) here, not at the first batch
+        _warn_skipped(self._s(), _who)  # errors (unknown field, bad sizes) here, not at the first batch
 
     # -- process handling ---------------------------------------------------------
 
@@ -369,8 +452,15 @@ class PatchSampler:
         return dict(zip(self.fields, self._s().channels))
 
     @property
-    def patch_size(self) -> int:
-        return self._options["patch_size"]
+    def patch_size(self) -> Union[int, Tuple[int, int]]:
+        """P for square windows, else (h, w)."""
+        h, w = self.patch_shape
+        return h if h == w else (h, w)
+
+    @property
+    def patch_shape(self) -> Tuple[int, int]:
+        """(h, w) of every window."""
+        return self._options["patch_h"], self._options["patch_w"]
 
     @property
     def patches_per_sample(self) -> int:
@@ -379,16 +469,12 @@ class PatchSampler:
     @property
     def options(self) -> Dict[str, Any]:
         """The sampler's options (what pickling keeps, with the store path)."""
-        o = dict(self._options)
-        o["require"] = o["require"] or None
-        o["positive_fraction"] = None if o["positive_fraction"] < 0 else o["positive_fraction"]
-        o["fields"] = tuple(o["fields"])
-        return o
+        return _public_options(self._options)
 
     def shapes(self, n: int) -> Dict[str, Tuple[int, int, int, int]]:
-        """{field: (n, C, P, P)}: the shapes batch(n) fills."""
-        p = self.patch_size
-        return {f: (operator.index(n), c, p, p) for f, c in self.channels.items()}
+        """{field: (n, C, h, w)}: the shapes batch(n) fills."""
+        h, w = self.patch_shape
+        return {f: (operator.index(n), c, h, w) for f, c in self.channels.items()}
 
     def __len__(self) -> int:
         """Windows per epoch on this rank (visits_per_epoch * patches_per_sample)."""
@@ -471,8 +557,9 @@ class PatchSampler:
 
     def _no_windows(self, s: "_C.Sampler", method: str) -> None:
         if s.windows_per_epoch == 0:
-            raise ValueError(f"{self._context(method)}: no sample has an admissible {self.patch_size}x"
-                             f"{self.patch_size} window ({s.skipped_samples} of {len(self._store)} samples "
+            h, w = self.patch_shape
+            raise ValueError(f"{self._context(method)}: no sample has an admissible {h}x"
+                             f"{w} window ({s.skipped_samples} of {s.considered_samples} samples "
                              f"skipped{', require=' + repr(self._options['require']) if self._options['require'] else ''}"
                              f"{self._min_valid_note() if self._options['require'] else ''})")
 
@@ -498,8 +585,7 @@ class PatchSampler:
         if n > 0:
             self._no_windows(s, "batch")
         if out is None:
-            result: Dict[str, Any] = self._recycler.take(n, {f: (c, self.patch_size, self.patch_size)
-                                                             for f, c in self.channels.items()})
+            result: Dict[str, Any] = self._recycler.take(n, {f: s[1:] for f, s in self.shapes(n).items()})
             targets = [result[f] for f in self.fields]
         else:
             targets = self._targets(out, n, "batch")

@@ -516,9 +516,16 @@ class Store:
         tile: Optional[int] = None,
         crop: Any = None,
         context: int = 0,
-        ids: Optional[Iterable[str]] = None,
+        ids: Optional[Iterable[Any]] = None,
         labels: bool = True,
-    ) -> np.ndarray:
+        min_valid: float = 1,
+        positive_fraction: Optional[float] = None,
+        policy: str = "auto",
+        rank: int = 0,
+        world_size: int = 1,
+        loader: Any = "sampler",
+        return_windows: bool = False,
+    ) -> Any:
         """A contact sheet of the windows a PatchSampler with these options serves first: (H, W, 3) uint8.
 
         Volume stores: the slices a :class:`patchstore.torch.SliceDataset`
@@ -546,6 +553,17 @@ class Store:
         their stored normalisation. tile: tile size in pixels (default
         min(patch_size, 256)).
 
+        Image stores take every option of the loaders with the same meaning
+        (patch_size P or (h, w), require, min_valid, positive_fraction,
+        policy, flip, rot90, ids: a subset, rank, world_size) and ``loader``:
+        "sampler" / "batchloader" (permutation order, the same windows) or
+        "patchdataset" (items 0, 1, ... in index order), or a loader object
+        (PatchSampler, BatchLoader, PatchDataset), whose own options are then
+        used: the sheet shows exactly the first ``count`` windows that loader
+        serves in ``epoch``. Samples without a qualifying window are skipped
+        as the loaders skip them, with one RuntimeWarning. return_windows:
+        (sheet, int64 rows (sample, y, x, flip, rot, positive) of the tiles).
+
         Loads the ingest module (OpenCV) on first use. Errors as
         PatchSampler: KeyError for an unknown field, ValueError for bad
         options, IndexError when no sample has an admissible window.
@@ -556,14 +574,16 @@ class Store:
         if self.kind == "volumes":
             return volume_montage(self._path, count, field, overlay, seed, epoch=epoch, crop=crop, context=context,
                                   flip=flip, rot90=rot90, ids=ids, window=window, tile=tile, labels=labels)
-        if crop is not None or context or ids is not None:
-            raise ValueError(f"montage: crop, context and ids are for volume stores; '{self._path}' holds images "
+        if crop is not None or context:
+            raise ValueError(f"montage: crop and context are for volume stores; '{self._path}' holds images "
                              f"(use patch_size)")
         if isinstance(window, str):
             window = None if window == "auto" else window
         return montage(self._path, count, patch_size, field, overlay, seed, require=require,
                        patches_per_sample=patches_per_sample, epoch=epoch, flip=flip, rot90=rot90,
-                       window=window, tile=tile)
+                       window=window, tile=tile, min_valid=min_valid, positive_fraction=positive_fraction,
+                       policy=policy, ids=ids, rank=rank, world_size=world_size, loader=loader,
+                       return_windows=return_windows)
 
 
 def _common_shape(r: "_C.Reader", field: str, first: Tuple[int, ...]) -> Optional[Tuple[int, ...]]:
