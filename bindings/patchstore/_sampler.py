@@ -183,9 +183,6 @@ def _subset(ids: Any, what: str) -> Tuple[List[str], List[int]]:
     return names, indices
 
 
-_POLICIES = ("auto", "uniform", "min_valid", "positive_fraction")
-
-
 def _sampler_options(fields, patch_size, patches_per_sample, require, min_valid, positive_fraction, seed, rank,
                      world_size, num_threads, flip, rot90, what="PatchSampler", *, ids=None,
                      policy="auto") -> Dict[str, Any]:
@@ -208,8 +205,8 @@ def _sampler_options(fields, patch_size, patches_per_sample, require, min_valid,
     if rot90 and ph != pw:
         raise ValueError(f"{what}: rot90 needs a square patch (a quarter turn of a {ph}x{pw} window is "
                          f"{pw}x{ph}, and a batch has one shape); use flip, or a square patch_size")
-    if policy not in _POLICIES:
-        raise ValueError(f"{what}: policy must be one of {', '.join(_POLICIES)}, got {policy!r}")
+    if not isinstance(policy, str):  # the names are checked by the C++ sampler (ParseSamplingPolicy)
+        raise TypeError(f"{what}: policy must be a policy name, got {policy!r}")
     names, indices = _subset(ids, what)
     k = operator.index(patches_per_sample)
     if not 1 <= k < 2 ** 31:
