@@ -2,7 +2,7 @@
 
 #include "patchstore/reader/parallel.h"
 #include "patchstore/reader/sampling_policy.h"
-#include "patchstore/reader/volume.h"
+#include "patchstore/reader/transform.h"
 
 #include <algorithm>
 #include <cmath>
@@ -22,60 +22,12 @@ std::string FormatNumber(double v) {
   return buf;
 }
 
-// SplitMix64 finaliser: a strong 64-bit mix, used as a counter-based
-// generator so every draw is a pure function of its coordinates.
-uint64_t Mix(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
+// The one counter-based generator (reader/transform.h); Hash is its key of
+// up to five coordinates (missing ones are 0, as the sequence was pinned).
+using splitmix::Below;
+using splitmix::Mix;
 uint64_t Hash(uint64_t a, uint64_t b, uint64_t c = 0, uint64_t d = 0, uint64_t e = 0) {
-  uint64_t h = Mix(a);
-  h = Mix(h ^ b);
-  h = Mix(h ^ c);
-  h = Mix(h ^ d);
-  return Mix(h ^ e);
-}
-
-// Uniform integer in [0, n) from a 64-bit hash (Lemire's multiply-shift; the
-// bias is below 2^-32 for any n used here).
-uint64_t Below(uint64_t h, uint64_t n) { return static_cast<uint64_t>((static_cast<__uint128_t>(h) * n) >> 64); }
-
-
-// Copies one P x P window of C channels from `src` (row stride `W` floats,
-// plane stride `plane` floats) into `dst`, applying flips then rotation.
-void CopyTransformed(const float* src, int64_t C, int64_t plane, int64_t W, int64_t P, uint8_t flip, uint8_t rot,
-                     float* dst) {
-  const bool fv = flip & 1, fh = flip & 2;
-  for (int64_t c = 0; c < C; ++c) {
-    const float* s = src + c * plane;
-    float* d = dst + c * P * P;
-    if (rot == 0 && !fh) {
-      for (int64_t i = 0; i < P; ++i) std::memcpy(d + i * P, s + (fv ? P - 1 - i : i) * W, P * sizeof(float));
-      continue;
-    }
-    // Walk the source row by row (contiguous reads) and scatter into the
-    // output. f = flipped window: f[a][b] = s[fv ? P-1-a : a][fh ? P-1-b : b].
-    // out = rot90(f, rot): k=1: out[i][j] = f[j][P-1-i]  ->  f[a][b] lands at out[P-1-b][a]
-    //                      k=2: out[i][j] = f[P-1-i][P-1-j] -> out[P-1-a][P-1-b]
-    //                      k=3: out[i][j] = f[P-1-j][i]    ->  out[b][P-1-a]
-    for (int64_t a = 0; a < P; ++a) {
-      const float* row = s + (fv ? P - 1 - a : a) * W;
-      for (int64_t b = 0; b < P; ++b) {
-        const float v = row[fh ? P - 1 - b : b];
-        int64_t i, j;
-        switch (rot) {
-          case 0: i = a; j = b; break;
-          case 1: i = P - 1 - b; j = a; break;
-          case 2: i = P - 1 - a; j = P - 1 - b; break;
-          default: i = b; j = P - 1 - a; break;
-        }
-        d[i * P + j] = v;
-      }
-    }
-  }
+  return splitmix::Key(a, b, c, d, e);
 }
 
 }  // namespace
@@ -465,17 +417,10 @@ Status PatchSampler::GatherWindows(const std::vector<Window>& wins, const std::v
       for (size_t f = 0; f < fields_.size(); ++f) {
         const TensorView& v = views[f][i];
         const int64_t C = channels_[f];
+        const int64_t plane = v.strides[0] / 4, row = v.strides[1] / 4;
         float* dst = outs[f] + i * C * ph * pw;
-        if (ph == pw) {
-          CopyTransformed(v.data, C, v.strides[0] / 4, v.strides[1] / 4, ph, wins[i].flip, wins[i].rot, dst);
-        } else {
-          // h != w (no rotation): the plane kernel, flips only.
-          SliceTransform t;
-          t.flip_v = wins[i].flip & 1;
-          t.flip_h = (wins[i].flip & 2) != 0;
-          for (int64_t c = 0; c < C; ++c)
-            (void)TransformPlane(v.data + c * (v.strides[0] / 4), ph, pw, v.strides[1] / 4, t, dst + c * ph * pw);
-        }
+        for (int64_t c = 0; c < C; ++c)
+          CopyTransformed(v.data + c * plane, row, 0, 0, ph, pw, wins[i].transform(), dst + c * ph * pw);
       }
   };
   ParallelBlocks(n, options_.num_threads, work);

@@ -68,6 +68,7 @@
 #include <vector>
 
 #include "patchstore/reader/reader.h"
+#include "patchstore/reader/transform.h"
 
 namespace patchstore {
 
@@ -126,12 +127,16 @@ const char* LoaderKindName(LoaderKind kind);
 Result<LoaderKind> ParseLoaderKind(const std::string& name);
 
 // One window: which sample, where, and how it is transformed.
+// `flip` and `rot` are the fields of the one Transform (reader/transform.h),
+// which transform() returns for the copy kernel.
 struct Window {
   uint64_t sample = 0;
   int64_t y = 0, x = 0;
   uint8_t flip = 0;  // bit 0: vertical (rows reversed), bit 1: horizontal
   uint8_t rot = 0;   // quarter turns, np.rot90 direction
   bool positive = true;  // drawn from the qualifying set
+
+  Transform transform() const { return Transform{flip, rot}; }
 };
 
 class PatchSampler {

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "patchstore/reader/transform.h"
+
 namespace patchstore {
 namespace {
 
@@ -54,9 +56,7 @@ class PositiveFractionPolicy final : public WindowPolicy {
   bool uses_mask() const override { return true; }
   Verdict FromValidCount(uint64_t, uint64_t) const override { return Verdict::kYes; }  // any window will do
   bool Eligible(uint64_t pos, uint64_t neg) const override { return pos + neg > 0; }
-  bool WantQualifying(uint64_t u) const override {
-    return static_cast<double>(u >> 11) * 0x1.0p-53 < fraction_;
-  }
+  bool WantQualifying(uint64_t u) const override { return splitmix::Unit(u) < fraction_; }
   std::string SkipReason(const SamplerOptions& o, uint64_t) const override { return "smaller than " + Size(o); }
 
  private:

@@ -8,154 +8,10 @@
 #include <string>
 #include <thread>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#include <xmmintrin.h>
-#endif
+#include "patchstore/reader/transform.h"
 
 namespace patchstore {
 namespace {
-
-int Rot(int k) { return ((k % 4) + 4) % 4; }
-
-// The output plane as an affine map into the source plane: the element
-// (i, j) of the output is src[origin + i * si + j * sj].
-struct PlaneMap {
-  int64_t oh = 0, ow = 0;
-  int64_t origin = 0, si = 0, sj = 0;
-};
-
-PlaneMap MapPlane(int64_t H, int64_t W, int64_t row_stride, const SliceTransform& t) {
-  const int64_t h = t.height ? t.height : H;
-  const int64_t w = t.width ? t.width : W;
-  // (r, c) in the flipped crop as r0 + ri*i + rj*j, c0 + ci*i + cj*j; the
-  // cases are np.rot90's definitions for k = 0..3.
-  int64_t r0 = 0, ri = 0, rj = 0, c0 = 0, ci = 0, cj = 0;
-  PlaneMap m;
-  switch (Rot(t.rot90)) {
-    case 0: ri = 1; cj = 1; m.oh = h; m.ow = w; break;                       // (i, j)
-    case 1: rj = 1; c0 = w - 1; ci = -1; m.oh = w; m.ow = h; break;          // (j, w-1-i)
-    case 2: r0 = h - 1; ri = -1; c0 = w - 1; cj = -1; m.oh = h; m.ow = w; break;  // (h-1-i, w-1-j)
-    default: r0 = h - 1; rj = -1; ci = 1; m.oh = w; m.ow = h; break;         // (h-1-j, i)
-  }
-  // Flips act on the cropped plane before the rotation: r -> h-1-r.
-  if (t.flip_v) { r0 = h - 1 - r0; ri = -ri; rj = -rj; }
-  if (t.flip_h) { c0 = w - 1 - c0; ci = -ci; cj = -cj; }
-  m.origin = (t.y + r0) * row_stride + t.x + c0;
-  m.si = ri * row_stride + ci;
-  m.sj = rj * row_stride + cj;
-  return m;
-}
-
-#if defined(__SSE2__)
-inline __m128 Reverse4(__m128 v) { return _mm_shuffle_ps(v, v, _MM_SHUFFLE(0, 1, 2, 3)); }
-#endif
-
-// Mirrored row: d[j] = p[-j] for j in [0, n).
-inline void CopyReversed(const float* p, int64_t n, float* d) {
-  // From the end, so the source is read at ascending addresses.
-  int64_t j = n;
-#if defined(__SSE2__)
-  for (; j >= 4; j -= 4) _mm_storeu_ps(d + j - 4, Reverse4(_mm_loadu_ps(p - j + 1)));
-#endif
-  for (; j > 0; --j) d[j - 1] = p[-(j - 1)];
-}
-
-// Output rows [i0, i0+in) x columns [j0, j0+jn) of a transposed map
-// (|si| == 1: an output column is a source row).
-inline void TransposeTile(const float* base, const PlaneMap& m, int64_t i0, int64_t in, int64_t j0, int64_t jn,
-                          float* dst) {
-  int64_t i = 0;
-#if defined(__SSE2__)
-  // 4x4 blocks: four contiguous source runs, one SSE transpose, four stores.
-  for (; i + 4 <= in; i += 4) {
-    int64_t j = 0;
-    for (; j + 4 <= jn; j += 4) {
-      const float* p = base + (i0 + i) * m.si + (j0 + j) * m.sj;
-      __m128 r0, r1, r2, r3;
-      if (m.si == 1) {
-        r0 = _mm_loadu_ps(p);
-        r1 = _mm_loadu_ps(p + m.sj);
-        r2 = _mm_loadu_ps(p + 2 * m.sj);
-        r3 = _mm_loadu_ps(p + 3 * m.sj);
-      } else {
-        r0 = Reverse4(_mm_loadu_ps(p - 3));
-        r1 = Reverse4(_mm_loadu_ps(p + m.sj - 3));
-        r2 = Reverse4(_mm_loadu_ps(p + 2 * m.sj - 3));
-        r3 = Reverse4(_mm_loadu_ps(p + 3 * m.sj - 3));
-      }
-      _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
-      float* d = dst + (i0 + i) * m.ow + j0 + j;
-      _mm_storeu_ps(d, r0);
-      _mm_storeu_ps(d + m.ow, r1);
-      _mm_storeu_ps(d + 2 * m.ow, r2);
-      _mm_storeu_ps(d + 3 * m.ow, r3);
-    }
-    for (; j < jn; ++j)
-      for (int64_t k = 0; k < 4; ++k)
-        dst[(i0 + i + k) * m.ow + j0 + j] = base[(i0 + i + k) * m.si + (j0 + j) * m.sj];
-  }
-#endif
-  for (; i < in; ++i) {
-    const float* p = base + (i0 + i) * m.si + j0 * m.sj;
-    float* d = dst + (i0 + i) * m.ow + j0;
-    for (int64_t j = 0; j < jn; ++j) d[j] = p[j * m.sj];
-  }
-}
-
-// Writes the output plane. Loops run so that the source (the memory map,
-// usually not in cache) is read at ascending addresses, which the hardware
-// prefetchers follow; the output plane is small enough to stay in cache.
-void ApplyPlane(const float* src, const PlaneMap& m, float* dst) {
-  const float* base = src + m.origin;
-  if (m.sj == 1 || m.sj == -1) {  // rows stay rows: copies or mirrored copies
-    const size_t row = static_cast<size_t>(m.ow) * sizeof(float);
-    for (int64_t k = 0; k < m.oh; ++k) {
-      const int64_t i = m.si > 0 ? k : m.oh - 1 - k;
-      if (m.sj == 1) std::memcpy(dst + i * m.ow, base + i * m.si, row);
-      else CopyReversed(base + i * m.si, m.ow, dst + i * m.ow);
-    }
-    return;
-  }
-  // Transposed (odd rotations): source rows become output columns. Tiles of
-  // 32 source rows x 32 columns; bands of source rows in address order.
-  // (Callers stage planes from the map first: see TransformInto.)
-  constexpr int64_t kTile = 32;
-  const int64_t nj = (m.ow + kTile - 1) / kTile, ni = (m.oh + kTile - 1) / kTile;
-  auto band = [&](int64_t tj) { return (m.sj > 0 ? tj : nj - 1 - tj) * kTile; };
-  for (int64_t tj = 0; tj < nj; ++tj) {
-    const int64_t j0 = band(tj);
-    for (int64_t ti = 0; ti < ni; ++ti) {
-      const int64_t i0 = (m.si > 0 ? ti : ni - 1 - ti) * kTile;
-      TransposeTile(base, m, i0, std::min(kTile, m.oh - i0), j0, std::min(kTile, m.ow - j0), dst);
-    }
-  }
-}
-
-// Applies `t` to one plane of the map. Transposing straight out of the map
-// reads 32 rows at a time, a pattern the hardware prefetchers follow badly
-// (measured 2-3x slower than a copy); so odd rotations first copy the crop
-// into a per-thread buffer (sequential reads) and transpose from cache.
-void TransformInto(const float* plane, int64_t row_stride, const SliceTransform& t, const PlaneMap& m,
-                   float* dst) {
-  if (m.sj == 1 || m.sj == -1) {
-    ApplyPlane(plane, m, dst);
-    return;
-  }
-  const int64_t h = m.ow, w = m.oh;  // crop size (transposed output)
-  thread_local std::vector<float> stage;
-  if (stage.size() < static_cast<size_t>(h * w)) stage.resize(static_cast<size_t>(h * w));
-  const float* crop = plane + t.y * row_stride + t.x;
-  if (row_stride == w) {
-    std::memcpy(stage.data(), crop, static_cast<size_t>(h * w) * sizeof(float));
-  } else {
-    for (int64_t r = 0; r < h; ++r)
-      std::memcpy(stage.data() + r * w, crop + r * row_stride, static_cast<size_t>(w) * sizeof(float));
-  }
-  SliceTransform local = t;
-  local.y = local.x = local.height = local.width = 0;
-  ApplyPlane(stage.data(), MapPlane(h, w, w, local), dst);
-}
 
 struct VolumeRef {
   const float* data = nullptr;
@@ -180,15 +36,17 @@ Status CheckSlice(const Reader& reader, uint64_t sample, int field, const Volume
   return Status::OK();
 }
 
-// Copies the (2c+1) planes, clamping slice indices to the volume.
-void CopyStack(const VolumeRef& v, int64_t slice, int64_t context, const SliceTransform& t, const PlaneMap& m,
-               bool identity, float* dst) {
+// Copies the (2c+1) planes, clamping slice indices to the volume; `t` is
+// checked against the plane.
+void CopyStack(const VolumeRef& v, int64_t slice, int64_t context, const SliceTransform& t, float* dst) {
   const int64_t plane = v.H * v.W;
-  const int64_t out = identity ? plane : m.oh * m.ow;
+  const bool identity = t.identity();
+  const int64_t h = t.height ? t.height : v.H, w = t.width ? t.width : v.W;
+  const Transform k = t.transform();
   for (int64_t d = 0; d <= 2 * context; ++d) {
     const int64_t s = std::min(std::max<int64_t>(slice - context + d, 0), v.S - 1);
-    if (identity) std::memcpy(dst + d * out, v.data + s * plane, static_cast<size_t>(plane) * sizeof(float));
-    else TransformInto(v.data + s * plane, v.W, t, m, dst + d * out);
+    if (identity) std::memcpy(dst + d * plane, v.data + s * plane, static_cast<size_t>(plane) * sizeof(float));
+    else CopyTransformed(v.data + s * plane, v.W, t.y, t.x, h, w, k, dst + d * h * w);
   }
 }
 
@@ -274,7 +132,7 @@ Result<SliceRef> SliceIndex::At(uint64_t i) const {
 std::pair<int64_t, int64_t> SliceTransform::OutputSize(int64_t H, int64_t W) const {
   const int64_t h = height ? height : H;
   const int64_t w = width ? width : W;
-  return Rot(rot90) % 2 ? std::make_pair(w, h) : std::make_pair(h, w);
+  return transform().OutputSize(h, w);
 }
 
 Status SliceTransform::Check(int64_t H, int64_t W) const {
@@ -298,7 +156,8 @@ Status SliceTransform::Check(int64_t H, int64_t W) const {
 Status TransformPlane(const float* src, int64_t H, int64_t W, int64_t row_stride, const SliceTransform& t,
                       float* dst) {
   PS_RETURN_IF_ERROR(t.Check(H, W));
-  TransformInto(src, row_stride, t, MapPlane(H, W, row_stride, t), dst);
+  const int64_t h = t.height ? t.height : H, w = t.width ? t.width : W;
+  CopyTransformed(src, row_stride, t.y, t.x, h, w, t.transform(), dst);
   return Status::OK();
 }
 
@@ -315,7 +174,7 @@ Result<TensorView> SliceStack(const Reader& reader, uint64_t sample, int field, 
   }
   // Crossing an end: replicate the end slices into an owned buffer.
   std::shared_ptr<float> buf(new float[static_cast<size_t>(n * v.H * v.W)], std::default_delete<float[]>());
-  CopyStack(v, slice, context, SliceTransform{}, PlaneMap{}, /*identity=*/true, buf.get());
+  CopyStack(v, slice, context, SliceTransform{}, buf.get());
   out.data = buf.get();
   out.owner = std::move(buf);
   return out;
@@ -327,7 +186,7 @@ Status CopySliceStack(const Reader& reader, uint64_t sample, int field, int64_t 
   PS_RETURN_IF_ERROR(CheckSlice(reader, sample, field, v, slice, context));
   Status st = t.Check(v.H, v.W);
   if (!st.ok()) return st.WithContext("slice stack of " + reader.Describe(sample, field));
-  CopyStack(v, slice, context, t, MapPlane(v.H, v.W, v.W, t), t.identity(), dst);
+  CopyStack(v, slice, context, t, dst);
   return Status::OK();
 }
 
@@ -336,8 +195,6 @@ Status CopySliceStacks(const Reader& reader, const std::vector<SliceStackRequest
   if (requests.empty()) return Status::OK();
   struct Job {
     VolumeRef v;
-    PlaneMap m;
-    bool identity;
     int64_t slice;
   };
   std::vector<Job> jobs;
@@ -348,16 +205,16 @@ Status CopySliceStacks(const Reader& reader, const std::vector<SliceStackRequest
     PS_RETURN_IF_ERROR(CheckSlice(reader, r.sample, r.field, v, r.slice, context));
     Status st = r.transform.Check(v.H, v.W);
     if (!st.ok()) return st.WithContext("slice stack of " + reader.Describe(r.sample, r.field));
-    Job j{v, MapPlane(v.H, v.W, v.W, r.transform), r.transform.identity(), r.slice};
+    const std::pair<int64_t, int64_t> out = r.transform.OutputSize(v.H, v.W);
     if (oh < 0) {
-      oh = j.m.oh;
-      ow = j.m.ow;
-    } else if (j.m.oh != oh || j.m.ow != ow) {
+      oh = out.first;
+      ow = out.second;
+    } else if (out.first != oh || out.second != ow) {
       return Status::InvalidArgument("batch of slice stacks mixes output sizes " + std::to_string(oh) + "x" +
-                                     std::to_string(ow) + " and " + std::to_string(j.m.oh) + "x" +
-                                     std::to_string(j.m.ow) + " (" + reader.Describe(r.sample, r.field) + ")");
+                                     std::to_string(ow) + " and " + std::to_string(out.first) + "x" +
+                                     std::to_string(out.second) + " (" + reader.Describe(r.sample, r.field) + ")");
     }
-    jobs.push_back(j);
+    jobs.push_back(Job{v, r.slice});
   }
   // Out of the page cache every page of a slice is a fault: ask for each
   // stack's slices (contiguous in an (S,H,W) record) before copying any.
@@ -370,45 +227,32 @@ Status CopySliceStacks(const Reader& reader, const std::vector<SliceStackRequest
   const int64_t n = static_cast<int64_t>(jobs.size());
   ParallelBlocks(n, num_threads, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i)
-      CopyStack(jobs[i].v, jobs[i].slice, context, requests[i].transform, jobs[i].m, jobs[i].identity,
-                dst + i * item);
+      CopyStack(jobs[i].v, jobs[i].slice, context, requests[i].transform, dst + i * item);
   });
   return Status::OK();
 }
 
-namespace {
-
-uint64_t SliceMix(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-// As _volumes._below: the high 32 bits times n, shifted down (n < 2^32).
-int64_t SliceBelow(uint64_t h, uint64_t n) { return static_cast<int64_t>(((h >> 32) * n) >> 32); }
-
-}  // namespace
-
 SliceTransform DrawSliceTransform(uint64_t seed, uint64_t epoch, uint64_t index, int64_t H, int64_t W,
                                   int64_t crop_h, int64_t crop_w, SliceFlip flip, bool rot90) {
   constexpr uint64_t kSliceTag = 0x534C4943;  // "SLIC"
-  const uint64_t key = SliceMix(SliceMix(SliceMix(SliceMix(seed) ^ epoch) ^ index) ^ kSliceTag);
+  // Uniform in [0, n) on the high 32 bits (n < 2^32), as the sequence was pinned.
+  auto Below32 = [](uint64_t h, uint64_t n) { return static_cast<int64_t>(splitmix::Below32(h, n)); };
+  const uint64_t key = splitmix::Key(seed, epoch, index, kSliceTag);
   SliceTransform t;
   if (crop_h > 0 || crop_w > 0) {
-    t.y = SliceBelow(SliceMix(key ^ 1), static_cast<uint64_t>(H - crop_h + 1));
-    t.x = SliceBelow(SliceMix(key ^ 2), static_cast<uint64_t>(W - crop_w + 1));
+    t.y = Below32(splitmix::Mix(key ^ 1), static_cast<uint64_t>(H - crop_h + 1));
+    t.x = Below32(splitmix::Mix(key ^ 2), static_cast<uint64_t>(W - crop_w + 1));
     t.height = crop_h;
     t.width = crop_w;
   }
   if (flip != SliceFlip::kNone) {
-    const uint64_t u = SliceMix(key ^ 3);
+    const uint64_t u = splitmix::Mix(key ^ 3);
     t.flip_v = (u & 1) != 0;
     t.flip_h = flip == SliceFlip::kIndependent ? ((u >> 1) & 1) != 0 : t.flip_v;
   }
   if (rot90) {
-    const uint64_t v = SliceMix(key ^ 4);
-    t.rot90 = (v & 1) ? 1 + static_cast<int>(SliceBelow(v, 3)) : 0;
+    const uint64_t v = splitmix::Mix(key ^ 4);
+    t.rot90 = (v & 1) ? 1 + static_cast<int>(Below32(v, 3)) : 0;
   }
   return t;
 }

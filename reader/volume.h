@@ -39,6 +39,7 @@
 
 #include "patchstore/reader/reader.h"
 #include "patchstore/reader/tensor_view.h"
+#include "patchstore/reader/transform.h"
 #include "patchstore/store/status.h"
 
 namespace patchstore {
@@ -117,6 +118,9 @@ Result<TensorView> SliceStack(const Reader& reader, uint64_t sample, int field, 
 //   3. rotate: a = np.rot90(a, rot90, axes=(-2, -1))  (counter-clockwise for
 //              k = 1, as NumPy; rot90 is taken modulo 4, so -1 == 3)
 // The output plane is (height, width), or (width, height) for odd rot90.
+// The crop of the slice API plus the one Transform (reader/transform.h),
+// spelled with named flags for callers and the Python SliceTransform;
+// transform() is what the copy kernel applies.
 struct SliceTransform {
   int64_t y = 0, x = 0;
   int64_t height = 0, width = 0;
@@ -126,6 +130,8 @@ struct SliceTransform {
 
   // True when the transform leaves a plane as it is.
   bool identity() const { return height == 0 && width == 0 && !flip_v && !flip_h && (rot90 % 4) == 0; }
+  // The flips and turns as the one Transform (rot90 modulo 4).
+  Transform transform() const { return Transform::Of(flip_v, flip_h, rot90); }
   // The output (rows, columns) for an H x W plane, before any checking.
   std::pair<int64_t, int64_t> OutputSize(int64_t H, int64_t W) const;
   // OutOfRange/InvalidArgument when the crop does not fit an H x W plane.
@@ -133,9 +139,9 @@ struct SliceTransform {
 };
 
 // Applies `t` to one H x W plane whose rows are `row_stride` floats apart,
-// writing OutputSize(H, W) contiguous floats to `dst`. Row-wise memcpy when
-// there is no flip and no rotation; tight loops (blocked for rotations)
-// otherwise. Returns Check's error, else OK.
+// writing OutputSize(H, W) contiguous floats to `dst` with the one copy
+// kernel, CopyTransformed (reader/transform.h). Returns Check's error, else
+// OK.
 Status TransformPlane(const float* src, int64_t H, int64_t W, int64_t row_stride, const SliceTransform& t,
                       float* dst);
 
@@ -165,10 +171,10 @@ Status CopySliceStacks(const Reader& reader, const std::vector<SliceStackRequest
 enum class SliceFlip { kNone, kBoth, kIndependent };  // False, True, "independent"
 
 // The transform SliceDataset gives flat item `index` in `epoch` for an H x W
-// slice: the same counter-based draws as patchstore._volumes.draw_transforms
-// (key = Mix chain of seed, epoch, index and the tag "SLIC"; crop from
+// slice, drawn with the one counter-based generator (reader/transform.h):
+// key = splitmix::Key(seed, epoch, index, "SLIC" = 0x534C4943); crop from
 // Mix(key^1), Mix(key^2), flips from Mix(key^3), quarter turns from
-// Mix(key^4); uniform integers below n as ((h >> 32) * n) >> 32). crop_h ==
+// Mix(key^4); uniform integers below n with splitmix::Below32. crop_h ==
 // crop_w == 0: no crop. REQUIRES: crop_h <= H and crop_w <= W.
 SliceTransform DrawSliceTransform(uint64_t seed, uint64_t epoch, uint64_t index, int64_t H, int64_t W,
                                   int64_t crop_h, int64_t crop_w, SliceFlip flip, bool rot90);

@@ -46,7 +46,8 @@ import shutil
 from typing import Optional
 
 from ._store import CorruptRecordError, FieldInfo, Ids, Store, open
-from ._ingest_api import ExportSummary, IngestSummary, export, ingest_hdf5, ingest_images
+from ._ingest_api import IngestSummary, ingest_hdf5, ingest_images
+from ._export_api import ExportSummary, export
 from ._sampler import PatchSampler, Window, Windows
 from ._volumes import SliceIndex, SliceRef, SliceTransform
 

@@ -11,14 +11,11 @@ import operator
 import os
 import sys
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, NamedTuple, Optional, Tuple, Union, overload
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple, Union, overload
 
 import numpy as np
 
 from . import _patchstore as _C
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ._volumes import SliceIndex
 
 CorruptRecordError = _C.CorruptRecordError
 
@@ -26,6 +23,17 @@ CorruptRecordError = _C.CorruptRecordError
 Key = Union[int, str, bytes]
 
 __all__ = ["Store", "FieldInfo", "Ids", "open", "CorruptRecordError"]
+
+# Store methods implemented by modules above this one: "slice_index" (_volumes)
+# and "montage" (_export_api) register here when imported (patchstore/__init__
+# imports them all first), so _store.py imports no sibling and the package has
+# no import cycle (tests/python/test_package_layout.py).
+_LAYERS: Dict[str, Callable[..., Any]] = {}
+
+
+def register_layer(name: str, fn: Callable[..., Any]) -> None:
+    """Installs the implementation of Store.<name> (called by the module that provides it)."""
+    _LAYERS[name] = fn
 
 
 def _encode_id(id: Union[str, bytes]) -> bytes:
@@ -76,20 +84,20 @@ class Ids(Sequence):
         self._store = store
 
     def __len__(self) -> int:
-        return len(self._store._r())
+        return len(reader_of(self._store))
 
     @overload
     def __getitem__(self, i: int) -> str: ...
     @overload
     def __getitem__(self, i: slice) -> List[str]: ...
     def __getitem__(self, i):  # type: ignore[override]
-        r = self._store._r()
+        r = reader_of(self._store)
         if isinstance(i, slice):
             return [_decode_id(r.id(j)) for j in range(*i.indices(len(r)))]
         return _decode_id(r.id(self._store._index(r, i)))
 
     def __iter__(self) -> Iterator[str]:
-        return iter([_decode_id(b) for b in self._store._r().ids()])
+        return iter([_decode_id(b) for b in reader_of(self._store).ids()])
 
     def __contains__(self, id: object) -> bool:
         return isinstance(id, (str, bytes)) and id in self._store
@@ -166,18 +174,11 @@ class Store:
         self._pid = -1
         self._closed = False
         self._fields: Optional[Dict[str, FieldInfo]] = None
-        self._slices: Optional["SliceIndex"] = None
+        self._slices: Any = None  # patchstore.SliceIndex
         if not _lazy:
             self._reopen()
 
     # -- process handling -------------------------------------------------
-
-    def _r(self) -> "_C.Reader":
-        """The reader of this process, reopening after fork or unpickling."""
-        r = self._reader
-        if r is not None and self._pid == os.getpid():
-            return r
-        return self._reopen()
 
     def _reopen(self) -> "_C.Reader":
         if self._closed:
@@ -225,25 +226,25 @@ class Store:
     @property
     def sealed(self) -> bool:
         """True when the ingest finished (a sealed store is read without LMDB's lock table)."""
-        return self._r().sealed
+        return reader_of(self).sealed
 
     @property
     def no_lock(self) -> bool:
         """True when this process reads without LMDB's lock table."""
-        return self._r().no_lock
+        return reader_of(self).no_lock
 
     @property
     def kind(self) -> str:
         """"frames" (images) or "volumes"."""
-        return self._r().kind
+        return reader_of(self).kind
 
     @property
     def attributes(self) -> Dict[str, str]:
         """Free-form ingest settings recorded in the metadata (e.g. the command line)."""
-        return dict(self._r().attributes)
+        return dict(reader_of(self).attributes)
 
     def __len__(self) -> int:
-        return len(self._r())
+        return len(reader_of(self))
 
     @property
     def ids(self) -> Ids:
@@ -253,7 +254,7 @@ class Store:
     @property
     def fields(self) -> Dict[str, FieldInfo]:
         """{field name: FieldInfo}, in field order."""
-        r = self._r()
+        r = reader_of(self)
         if self._fields is None:
             out: Dict[str, FieldInfo] = {}
             for f in r.fields():
@@ -276,7 +277,7 @@ class Store:
     def __repr__(self) -> str:
         if self._closed:
             return f"<patchstore.Store '{self._path}' (closed)>"
-        r = self._r()
+        r = reader_of(self)
         names = ", ".join(f["name"] for f in r.fields())
         return (f"<patchstore.Store '{self._path}' {len(r)} samples, fields [{names}]"
                 f"{', sealed' if r.sealed else ''}>")
@@ -300,20 +301,20 @@ class Store:
 
     def index(self, key: Key) -> int:
         """The sample index of `key` (an id or an index). KeyError / IndexError when absent."""
-        return self._index(self._r(), key)
+        return self._index(reader_of(self), key)
 
     def __contains__(self, id: object) -> bool:
         if not isinstance(id, (str, bytes)):
             return False
         try:
-            self._r().find(_encode_id(id))
+            reader_of(self).find(_encode_id(id))
             return True
         except KeyError:
             return False
 
     def __getitem__(self, key: Key) -> Dict[str, np.ndarray]:
         """{field: read-only float32 array (C,H,W), or (S,H,W) in a volume store} of one sample (no copy)."""
-        r = self._r()
+        r = reader_of(self)
         views = r.sample(self._index(r, key))
         return {f["name"]: _array(v) for f, v in zip(r.fields(), views)}
 
@@ -324,23 +325,23 @@ class Store:
 
     def get(self, key: Key, field: str) -> np.ndarray:
         """The whole record of one field: a read-only float32 array (no copy), (C,H,W) or (S,H,W) for volumes."""
-        r = self._r()
+        r = reader_of(self)
         return _array(r.get(self._index(r, key), field))
 
     def header(self, key: Key, field: str) -> Dict[str, Any]:
         """The record header: shape, layout, source_type, norm, payload_bytes, checksum."""
-        r = self._r()
+        r = reader_of(self)
         return r.header(self._index(r, key), field)
 
     def shape(self, key: Key, field: str) -> Tuple[int, ...]:
         """The shape of one record, (C,H,W) for images, (S,H,W) for volumes, from the
         store's sample index (no record is read)."""
-        r = self._r()
+        r = reader_of(self)
         return tuple(r.summary(self._index(r, key), field)["shape"])
 
     def shapes(self, field: str) -> Dict[str, Tuple[int, ...]]:
         """{id: shape} of one field over every sample, in index order ((S,H,W) per volume)."""
-        r = self._r()
+        r = reader_of(self)
         if field not in self.fields:
             raise KeyError(f"no field '{field}' in '{self._path}' (fields: {', '.join(self.fields)})")
         return {self.ids[i]: tuple(r.summary(i, field)["shape"]) for i in range(len(r))}
@@ -350,7 +351,7 @@ class Store:
 
         IndexError when the window leaves the record, ValueError when h or w < 1.
         """
-        r = self._r()
+        r = reader_of(self)
         # Integers only (0.5 or "0" would be truncated or parsed), and within
         # what C++ takes: a window that far out is outside every record.
         y, x, h, w = (operator.index(v) for v in (y, x, h, w))
@@ -368,7 +369,7 @@ class Store:
         and keeps the store's read transaction alive while it lives.
         ValueError when the store holds images (kind "frames"), not volumes.
         """
-        r = self._r()
+        r = reader_of(self)
         i = self._index(r, key)
         if field is not None:
             return _array(r.volume(i, field))
@@ -388,7 +389,7 @@ class Store:
         IndexError when k is not in [0, S); ValueError for a negative context
         or a store of images.
         """
-        r = self._r()
+        r = reader_of(self)
         k, context = operator.index(k), operator.index(context)
         if not -2 ** 62 <= k < 2 ** 62:
             raise IndexError(f"slice index {k} out of range")
@@ -396,22 +397,20 @@ class Store:
             raise ValueError(f"slice: context {context} is not in [0, 2**20]")
         return _array(r.slice_stack(self._index(r, key), field, k, context))
 
-    def slice_index(self, ids: Optional[Iterable[Key]] = None) -> "SliceIndex":
+    def slice_index(self, ids: Optional[Iterable[Key]] = None) -> Any:
         """A :class:`patchstore.SliceIndex` over the slices of every volume (or of `ids`, in that order).
 
         ``len(index)`` is the total number of slices, ``index[i]`` the
         ``SliceRef(id, slice)`` of flat slice i in O(1). ValueError for a
         store of images, or when the fields of a volume differ in shape.
         """
-        from ._volumes import SliceIndex
-
         if isinstance(ids, (str, bytes)):
             raise TypeError(f"slice_index: ids must be a list of volume ids, not the single string {ids!r} "
                             f"(did you mean [{ids!r}]?)")
-        return SliceIndex(self, None if ids is None else list(ids))
+        return _LAYERS["slice_index"](self, None if ids is None else list(ids))
 
     @property
-    def slices(self) -> "SliceIndex":
+    def slices(self) -> Any:
         """The :class:`patchstore.SliceIndex` of all volumes (built once per process, then cached)."""
         if self._slices is None:
             self._slices = self.slice_index()
@@ -422,7 +421,7 @@ class Store:
 
         Returns the number of records checked. The GIL is released per record.
         """
-        r = self._r()
+        r = reader_of(self)
         idx = range(len(r)) if keys is None else [self._index(r, k) for k in keys]
         names = [f["name"] for f in r.fields()] if fields is None else list(fields)
         n = 0
@@ -478,7 +477,7 @@ class Store:
         Every window is checked before anything is copied (IndexError when one
         leaves its record, KeyError for an unknown key or field).
         """
-        r = self._r()
+        r = reader_of(self)
         idx = self._indices(r, keys)
         ya = np.asarray(ys, dtype=np.int64).reshape(-1)
         xa = np.asarray(xs, dtype=np.int64).reshape(-1)
@@ -499,33 +498,11 @@ class Store:
 
     # -- looking at what the sampler serves -------------------------------------
 
-    def montage(
-        self,
-        count: int = 64,
-        patch_size: int = 256,
-        field: Optional[str] = None,
-        overlay: Optional[str] = None,
-        seed: int = 0,
-        *,
-        require: Optional[str] = None,
-        patches_per_sample: int = 1,
-        epoch: int = 0,
-        flip: bool = False,
-        rot90: bool = False,
-        window: Any = None,
-        tile: Optional[int] = None,
-        crop: Any = None,
-        context: int = 0,
-        ids: Optional[Iterable[Any]] = None,
-        labels: bool = True,
-        min_valid: float = 1,
-        positive_fraction: Optional[float] = None,
-        policy: str = "auto",
-        rank: int = 0,
-        world_size: int = 1,
-        loader: Any = "sampler",
-        return_windows: bool = False,
-    ) -> Any:
+    def montage(self, count: int = 64, patch_size: Any = 256, field: Optional[str] = None,
+                overlay: Optional[str] = None, seed: int = 0, *, require: Optional[str] = None,
+                patches_per_sample: int = 1, epoch: int = 0, flip: bool = False, rot90: bool = False,
+                window: Any = None, tile: Optional[int] = None, crop: Any = None, context: int = 0,
+                ids: Optional[Iterable[Any]] = None, labels: bool = True, **sampler: Any) -> Any:
         """A contact sheet of the windows a PatchSampler with these options serves first: (H, W, 3) uint8.
 
         Volume stores: the slices a :class:`patchstore.torch.SliceDataset`
@@ -553,37 +530,16 @@ class Store:
         their stored normalisation. tile: tile size in pixels (default
         min(patch_size, 256)).
 
-        Image stores take every option of the loaders with the same meaning
-        (patch_size P or (h, w), require, min_valid, positive_fraction,
-        policy, flip, rot90, ids: a subset, rank, world_size) and ``loader``:
-        "sampler" / "batchloader" (permutation order, the same windows) or
-        "patchdataset" (items 0, 1, ... in index order), or a loader object
-        (PatchSampler, BatchLoader, PatchDataset), whose own options are then
-        used: the sheet shows exactly the first ``count`` windows that loader
-        serves in ``epoch``. Samples without a qualifying window are skipped
-        as the loaders skip them, with one RuntimeWarning. return_windows:
-        (sheet, int64 rows (sample, y, x, flip, rot, positive) of the tiles).
+        Images: every loader option too (min_valid, ..., ids), loader=, return_windows= (_export_api.montage).
 
         Loads the ingest module (OpenCV) on first use. Errors as
         PatchSampler: KeyError for an unknown field, ValueError for bad
         options, IndexError when no sample has an admissible window.
         """
-        from ._ingest_api import montage, volume_montage
-
-        self._r()  # FileNotFoundError / closed store here
-        if self.kind == "volumes":
-            return volume_montage(self._path, count, field, overlay, seed, epoch=epoch, crop=crop, context=context,
-                                  flip=flip, rot90=rot90, ids=ids, window=window, tile=tile, labels=labels)
-        if crop is not None or context:
-            raise ValueError(f"montage: crop and context are for volume stores; '{self._path}' holds images "
-                             f"(use patch_size)")
-        if isinstance(window, str):
-            window = None if window == "auto" else window
-        return montage(self._path, count, patch_size, field, overlay, seed, require=require,
-                       patches_per_sample=patches_per_sample, epoch=epoch, flip=flip, rot90=rot90,
-                       window=window, tile=tile, min_valid=min_valid, positive_fraction=positive_fraction,
-                       policy=policy, ids=ids, rank=rank, world_size=world_size, loader=loader,
-                       return_windows=return_windows)
+        return _LAYERS["montage"](self, count, patch_size, field, overlay, seed, require=require,
+                                  patches_per_sample=patches_per_sample, epoch=epoch, flip=flip, rot90=rot90,
+                                  window=window, tile=tile, crop=crop, context=context, ids=ids, labels=labels,
+                                  **sampler)
 
 
 def _common_shape(r: "_C.Reader", field: str, first: Tuple[int, ...]) -> Optional[Tuple[int, ...]]:
@@ -610,6 +566,20 @@ def _writable_buffer(out: Any, path: str) -> Any:
             raise ValueError(f"read_patches on '{path}': out must be contiguous")
         return out.detach().numpy()  # shares memory, pinned or not
     return out
+
+
+def reader_of(store: "Store") -> "_C.Reader":
+    """The package's internal handle on a Store: its C++ reader (``_patchstore.Reader``) in this process.
+
+    For the package's own modules, which hand it to the compiled samplers and
+    kernels (user code reads through :class:`Store`). Opened on first use in
+    each process: after fork or unpickling the Store reopens, never touching
+    the parent's LMDB handles. ValueError for a closed store.
+    """
+    r = store._reader
+    if r is not None and store._pid == os.getpid():
+        return r
+    return store._reopen()
 
 
 def _unpickle_store(path: str, options: Dict[str, bool]) -> Store:

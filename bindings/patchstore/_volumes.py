@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, List, NamedTuple, Optional, Tuple, Union
 import numpy as np
 
 from . import _patchstore as _C
+from ._store import reader_of, register_layer
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._store import Store
@@ -144,7 +145,7 @@ class SliceIndex(Sequence):
             if _lazy:
                 self._samples = np.asarray(ids, dtype=np.int64)
             else:
-                r = store._r()
+                r = reader_of(store)
                 self._samples = np.fromiter((store._index(r, k) for k in ids), dtype=np.int64)
         self._native: Optional[Any] = None
         self._pid = -1
@@ -156,9 +157,9 @@ class SliceIndex(Sequence):
         ix = self._native
         if ix is not None and self._pid == os.getpid():
             return ix
-        ix = _C.SliceIndex(self._store._r(), self._samples)
+        ix = _C.SliceIndex(reader_of(self._store), self._samples)
         vc = ix.volume_count
-        hw = np.zeros((len(self._store._r()), 2), dtype=np.int64)
+        hw = np.zeros((len(reader_of(self._store)), 2), dtype=np.int64)
         for v in range(vc):
             hw[ix.sample(v)] = (ix.height(v), ix.width(v))
         self._native, self._pid, self._hw = ix, os.getpid(), hw
@@ -248,3 +249,6 @@ class SliceIndex(Sequence):
 
 def _unpickle_slice_index(store: "Store", samples: Optional[List[int]]) -> SliceIndex:
     return SliceIndex(store, samples, _lazy=True)  # built on first use, in the receiving process
+
+
+register_layer("slice_index", SliceIndex)  # Store.slice_index / Store.slices

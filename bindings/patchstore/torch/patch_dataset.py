@@ -13,7 +13,7 @@ from torch.utils.data import Dataset
 from .. import _patchstore as _C
 from .._resume import ResumableDataset
 from .._sampler import _best_window, _min_valid_note, _public_options, _sampler_options, _warn_skipped
-from .._store import Store, _decode_id
+from .._store import Store, _decode_id, reader_of
 from ._common import _SharedEpoch, _batch_tensor
 
 
@@ -134,7 +134,7 @@ class PatchDataset(ResumableDataset, Dataset):
         if s is not None and self._pid == os.getpid():
             return s
         self._sampler = None
-        s = _C.Sampler(self.store._r(), **self._options)
+        s = _C.Sampler(reader_of(self.store), **self._options)
         self._eligible = np.frombuffer(s.eligible_list(), dtype=np.uint64).astype(np.int64)
         self._sampler, self._pid = s, os.getpid()
         return s

@@ -14,7 +14,7 @@ from torch.utils.data import Dataset
 
 from .. import _patchstore as _C
 from .._resume import ResumableDataset
-from .._store import Store
+from .._store import Store, reader_of
 from .._volumes import SliceRef, SliceTransform, draw_transforms
 from ._common import _SharedEpoch, _batch_tensor, _empty, _clamps
 
@@ -66,7 +66,7 @@ class _SliceItemPlan:
         for v in range(ix.volume_count):
             _, H, W = ix.shape(v)
             self.volumes.append((ix.sample(v), H, W))
-        self.reader = ds.store._r()
+        self.reader = reader_of(ds.store)
         self.fields = list(ds.fields)
         self.depth = 2 * ds.context + 1
         self.augment = ds.crop is not None or bool(ds.flip) or ds.rot90
@@ -405,7 +405,7 @@ class SliceDataset(ResumableDataset, Dataset):
         odd = (tr[:, 6] % 2) == 1
         oh[odd], ow[odd] = ow[odd], oh[odd]
         shared = torch.utils.data.get_worker_info() is not None
-        reader = self.store._r()
+        reader = reader_of(self.store)
         depth = 2 * self.context + 1
         items: List[Optional[Tuple[torch.Tensor, ...]]] = [None] * n
         shapes = np.stack([oh, ow], axis=1)

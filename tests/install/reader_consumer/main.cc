@@ -12,6 +12,7 @@
 #include "patchstore/reader/sampler.h"
 #include "patchstore/reader/sat.h"
 #include "patchstore/reader/tensor_view.h"
+#include "patchstore/reader/transform.h"
 #include "patchstore/reader/verify.h"
 #include "patchstore/reader/volume.h"
 #include "patchstore/store/format.h"

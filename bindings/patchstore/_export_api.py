@@ -1,0 +1,271 @@
+"""patchstore.export and Store.montage: the command line's export and montage, from Python.
+
+The compiled module (``patchstore._ingest``, which links OpenCV, OpenEXR and
+HDF5) is imported on first use, so processes that only read never load it.
+The GIL is released while they run.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
+
+from ._ingest_api import PathLike, _native
+from ._store import Store, _encode_id, reader_of, register_layer
+
+__all__ = ["export", "ExportSummary"]  # and montage through Store.montage
+
+
+@dataclass(frozen=True)
+class ExportSummary:
+    """What an export wrote (patchstore::ExportSummary)."""
+
+    files_written: int
+    bytes_written: int
+    paths: List[str] = field(default_factory=list)  #: the first 1000 files written
+    #: e.g. a window far wider than a normalised field's stored values (windows are in stored units)
+    warnings: List[str] = field(default_factory=list)
+
+
+def export(
+    store: Union[PathLike, Store],
+    outdir: PathLike,
+    ids: Optional[Iterable[Union[str, bytes]]] = None,
+    fields: Optional[Iterable[str]] = None,
+    format: Optional[str] = None,
+    window: Union[None, str, Tuple[float, float]] = None,
+    *,
+    axis_order: Optional[str] = None,
+    progress: Optional[Callable[[Any], None]] = None,
+) -> ExportSummary:
+    """Writes records back to files: OUTDIR/<safe id>/<field>.<ext>.
+
+    Same options as ``patchstore export``. ids / fields: a selection (None:
+    all). format: None (by source: png for integer sources, exr for float),
+    "png", "exr" or "h5". window: (lo, hi) for float data written as PNG,
+    in STORED units (after the ingest normalisation: a CT ingested with
+    range:-1024,3000 holds -1..1), or "auto" (each record's 1st..99th
+    percentile). A window far off a normalised field's values warns.
+    PNG output inverts the stored normalisation and keeps the source bit
+    depth and channels; EXR output is float32, bit-exact. Ids are made safe as
+    paths (each '/'-part a folder; other bytes percent-encoded).
+
+    Volume stores (from :func:`ingest_hdf5`): format "png" (default) writes
+    OUTDIR/<id>/<field>/<slice:04>.png, one 8-bit gray PNG per slice, window
+    (lo, hi) -> [0, 255] (default: each volume's finite min..max); format
+    "h5" writes one file OUTDIR/volumes.h5 mirroring the source (one group per
+    field, one float32 dataset per id, values bit-exact) with axis_order
+    "source" (default: the slice axis back where it was in the HDF5 input)
+    or "shw" (slices first, as stored).
+
+    Raises FileNotFoundError for a missing store, KeyError for an unknown id
+    or field, OSError when writing fails. The GIL is released while it runs.
+    """
+    if isinstance(store, Store):
+        path = store.path
+    else:
+        path = Store(store).path  # FileNotFoundError here, before any output is written
+    auto = isinstance(window, str) and window == "auto"
+    if window is not None and not auto:
+        lo, hi = (float(v) for v in window)
+    else:
+        lo, hi = 0.0, 1.0
+    if isinstance(ids, (str, bytes)):
+        ids = [ids]
+    if isinstance(fields, str):
+        fields = [fields]
+    if axis_order is not None and axis_order not in ("source", "shw"):
+        raise ValueError(f"export: axis_order must be 'source' or 'shw', not {axis_order!r}")
+    d = _native().export(
+        path,
+        os.fspath(outdir),
+        [] if ids is None else [_encode_id(i) for i in ids],
+        [] if fields is None else list(fields),
+        "" if format is None else str(format),
+        window is not None and not auto,
+        lo,
+        hi,
+        progress,
+        "" if axis_order is None else axis_order,
+        auto,
+    )
+    summary = ExportSummary(**d)
+    for w in summary.warnings:
+        warnings.warn(f"patchstore.export: {w}", RuntimeWarning, stacklevel=2)
+    return summary
+
+
+def _loader_options(loader: Any) -> Tuple[str, Dict[str, Any]]:
+    """(kind, options) of a loader object: PatchSampler, torch BatchLoader or PatchDataset."""
+    name = type(loader).__name__
+    kinds = {"PatchSampler": "sampler", "BatchLoader": "batchloader", "PatchDataset": "patchdataset"}
+    if name not in kinds:
+        raise TypeError(f"montage: loader must be 'sampler', 'batchloader', 'patchdataset' or one of those "
+                        f"loaders, got {loader!r}")
+    o = loader.sampler.options if name == "BatchLoader" else loader.options
+    return kinds[name], o
+
+
+def montage(
+    path: str,
+    count: int = 64,
+    patch_size: Any = 256,
+    field: Optional[str] = None,
+    overlay: Optional[str] = None,
+    seed: int = 0,
+    *,
+    require: Optional[str] = None,
+    patches_per_sample: int = 1,
+    epoch: int = 0,
+    flip: bool = False,
+    rot90: bool = False,
+    window: Optional[Tuple[float, float]] = None,
+    tile: Optional[int] = None,
+    min_valid: float = 1,
+    positive_fraction: Optional[float] = None,
+    policy: str = "auto",
+    ids: Optional[Iterable[Any]] = None,
+    rank: int = 0,
+    world_size: int = 1,
+    loader: Any = "sampler",
+    return_windows: bool = False,
+) -> Any:
+    """patchstore::RenderMontage as an (H, W, 3) uint8 NumPy array (see Store.montage).
+
+    Every option of the loaders, with their meaning and checks
+    (_sampler_options): patch_size P or (h, w), require, min_valid,
+    positive_fraction, policy, flip, rot90, ids (a subset), rank,
+    world_size. loader: "sampler"/"batchloader" (permutation order, the same
+    windows), "patchdataset" (items 0, 1, ... in index order), or a loader
+    object (PatchSampler, BatchLoader, PatchDataset) whose own options are
+    used: the sheet shows exactly the first ``count`` windows that loader
+    serves in ``epoch``. Samples without a qualifying window are skipped as
+    the loaders skip them, with one RuntimeWarning. With return_windows,
+    (sheet, windows): the tiles' int64 rows (sample, y, x, flip, rot,
+    positive), in order.
+    """
+    import numpy as np
+
+    from ._sampler import _sampler_options
+
+    count = int(count)
+    if not 1 <= count <= 4096:
+        raise ValueError(f"montage: count must be in 1..4096, got {count}")
+    if int(epoch) < 0:
+        raise ValueError("montage: seed and epoch must be >= 0")
+    if tile is not None and not 8 <= int(tile) <= 4096:
+        raise ValueError(f"montage: tile must be in 8..4096, got {tile}")
+    if window is not None:
+        lo, hi = (float(v) for v in window)
+    else:
+        lo, hi = 0.0, 1.0
+    require_overlay = require is None
+    if isinstance(loader, str):
+        kind = loader
+        if kind not in ("sampler", "batchloader", "patchdataset"):
+            raise ValueError(f"montage: loader must be 'sampler', 'batchloader' or 'patchdataset' (or one of "
+                             f"those loaders), got {loader!r}")
+        o = _sampler_options([field or "-"], patch_size, patches_per_sample, require, min_valid, positive_fraction,
+                             seed, rank, world_size, 1, flip, rot90, what="montage", ids=ids, policy=policy)
+    else:
+        # The loader's own options: exactly the windows it serves.
+        kind, pub = _loader_options(loader)
+        require_overlay = False
+        o = _sampler_options([field or "-"], pub["patch_size"], pub["patches_per_sample"], pub["require"],
+                             pub["min_valid"], pub["positive_fraction"], pub["seed"], pub["rank"],
+                             pub["world_size"], 1, pub["flip"], pub["rot90"], what="montage", ids=pub["ids"],
+                             policy=pub["policy"])
+    h, w, pixels, wins, notes = _native().render_montage(
+        path, count, o["patch_size"], field or "", overlay or "", o["require"], require_overlay,
+        o["patches_per_sample"], o["seed"], int(epoch), o["flip"], o["rot90"], window is not None, lo, hi,
+        0 if tile is None else int(tile), patch_h=o["patch_h"], patch_w=o["patch_w"], min_valid=o["min_valid"],
+        positive_fraction=o["positive_fraction"], policy=o["policy"], loader=kind, ids=o["ids"],
+        samples=o["samples"], rank=o["rank"], world_size=o["world_size"], with_windows=True)
+    for note in notes:
+        warnings.warn(f"patchstore montage: {note}", RuntimeWarning, stacklevel=4)
+    sheet = np.frombuffer(pixels, dtype=np.uint8).reshape(h, w, 3)
+    if return_windows:
+        return sheet, np.array(wins, dtype=np.int64).reshape(-1, 6)
+    return sheet
+
+
+def volume_montage(
+    path: str,
+    count: int = 64,
+    field: Optional[str] = None,
+    overlay: Optional[str] = None,
+    seed: int = 0,
+    *,
+    epoch: int = 0,
+    crop: Any = None,
+    context: int = 0,
+    flip: Any = False,
+    rot90: bool = False,
+    ids: Optional[Iterable[str]] = None,
+    window: Any = None,
+    tile: Optional[int] = None,
+    labels: bool = True,
+) -> Any:
+    """patchstore::RenderVolumeMontage as an (H, W, 3) uint8 NumPy array (see Store.montage)."""
+    import numpy as np
+
+    count = int(count)
+    if not 1 <= count <= 4096:
+        raise ValueError(f"montage: count must be in 1..4096, got {count}")
+    if int(seed) < 0 or int(epoch) < 0:
+        raise ValueError("montage: seed and epoch must be >= 0")
+    if tile is not None and not 8 <= int(tile) <= 4096:
+        raise ValueError(f"montage: tile must be in 8..4096, got {tile}")
+    if crop is None:
+        ch = cw = 0
+    elif isinstance(crop, int):
+        ch = cw = int(crop)
+    else:
+        ch, cw = (int(v) for v in crop)
+    if crop is not None and min(ch, cw) < 1:
+        raise ValueError(f"montage: crop must be positive, got {crop!r}")
+    if flip not in (False, True, "independent"):
+        raise ValueError(f"montage: flip must be False, True or 'independent', got {flip!r}")
+    if isinstance(ids, (str, bytes)):
+        raise TypeError(f"montage: ids must be a list of volume ids, not the string {ids!r}")
+    if window is None or (isinstance(window, str) and window == "auto"):
+        has_window, lo, hi = False, 0.0, 1.0
+    else:
+        lo, hi = (float(v) for v in window)
+        if not lo < hi:
+            raise ValueError(f"montage: window needs lo < hi, got {window!r}")
+        has_window = True
+    h, w, pixels, _, _ = _native().render_volume_montage(
+        path, count, field or "", overlay or "", [str(i) for i in (ids or [])], ch, cw, int(context),
+        "independent" if flip == "independent" else ("both" if flip else ""), bool(rot90), int(seed), int(epoch),
+        has_window, lo, hi, 0 if tile is None else int(tile), bool(labels))
+    return np.frombuffer(pixels, dtype=np.uint8).reshape(h, w, 3)
+
+
+def store_montage(store: Store, count: int, patch_size: Any, field: Optional[str], overlay: Optional[str], seed: int,
+                  *, require: Optional[str], patches_per_sample: int, epoch: int, flip: Any, rot90: bool,
+                  window: Any, tile: Optional[int], crop: Any, context: int, ids: Optional[Iterable[Any]],
+                  labels: bool, **sampler: Any) -> Any:
+    """Store.montage: the volume or the image montage, by the store's kind.
+
+    sampler: the image montage's further loader options (min_valid,
+    positive_fraction, policy, rank, world_size, loader, return_windows).
+    """
+    reader_of(store)  # FileNotFoundError / closed store here
+    path = store.path
+    if store.kind == "volumes":
+        return volume_montage(path, count, field, overlay, seed, epoch=epoch, crop=crop, context=context,
+                              flip=flip, rot90=rot90, ids=ids, window=window, tile=tile, labels=labels)
+    if crop is not None or context:
+        raise ValueError(f"montage: crop and context are for volume stores; '{path}' holds images "
+                         f"(use patch_size)")
+    if isinstance(window, str):
+        window = None if window == "auto" else window
+    return montage(path, count, patch_size, field, overlay, seed, require=require,
+                   patches_per_sample=patches_per_sample, epoch=epoch, flip=flip, rot90=rot90,
+                   window=window, tile=tile, ids=ids, **sampler)
+
+
+register_layer("montage", store_montage)
