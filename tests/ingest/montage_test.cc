@@ -108,7 +108,9 @@ TEST(Montage, ShowsExactlyTheWindowsEachLoaderServes) {
       EXPECT_EQ(Keys(img->windows), Keys(want)) << "variant " << v << " loader " << LoaderKindName(kind);
       // The empty frame is skipped, and said so once.
       ASSERT_EQ(img->warnings.size(), v == 1 ? 0u : 1u) << "variant " << v;
-      if (v != 1) EXPECT_NE(img->warnings[0].find("'f2'"), std::string::npos) << img->warnings[0];
+      if (v != 1) {
+        EXPECT_NE(img->warnings[0].find("'f2'"), std::string::npos) << img->warnings[0];
+      }
       if (v != 1) {
         for (const Window& w : img->windows) EXPECT_NE(w.sample, 2u);
       }
