@@ -18,6 +18,7 @@
 #include "cli/commands.h"
 #include "cli/json.h"
 #include "cli/progress.h"
+#include "cli/sampler_flags.h"
 #include "cli/shapes.h"
 #include "cli/validators.h"
 #include "patchstore/ingest/ingest.h"
@@ -193,13 +194,11 @@ int main(int argc, char** argv) {
                                      "min..max");
   bool boxes = false;
   ps::MontageOptions bo;
-  exp->add_flag("--boxes", boxes, "Instead of the records, draw the windows the sampler takes from each frame "
+  ps::cli::SamplerFlags box_flags;
+  exp->add_flag("--boxes", boxes, "Instead of the records, draw the windows the --loader takes from each frame "
                                   "(OUTDIR/<id>/boxes.png)");
-  exp->add_option("--patch", bo.patch_size, "With --boxes: window size")->check(CLI::Range(1, 1 << 16));
   exp->add_option("--overlay", bo.overlay, "With --boxes: mask field to overlay and require");
-  exp->add_option("--seed", bo.seed, "With --boxes: sampler seed");
-  exp->add_option("-k,--patches-per-sample", bo.patches_per_sample, "With --boxes: windows per visit")
-      ->check(CLI::Range(1, 4096));
+  ps::cli::AddSamplerFlags(exp, &box_flags, "With --boxes: ", /*ids=*/false);
   exp->footer("PNG output inverts the stored normalisation: an 8/16-bit PNG ingested and exported is "
               "pixel-identical.\nEXR output is float32, bit-exact. Ids become folders; unsafe bytes are "
               "percent-encoded.\nIn PNG output, non-finite values (NaN, +inf, -inf) are magenta (255,0,255), never "
@@ -445,22 +444,32 @@ int main(int argc, char** argv) {
       bo.store = eo.store;
       bo.field = eo.fields.empty() ? "" : eo.fields[0];
       bo.count = 4096;
+      if (!ps::cli::ApplySamplerFlags(box_flags, &bo)) return 2;
       std::vector<std::string> ids = eo.ids;
       if (ids.empty()) {
         auto r = ps::Reader::Open(eo.store);
         if (!r.ok()) return Fail(r.status());
         for (uint64_t i = 0; i < (*r)->size(); ++i) ids.emplace_back((*r)->id(i));
       }
+      std::vector<std::string> seen;
+      int64_t drawn = 0;
+      size_t without = 0;
       for (const std::string& id : ids) {
         auto img = ps::RenderBoxes(bo, id);
         if (!img.ok()) return Fail(img.status());
+        drawn += static_cast<int64_t>(img->windows.size());
+        if (img->windows.empty()) ++without;
+        ps::cli::PrintWarnings(img->warnings, &seen);  // the sampler's skip report, once
         const std::string dir = eo.outdir + "/" + ps::SafeRelativePath(id);
         std::error_code ec;
         std::filesystem::create_directories(dir, ec);
         ps::Status st = ps::WritePng(*img, dir + "/boxes.png");
         if (!st.ok()) return Fail(st);
       }
-      std::printf("drew sampled windows on %zu frames in '%s'\n", ids.size(), eo.outdir.c_str());
+      std::printf("drew %lld windows served by the %s on %zu frames in '%s'%s\n", static_cast<long long>(drawn),
+                  ps::LoaderKindName(bo.loader), ids.size() - without, eo.outdir.c_str(),
+                  without ? (" (" + std::to_string(without) + " frames have none: boxes.png shows the frame "
+                             "alone)").c_str() : "");
       return 0;
     }
     auto r = ps::Export(eo);

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "cli/commands.h"
+#include "cli/sampler_flags.h"
 #include "cli/validators.h"
 #include "patchstore/ingest/montage.h"
 #include "patchstore/ingest/volume_montage.h"
@@ -30,9 +31,9 @@ bool ParseWindow(const std::string& s, double* lo, double* hi, bool* is_auto) {
 namespace {
 
 // `patchstore montage` on a volume store: what SliceDataset serves.
-int RunVolumeMontage(const MontageOptions& m, const std::string& window, const std::vector<int64_t>& crop,
-                     int64_t context, bool flip_independent, const std::vector<std::string>& ids,
-                     const std::string& out) {
+int RunVolumeMontage(const MontageOptions& m, const SamplerFlags& f, const std::string& window,
+                     const std::vector<int64_t>& crop, int64_t context, bool flip_independent,
+                     const std::vector<std::string>& ids, const std::string& out) {
   VolumeMontageOptions o;
   o.store = m.store;
   o.count = m.count;
@@ -45,10 +46,10 @@ int RunVolumeMontage(const MontageOptions& m, const std::string& window, const s
     o.crop_w = crop[1];
   }
   o.context = context;
-  o.flip = flip_independent ? SliceFlip::kIndependent : m.flip ? SliceFlip::kBoth : SliceFlip::kNone;
-  o.rot90 = m.rot90;
-  o.seed = m.seed;
-  o.epoch = m.epoch;
+  o.flip = flip_independent ? SliceFlip::kIndependent : f.flip ? SliceFlip::kBoth : SliceFlip::kNone;
+  o.rot90 = f.rot90;
+  o.seed = f.seed;
+  o.epoch = f.epoch;
   bool is_auto = true;
   if (!window.empty()) ParseWindow(window, &o.window_lo, &o.window_hi, &is_auto);
   o.has_window = !is_auto;
@@ -78,25 +79,18 @@ Runner RegisterMontage(CLI::App* app, const bool* quiet) {
   auto crop = std::make_shared<std::vector<int64_t>>();
   auto context = std::make_shared<int64_t>(0);
   auto flip_independent = std::make_shared<bool>(false);
-  auto ids = std::make_shared<std::vector<std::string>>();
+  auto flags = std::make_shared<SamplerFlags>();
   auto no_require = std::make_shared<bool>(false);
   auto* cmd = app->add_subcommand("montage", "Contact sheet of the windows the sampler (image stores) or the slices "
                                              "SliceDataset (volume stores) serves (PNG)");
   cmd->add_option("STORE", o->store)->required();
   cmd->add_option("OUT", *out, "Output PNG file")->required();
   cmd->add_option("--count", o->count, "Number of windows (tiles)")->capture_default_str()->check(CLI::Range(1, 4096));
-  cmd->add_option("--patch", o->patch_size, "Window size P (P x P)")->capture_default_str()->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--field", o->field, "Field to show (default: the first field)");
   cmd->add_option("--overlay", o->overlay, "Mask field drawn as a translucent red overlay; windows must hold at "
                                            "least one of its pixels (as require=FIELD)");
   cmd->add_flag("--no-require", *no_require, "Do not require overlay pixels in the windows");
-  cmd->add_option("--require", o->require, "Mask field the windows must hit (default: --overlay)");
-  cmd->add_option("-k,--patches-per-sample", o->patches_per_sample, "Windows per sample visit")->capture_default_str()
-      ->check(CLI::Range(1, 4096));
-  cmd->add_option("--seed", o->seed, "Sampler seed (the same seed gives the same windows as in training)")->capture_default_str();
-  cmd->add_option("--epoch", o->epoch, "Sampler epoch");
-  cmd->add_flag("--flip", o->flip, "Random flips, as the sampler's flip=True");
-  cmd->add_flag("--rot90", o->rot90, "Random quarter turns, as the sampler's rot90=True");
+  AddSamplerFlags(cmd, flags.get(), "", /*ids=*/true);
   cmd->add_option("--window", *window, "LO,HI display range in stored units (after the ingest normalisation), or "
                                        "auto: the 1st..99th percentile of the shown values (volumes; the default "
                                        "there). Image stores: float fields; default each tile's range");
@@ -106,18 +100,21 @@ Runner RegisterMontage(CLI::App* app, const bool* quiet) {
                                          "shown")->check(CLI::Range(int64_t{0}, int64_t{1} << 16));
   cmd->add_flag("--flip-independent", *flip_independent, "Volumes: as SliceDataset(flip=\"independent\") (--flip is "
                                                           "flip=True: a 180 degree turn)");
-  cmd->add_option("--ids", *ids, "Volumes: as SliceDataset(ids=[...]) (default: every volume)");
   cmd->add_option("--tile", o->tile, "Tile size in pixels (default: min(patch, 256))")->check(CLI::Range(8, 4096));
   cmd->footer("Examples:\n  patchstore montage frames.ps sheet.png --count 64 --patch 256 --field rgb --overlay mask\n"
               "  patchstore montage frames.ps depth.png --field depth --window 0,10 --seed 3\n"
+              "  patchstore montage frames.ps pd.png --patch 128,256 --overlay mask --min-valid 0.1 --loader patchdataset\n"
               "  patchstore montage synthrad.ps ct.png --field CT --crop 256 --flip --rot90 --window -1,1\n"
+              "Image stores: the tiles are the first COUNT windows the --loader with these options serves in\n"
+              "--epoch (sampler/batchloader: in permutation order; patchdataset: items 0, 1, ... in index order).\n"
+              "Samples without a qualifying window are skipped as the loaders skip them, with a warning.\n"
               "Tiles are labelled '<id> y<row> x<col>', the top-left corner of the window in the frame.\n"
               "The overlay must be a mask field; its edge is outlined white inside, black outside.\n"
               "Non-finite values (NaN, +inf, -inf) are drawn magenta (255,0,255), never as a value.\n"
               "Volume stores: COUNT items spread evenly over the SliceDataset with these options (--crop,\n"
               "--context, --flip, --rot90, --seed, --epoch, --ids), each the centre slice of its stack as the\n"
               "dataset serves it, labelled '<id> s<slice>' (v/h: flipped, rK: K quarter turns).");
-  return [cmd, o, out, window, no_require, crop, context, flip_independent, ids]() -> int {
+  return [cmd, o, out, window, no_require, crop, context, flip_independent, flags]() -> int {
     if (!cmd->parsed()) return -1;
     double wlo = 0, whi = 1;
     bool wauto = false;
@@ -141,14 +138,15 @@ Runner RegisterMontage(CLI::App* app, const bool* quiet) {
       auto reader = Reader::Open(o->store);
       if (reader.ok() && (*reader)->meta().kind == "volumes") {
         reader->reset();
-        return RunVolumeMontage(*o, *window, *crop, *context, *flip_independent, *ids, *out);
+        return RunVolumeMontage(*o, *flags, *window, *crop, *context, *flip_independent, flags->ids, *out);
       }
     }
-    if (!crop->empty() || *context || *flip_independent || !ids->empty()) {
-      std::fprintf(stderr, "patchstore: error: --crop, --context, --flip-independent and --ids are for volume "
+    if (!crop->empty() || *context || *flip_independent) {
+      std::fprintf(stderr, "patchstore: error: --crop, --context and --flip-independent are for volume "
                            "stores; '%s' holds images (use --patch)\n", o->store.c_str());
       return 2;
     }
+    if (!ApplySamplerFlags(*flags, o.get())) return 2;
     auto img = RenderMontage(*o);
     if (!img.ok()) {
       std::fprintf(stderr, "patchstore: error: %s\n", img.status().message().c_str());
@@ -159,7 +157,10 @@ Runner RegisterMontage(CLI::App* app, const bool* quiet) {
       std::fprintf(stderr, "patchstore: error: %s\n", st.message().c_str());
       return 1;
     }
-    std::printf("wrote %s (%dx%d)\n", out->c_str(), img->width, img->height);
+    std::vector<std::string> seen;
+    PrintWarnings(img->warnings, &seen);
+    std::printf("wrote %s (%dx%d): %lld windows served by the %s\n", out->c_str(), img->width, img->height,
+                static_cast<long long>(img->windows.size()), LoaderKindName(o->loader));
     return 0;
   };
 }

@@ -99,7 +99,7 @@ Result<Setup> MakeSampler(const MontageOptions& o) {
   Setup s;
   PS_ASSIGN_OR_RETURN(s.reader, Reader::Open(o.store));
   if (s.reader->field_count() == 0) return Status::InvalidArgument("montage of '" + o.store + "': store is empty");
-  SamplerOptions so;
+  SamplerOptions so = o.sampler;
   const std::string field = o.field.empty() ? s.reader->field(0).name : o.field;
   so.fields = {field};
   if (!o.overlay.empty()) {
@@ -114,12 +114,7 @@ Result<Setup> MakeSampler(const MontageOptions& o) {
     }
     so.fields.push_back(o.overlay);
   }
-  so.patch_size = o.patch_size;
-  so.patches_per_sample = o.patches_per_sample;
-  so.require = !o.require.empty() ? o.require : (o.require_overlay ? o.overlay : "");
-  so.seed = o.seed;
-  so.flip = o.flip;
-  so.rot90 = o.rot90;
+  if (so.require.empty() && o.require_overlay && so.policy != SamplingPolicy::kUniform) so.require = o.overlay;
   PS_ASSIGN_OR_RETURN(s.sampler, PatchSampler::Create(s.reader, so));
   return s;
 }
@@ -140,17 +135,19 @@ Image8 FromMat(const cv::Mat& m) {
 Status CheckMontageSize(const MontageOptions& o, int64_t values_per_window) {
   if (o.count <= 0 || o.count > 4096)
     return Status::InvalidArgument("montage: --count must be 1..4096, got " + std::to_string(o.count));
-  if (o.patch_size <= 0 || o.patch_size > (int64_t{1} << 16))
-    return Status::InvalidArgument("montage: --patch must be 1..65536, got " + std::to_string(o.patch_size));
+  const int64_t ph = o.sampler.height(), pw = o.sampler.width();
+  if (ph <= 0 || ph > (int64_t{1} << 16) || pw <= 0 || pw > (int64_t{1} << 16))
+    return Status::InvalidArgument("montage: --patch must be 1..65536, got " + std::to_string(ph) + "x" +
+                                   std::to_string(pw));
   if (o.tile < 0 || o.tile > 4096)
     return Status::InvalidArgument("montage: --tile must be 8..4096 (or 0: automatic), got " + std::to_string(o.tile));
-  if (o.patches_per_sample <= 0 || o.patches_per_sample > 4096)
+  if (o.sampler.patches_per_sample <= 0 || o.sampler.patches_per_sample > 4096)
     return Status::InvalidArgument("montage: --patches-per-sample must be 1..4096, got " +
-                                   std::to_string(o.patches_per_sample));
+                                   std::to_string(o.sampler.patches_per_sample));
   if (o.has_window && (!std::isfinite(o.window_lo) || !std::isfinite(o.window_hi) || !(o.window_lo < o.window_hi)))
     return Status::InvalidArgument("montage: --window LO,HI needs finite LO < HI");
-  const int64_t n = o.count, P = o.patch_size;
-  const int64_t tile = o.tile > 0 ? o.tile : std::min<int64_t>(P, 256);
+  const int64_t n = o.count;
+  const int64_t tile = o.tile > 0 ? o.tile : std::min<int64_t>(std::max(ph, pw), 256);
   const int64_t cols = static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(n))));
   const int64_t rows = (n + cols - 1) / cols;
   const int64_t gap = 2;
@@ -161,11 +158,11 @@ Status CheckMontageSize(const MontageOptions& o, int64_t values_per_window) {
                                    "than the limit of " + std::to_string(kMaxMontagePixels) +
                                    " (2^29); use a smaller --count or --tile");
   // The gathered windows, float32, before they are drawn.
-  const double bytes = static_cast<double>(n) * static_cast<double>(values_per_window) * static_cast<double>(P) *
-                       static_cast<double>(P) * 4.0;
+  const double bytes = static_cast<double>(n) * static_cast<double>(values_per_window) * static_cast<double>(ph) *
+                       static_cast<double>(pw) * 4.0;
   if (bytes > static_cast<double>(kMaxMontageWindowBytes))
-    return Status::InvalidArgument("montage: " + std::to_string(n) + " windows of " + std::to_string(P) + "x" +
-                                   std::to_string(P) + " (" + std::to_string(values_per_window) +
+    return Status::InvalidArgument("montage: " + std::to_string(n) + " windows of " + std::to_string(ph) + "x" +
+                                   std::to_string(pw) + " (" + std::to_string(values_per_window) +
                                    " channels) need " + std::to_string(static_cast<uint64_t>(bytes / (1 << 20))) +
                                    " MiB of float32, more than the limit of " +
                                    std::to_string(kMaxMontageWindowBytes >> 20) + " MiB; use a smaller --count or --patch");
@@ -193,10 +190,8 @@ Result<Image8> RenderMontage(const MontageOptions& o) {
 
 namespace {
 Result<Image8> DrawMontage(const MontageOptions& o, Setup& s) {
-  const int64_t P = o.patch_size;
-  const uint64_t per_epoch = s.sampler->windows_per_epoch();
-  if (per_epoch == 0)
-  {
+  const int64_t ph = s.sampler->height(), pw = s.sampler->width();
+  if (s.sampler->eligible_samples() == 0) {
     std::string example;
     if (!s.sampler->skipped_ids().empty()) {
       const std::string& id = s.sampler->skipped_ids()[0];
@@ -206,8 +201,8 @@ Result<Image8> DrawMontage(const MontageOptions& o, Setup& s) {
         example = "; the first, '" + id + "', is " + std::to_string(h->shape[2]) + "x" + std::to_string(h->shape[1]) +
                   (s.sampler->options().require.empty() ? "" : " (or its mask has no qualifying window)");
     }
-    return Status::OutOfRange("montage of '" + o.store + "': no sample has an admissible " + std::to_string(P) + "x" +
-                              std::to_string(P) + " window (" + std::to_string(s.sampler->skipped_samples()) +
+    return Status::OutOfRange("montage of '" + o.store + "': no sample has an admissible " + std::to_string(ph) + "x" +
+                              std::to_string(pw) + " window (" + std::to_string(s.sampler->skipped_samples()) +
                               " skipped" + example + ")");
   }
   const int64_t n = o.count;  // continues into later epochs when one holds fewer windows
@@ -215,13 +210,18 @@ Result<Image8> DrawMontage(const MontageOptions& o, Setup& s) {
   std::vector<std::vector<float>> bufs;
   std::vector<float*> outs;
   for (int64_t c : ch) {
-    bufs.emplace_back(static_cast<size_t>(n * c * P * P));
+    bufs.emplace_back(static_cast<size_t>(n * c * ph * pw));
     outs.push_back(bufs.back().data());
   }
-  std::vector<Window> wins;
-  s.sampler->SetEpoch(o.epoch);
-  PS_RETURN_IF_ERROR(s.sampler->Next(n, outs, &wins));
-  const int tile = o.tile > 0 ? o.tile : static_cast<int>(std::min<int64_t>(P, 256));
+  // The windows the loader serves from the start of `epoch` (continuing
+  // into later epochs when one holds fewer), copied as the loaders copy.
+  PS_ASSIGN_OR_RETURN(std::vector<Window> wins, s.sampler->ServedWindows(o.loader, o.epoch, 0, n));
+  PS_RETURN_IF_ERROR(s.sampler->GatherWindows(wins, outs));
+  // A tile is the window scaled to fit `tile` x `tile`, keeping its aspect.
+  const int tile = o.tile > 0 ? o.tile : static_cast<int>(std::min<int64_t>(std::max(ph, pw), 256));
+  const double scale = static_cast<double>(tile) / static_cast<double>(std::max(ph, pw));
+  const int th = std::max(1, static_cast<int>(std::lround(static_cast<double>(ph) * scale)));
+  const int tw = std::max(1, static_cast<int>(std::lround(static_cast<double>(pw) * scale)));
   const int cols = static_cast<int>(std::ceil(std::sqrt(static_cast<double>(n))));
   const int rows = static_cast<int>((n + cols - 1) / cols);
   const int gap = 2;
@@ -229,17 +229,20 @@ Result<Image8> DrawMontage(const MontageOptions& o, Setup& s) {
   const int field = s.sampler->field_indices()[0];
   for (int64_t i = 0; i < n; ++i) {
     PS_ASSIGN_OR_RETURN(RecordHeader hdr, s.reader->Header(wins[i].sample, field));
-    cv::Mat t = ToDisplay(bufs[0].data() + i * ch[0] * P * P, ch[0], P, P, hdr, o);
-    if (outs.size() > 1) Overlay(&t, bufs[1].data() + i * P * P, P, P);
-    if (t.rows != tile) cv::resize(t, t, cv::Size(tile, tile), 0, 0, cv::INTER_AREA);
+    cv::Mat t = ToDisplay(bufs[0].data() + i * ch[0] * ph * pw, ch[0], ph, pw, hdr, o);
+    if (outs.size() > 1) Overlay(&t, bufs[1].data() + i * ph * pw, ph, pw);
+    if (t.rows != th || t.cols != tw) cv::resize(t, t, cv::Size(tw, th), 0, 0, cv::INTER_AREA);
     std::string label = std::string(s.reader->id(wins[i].sample)) + " y" + std::to_string(wins[i].y) + " x" +
                         std::to_string(wins[i].x);
     if (wins[i].flip || wins[i].rot) label += " f" + std::to_string(wins[i].flip) + "r" + std::to_string(wins[i].rot);
     Label(&t, label, 0, 0);
     const int r = static_cast<int>(i / cols), c = static_cast<int>(i % cols);
-    t.copyTo(sheet(cv::Rect(gap + c * (tile + gap), gap + r * (tile + gap), tile, tile)));
+    t.copyTo(sheet(cv::Rect(gap + c * (tile + gap), gap + r * (tile + gap), tw, th)));
   }
-  return FromMat(sheet);
+  Image8 img = FromMat(sheet);
+  img.windows = wins;
+  if (std::string report = s.sampler->SkippedReport(); !report.empty()) img.warnings.push_back(report);
+  return img;
 }
 
 }  // namespace
@@ -266,21 +269,25 @@ Result<Image8> DrawBoxes(const MontageOptions& o, const std::string& id) {
     PS_ASSIGN_OR_RETURN(TensorView m, s.reader->Get(sample, s.sampler->field_indices()[1]));
     Overlay(&frame, m.data_as<float>(), m.shape[1], m.shape[2]);
   }
-  // Windows of this sample: the visit positions where the epoch's
-  // permutation reaches it, k windows each, up to `count`.
-  int drawn = 0;
-  for (uint64_t p = 0; p < s.sampler->visits_per_epoch() && drawn < o.count; ++p) {
-    if (s.sampler->SampleAt(o.epoch, p) != sample) continue;
-    for (int j = 0; j < o.patches_per_sample && drawn < o.count; ++j, ++drawn) {
-      PS_ASSIGN_OR_RETURN(Window w, s.sampler->WindowAt(o.epoch, p, j));
-      cv::rectangle(frame, cv::Rect(static_cast<int>(w.x), static_cast<int>(w.y), static_cast<int>(o.patch_size),
-                                    static_cast<int>(o.patch_size)),
-                    cv::Scalar(255, 255, 0), 2);
-      Label(&frame, "y" + std::to_string(w.y) + " x" + std::to_string(w.x), static_cast<int>(w.x),
-            static_cast<int>(w.y));
-    }
+  // The windows the loader takes from this sample in the epoch.
+  PS_ASSIGN_OR_RETURN(std::vector<Window> wins, s.sampler->ServedWindowsOfSample(o.loader, o.epoch, sample));
+  if (wins.size() > static_cast<size_t>(std::max(o.count, 0))) wins.resize(static_cast<size_t>(std::max(o.count, 0)));
+  for (const Window& w : wins) {
+    cv::rectangle(frame, cv::Rect(static_cast<int>(w.x), static_cast<int>(w.y), static_cast<int>(s.sampler->width()),
+                                  static_cast<int>(s.sampler->height())),
+                  cv::Scalar(255, 255, 0), 2);
+    Label(&frame, "y" + std::to_string(w.y) + " x" + std::to_string(w.x), static_cast<int>(w.x),
+          static_cast<int>(w.y));
   }
-  return FromMat(frame);
+  Image8 img = FromMat(frame);
+  img.windows = wins;
+  if (!s.sampler->eligible(sample)) {
+    img.warnings.push_back(s.sampler->considered(sample)
+                               ? s.sampler->SkippedReport()
+                               : "'" + id + "' is not in the ids subset: the " + LoaderKindName(o.loader) +
+                                     " never serves it");
+  }
+  return img;
 }
 
 }  // namespace

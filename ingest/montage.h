@@ -1,10 +1,14 @@
 // patchstore/ingest/montage.h — pictures of what the sampler serves.
 //
-// RenderMontage draws a contact sheet of exactly the windows a PatchSampler
-// with the same options would serve first in epoch 0 (the same code path:
-// PatchSampler::Gather), each tile labelled with its sample id and position,
-// a mask field drawn as a translucent red overlay. RenderBoxes draws the
-// windows sampled from one frame as rectangles on the whole frame.
+// RenderMontage draws a contact sheet of exactly the windows a loader (a
+// LoaderKind: PatchSampler, BatchLoader or PatchDataset) built with the
+// same SamplerOptions serves first in `epoch` (PatchSampler::ServedWindows,
+// gathered by PatchSampler::GatherWindows as the loaders do), each tile
+// labelled with its sample id and position, a mask field drawn as a
+// translucent red overlay. RenderBoxes draws the windows that loader takes
+// from one frame as rectangles on the whole frame. Samples without a
+// qualifying window are skipped as the loaders skip them, and reported
+// (Image8::warnings, PatchSampler::SkippedReport).
 //
 // Display mapping: integer-sourced fields invert their stored
 // normalisation (as export does); float fields map [lo, hi] (window, or
@@ -21,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "patchstore/reader/sampler.h"
 #include "patchstore/store/status.h"
 
 namespace patchstore {
@@ -33,20 +38,24 @@ inline constexpr uint8_t kNonFiniteRgb[3] = {255, 0, 255};
 struct Image8 {
   int height = 0, width = 0;
   std::vector<uint8_t> rgb;
+  std::vector<Window> windows;        // the windows drawn (tiles, or boxes), in order
+  std::vector<std::string> warnings;  // e.g. the sampler's SkippedReport
 };
 
 struct MontageOptions {
   std::string store;
   int count = 64;
-  int64_t patch_size = 256;
+  // The loader's options, as given to it: window size (patch_size or
+  // patch_h x patch_w), k, require, min_valid, positive_fraction, policy,
+  // seed, flips, ids/samples subset, rank/world_size. `fields` is ignored:
+  // the montage gathers `field` (and `overlay`), which draws the same
+  // windows (all fields of a sample have one size).
+  SamplerOptions sampler;
+  LoaderKind loader = LoaderKind::kSampler;  // whose order of windows is shown
   std::string field;            // "" = the first field of the store
   std::string overlay;          // mask field drawn over the tiles, "" = none
-  std::string require;          // as PatchSampler (default: the overlay field)
-  bool require_overlay = true;  // use `overlay` as `require` when require is empty
-  int patches_per_sample = 1;
-  uint64_t seed = 0;
+  bool require_overlay = true;  // use `overlay` as sampler.require when that is empty
   uint64_t epoch = 0;
-  bool flip = false, rot90 = false;
   bool has_window = false;
   double window_lo = 0, window_hi = 1;
   int tile = 0;                 // tile size in the sheet; 0 = min(patch_size, 256)
@@ -65,8 +74,9 @@ Status CheckMontageSize(const MontageOptions& options, int64_t values_per_window
 // Errors: as Reader and PatchSampler; InvalidArgument from CheckMontageSize.
 Result<Image8> RenderMontage(const MontageOptions& options);
 
-// Draws the first `count` windows that the sampler (options as above) would
-// take from sample `id` in epoch 0 on the whole frame of `field`.
+// Draws the windows (at most `count`) that the loader (options as above)
+// takes from sample `id` in `epoch` on the whole frame of `field`. A sample
+// without a qualifying window gets no box and a warning in Image8::warnings.
 Result<Image8> RenderBoxes(const MontageOptions& options, const std::string& id);
 
 // Encodes `image` as PNG at `path` (written atomically).

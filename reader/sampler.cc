@@ -1,6 +1,7 @@
 #include "patchstore/reader/sampler.h"
 
 #include "patchstore/reader/parallel.h"
+#include "patchstore/reader/sampling_policy.h"
 #include "patchstore/reader/transform.h"
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <unordered_set>
 
 namespace patchstore {
 namespace {
@@ -24,7 +26,6 @@ std::string FormatNumber(double v) {
 // up to five coordinates (missing ones are 0, as the sequence was pinned).
 using splitmix::Below;
 using splitmix::Mix;
-using splitmix::Unit;
 uint64_t Hash(uint64_t a, uint64_t b, uint64_t c = 0, uint64_t d = 0, uint64_t e = 0) {
   return splitmix::Key(a, b, c, d, e);
 }
@@ -52,6 +53,13 @@ Result<std::unique_ptr<PatchSampler>> PatchSampler::Create(std::shared_ptr<const
                                    reader->meta().kind + ")");
   if (o.fields.empty()) return Status::InvalidArgument(where + ": no fields given");
   if (o.patch_size <= 0) return Status::InvalidArgument(where + ": patch_size must be positive");
+  if (o.patch_h < 0 || o.patch_w < 0)
+    return Status::InvalidArgument(where + ": patch_h and patch_w must be positive (or 0: patch_size)");
+  if (o.rot90 && o.height() != o.width())
+    return Status::InvalidArgument(where + ": rot90 needs a square window (a quarter turn of a " +
+                                   std::to_string(o.height()) + "x" + std::to_string(o.width()) + " window is " +
+                                   std::to_string(o.width()) + "x" + std::to_string(o.height()) +
+                                   ", and a batch has one shape); use flip, or a square patch");
   if (o.patches_per_sample <= 0) return Status::InvalidArgument(where + ": patches_per_sample must be positive");
   if (o.world_size <= 0 || o.rank < 0 || o.rank >= o.world_size)
     return Status::InvalidArgument(where + ": need 0 <= rank < world_size");
@@ -63,8 +71,11 @@ Result<std::unique_ptr<PatchSampler>> PatchSampler::Create(std::shared_ptr<const
     s->fields_.push_back(*fi);
     s->channels_.push_back(reader->field(*fi).channels);
   }
-  const int64_t P = o.patch_size;
-  if (!o.require.empty()) {
+  const int64_t ph = o.height(), pw = o.width();
+  PS_ASSIGN_OR_RETURN(s->policy_, MakeWindowPolicy(o, where));
+  if (!s->policy_->uses_mask() && !o.require.empty())
+    return Status::InvalidArgument(where + ": require='" + o.require + "' with a policy that reads no mask");
+  if (s->policy_->uses_mask()) {
     auto mf = reader->FieldIndex(o.require);
     if (!mf.ok()) return mf.status().WithContext(where);
     if (reader->field(*mf).channels != 1)
@@ -73,22 +84,46 @@ Result<std::unique_ptr<PatchSampler>> PatchSampler::Create(std::shared_ptr<const
     if (!(o.min_valid > 0)) return Status::InvalidArgument(where + ": min_valid must be positive");
     // A count above the window's pixel count can never be met (and inf or
     // 1e30 would overflow the integer threshold): refuse it.
-    if (!(o.min_valid <= static_cast<double>(P) * static_cast<double>(P)))
+    if (!(o.min_valid <= static_cast<double>(ph) * static_cast<double>(pw)))
       return Status::InvalidArgument(where + ": min_valid " + FormatNumber(o.min_valid) + " asks for more valid pixels than a " +
-                                     std::to_string(P) + "x" + std::to_string(P) + " window holds (" +
-                                     std::to_string(P * P) + ")");
-    s->threshold_ = o.min_valid < 1 ? static_cast<uint64_t>(std::ceil(o.min_valid * static_cast<double>(P * P)))
+                                     std::to_string(ph) + "x" + std::to_string(pw) + " window holds (" +
+                                     std::to_string(ph * pw) + ")");
+    s->threshold_ = o.min_valid < 1 ? static_cast<uint64_t>(std::ceil(o.min_valid * static_cast<double>(ph * pw)))
                                     : static_cast<uint64_t>(std::ceil(o.min_valid));
     if (s->threshold_ == 0) s->threshold_ = 1;
-  } else if (o.positive_fraction >= 0) {
-    return Status::InvalidArgument(where + ": positive_fraction needs require=<mask field>");
   }
+  // The samples considered: a subset (ids and/or indices), or all.
+  std::vector<uint64_t> considered;
+  if (o.ids.empty() && o.samples.empty()) {
+    considered.resize(reader->size());
+    for (uint64_t i = 0; i < reader->size(); ++i) considered[i] = i;
+  } else {
+    for (const std::string& id : o.ids) {
+      auto i = reader->Find(id);
+      if (!i.ok()) return i.status().WithContext(where + " (ids subset)");
+      considered.push_back(*i);
+    }
+    for (uint64_t i : o.samples) {
+      if (i >= reader->size())
+        return Status::OutOfRange(where + ": subset sample index " + std::to_string(i) + " outside [0, " +
+                                  std::to_string(reader->size()) + ")");
+      considered.push_back(i);
+    }
+    std::sort(considered.begin(), considered.end());
+    for (size_t k = 1; k < considered.size(); ++k)
+      if (considered[k] == considered[k - 1])
+        return Status::InvalidArgument(where + ": the subset names sample '" + std::string(reader->id(considered[k])) +
+                                       "' (index " + std::to_string(considered[k]) + ") twice");
+  }
+  s->is_eligible_.assign(reader->size(), false);
+  s->is_considered_.assign(reader->size(), false);
+  for (uint64_t i : considered) s->is_considered_[i] = true;
   // Eligibility, from the store's sample index alone (no record is read):
   // sizes from the summaries, and with `require` the mask's valid count —
   // exact for min_valid = 1 (a window holds a valid pixel iff the mask has
   // one and the window fits), a necessary condition otherwise, completed
   // by the sample's window lists only where the count does not decide.
-  for (uint64_t i = 0; i < reader->size(); ++i) {
+  for (uint64_t i : considered) {
     bool ok = true;
     int64_t H = -1, W = -1;
     for (int f : s->fields_) {
@@ -104,23 +139,21 @@ Result<std::unique_ptr<PatchSampler>> PatchSampler::Create(std::shared_ptr<const
     if (H >= (int64_t{1} << 31) || W >= (int64_t{1} << 31))
       return Status::InvalidArgument(where + ": " + reader->Describe(i, s->fields_[0]) + " is larger than 2^31 pixels "
                                      "on a side");
-    if (H < P || W < P) ok = false;
+    if (H < ph || W < pw) ok = false;
     if (ok && s->mask_field_ >= 0) {
       auto ms = reader->Summary(i, s->mask_field_);
       if (!ms.ok()) return ms.status().WithContext(where);
-      if (o.positive_fraction >= 0) {
-        ok = true;  // any window will do: positive or negative
-      } else if (ms->has_valid_count && ms->valid_count < s->threshold_) {
-        ok = false;  // no window holds more valid pixels than the whole mask
-      } else if (ms->has_valid_count && s->threshold_ == 1) {
-        ok = true;
-      } else {
+      WindowPolicy::Verdict v = WindowPolicy::Verdict::kUnknown;
+      if (ms->has_valid_count) v = s->policy_->FromValidCount(ms->valid_count, s->threshold_);
+      if (v == WindowPolicy::Verdict::kUnknown) {
         auto sets = s->Sets(i);
         if (!sets.ok()) return sets.status().WithContext(where);
-        ok = (*sets)->pos.total > 0;
+        ok = s->policy_->Eligible((*sets)->pos.total, (*sets)->neg.total);
+      } else {
+        ok = v == WindowPolicy::Verdict::kYes;
       }
     }
-    s->is_eligible_.push_back(ok);
+    s->is_eligible_[i] = ok;
     if (ok) {
       s->eligible_.push_back(i);
     } else {
@@ -138,25 +171,27 @@ Result<std::shared_ptr<const PatchSampler::SampleSets>> PatchSampler::Sets(uint6
     if (it != sets_.end()) return it->second;
   }
   auto sets = std::make_shared<SampleSets>();
-  const int64_t P = options_.patch_size;
+  const int64_t ph = options_.height(), pw = options_.width();
   if (mask_field_ < 0) {
     auto h = reader_->Summary(sample, fields_[0]);
     if (!h.ok()) return h.status();
     const int64_t H = static_cast<int64_t>(h->shape[1]), W = static_cast<int64_t>(h->shape[2]);
-    for (int64_t y = 0; y + P <= H; ++y) {
+    for (int64_t y = 0; y + ph <= H; ++y) {
       sets->pos.runs.push_back({static_cast<int32_t>(y), 0, sets->pos.total});
-      sets->pos.total += static_cast<uint64_t>(W - P + 1);
+      sets->pos.total += static_cast<uint64_t>(W - pw + 1);
     }
   } else {
     // Not cached in the Reader: this sampler keeps the (much smaller) runs.
+    // The window (y, x) qualifies when its h x w valid count, four lookups
+    // in the summed-area table, reaches the threshold.
     PS_ASSIGN_OR_RETURN(SatView sat, reader_->Sat(sample, mask_field_, /*cache=*/false));
     const int64_t H = sat.H, W = sat.W;
-    for (int64_t y = 0; y + P <= H; ++y) {
+    for (int64_t y = 0; y + ph <= H; ++y) {
       int64_t x = 0;
-      while (x + P <= W) {
-        const bool q = sat.Count(0, y, x, P, P) >= threshold_;
+      while (x + pw <= W) {
+        const bool q = sat.Count(0, y, x, ph, pw) >= threshold_;
         int64_t end = x + 1;
-        while (end + P <= W && (sat.Count(0, y, end, P, P) >= threshold_) == q) ++end;
+        while (end + pw <= W && (sat.Count(0, y, end, ph, pw) >= threshold_) == q) ++end;
         WindowSet& set = q ? sets->pos : sets->neg;
         set.runs.push_back({static_cast<int32_t>(y), static_cast<int32_t>(x), set.total});
         set.total += static_cast<uint64_t>(end - x);
@@ -214,8 +249,7 @@ Result<Window> PatchSampler::Draw(uint64_t sample, uint64_t key) const {
   Window w;
   w.sample = sample;
   PS_ASSIGN_OR_RETURN(auto sets, Sets(w.sample));
-  bool want_pos = true;
-  if (options_.positive_fraction >= 0) want_pos = Unit(Mix(key ^ 1)) < options_.positive_fraction;
+  const bool want_pos = policy_->WantQualifying(Mix(key ^ 1));
   const WindowSet* set = want_pos ? &sets->pos : &sets->neg;
   if (set->total == 0) set = want_pos ? &sets->neg : &sets->pos;
   w.positive = set == &sets->pos;
@@ -246,6 +280,84 @@ Result<Window> PatchSampler::WindowOfSample(uint64_t epoch, uint64_t sample, int
                               ": the sample has no admissible window");
   const uint64_t key = Hash(options_.seed, epoch, sample, static_cast<uint64_t>(j), 0x53414d50ULL);
   return Draw(sample, key);
+}
+
+std::string PatchSampler::SkippedReport() const {
+  if (skipped_count_ == 0) return "";
+  std::string out = "skipping " + std::to_string(skipped_count_) + " of " + std::to_string(considered_samples()) +
+                    " samples of '" + reader_->path() + "' (" + policy_->SkipReason(options_, threshold_) + "): ";
+  const size_t shown = std::min<size_t>(skipped_ids_.size(), 20);
+  for (size_t i = 0; i < shown; ++i) out += (i ? ", '" : "'") + skipped_ids_[i] + "'";
+  if (skipped_count_ > shown) out += ", ...";
+  return out;
+}
+
+const char* LoaderKindName(LoaderKind kind) {
+  switch (kind) {
+    case LoaderKind::kSampler: return "sampler";
+    case LoaderKind::kBatchLoader: return "batchloader";
+    case LoaderKind::kPatchDataset: return "patchdataset";
+  }
+  return "unknown";
+}
+
+Result<LoaderKind> ParseLoaderKind(const std::string& name) {
+  for (LoaderKind k : {LoaderKind::kSampler, LoaderKind::kBatchLoader, LoaderKind::kPatchDataset})
+    if (name == LoaderKindName(k)) return k;
+  return Status::InvalidArgument("unknown loader '" + name + "' (loaders: sampler, batchloader, patchdataset)");
+}
+
+Result<std::vector<Window>> PatchSampler::ServedWindows(LoaderKind kind, uint64_t epoch, uint64_t first,
+                                                        int64_t n) const {
+  if (n < 0) return Status::InvalidArgument("served windows: negative count");
+  if (eligible_.empty())
+    return Status::OutOfRange("sampling from '" + reader_->path() + "': no sample has an admissible window (" +
+                              std::to_string(skipped_count_) + " skipped)");
+  const uint64_t k = static_cast<uint64_t>(options_.patches_per_sample);
+  // Windows per epoch of this loader: visits x k, or items x k.
+  const uint64_t per_epoch = (kind == LoaderKind::kPatchDataset ? eligible_.size() : visits_per_epoch()) * k;
+  std::vector<Window> out;
+  out.reserve(static_cast<size_t>(n));
+  epoch += first / per_epoch;
+  uint64_t w = first % per_epoch;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t item = w / k;
+    const int j = static_cast<int>(w % k);
+    if (kind == LoaderKind::kPatchDataset) {
+      PS_ASSIGN_OR_RETURN(Window win, WindowOfSample(epoch, eligible_[item], j));
+      out.push_back(win);
+    } else {
+      PS_ASSIGN_OR_RETURN(Window win, WindowAt(epoch, item, j));
+      out.push_back(win);
+    }
+    if (++w == per_epoch) {
+      ++epoch;
+      w = 0;
+    }
+  }
+  return out;
+}
+
+Result<std::vector<Window>> PatchSampler::ServedWindowsOfSample(LoaderKind kind, uint64_t epoch,
+                                                                uint64_t sample) const {
+  std::vector<Window> out;
+  if (!eligible(sample)) return out;
+  const int k = options_.patches_per_sample;
+  if (kind == LoaderKind::kPatchDataset) {
+    for (int j = 0; j < k; ++j) {
+      PS_ASSIGN_OR_RETURN(Window w, WindowOfSample(epoch, sample, j));
+      out.push_back(w);
+    }
+    return out;
+  }
+  for (uint64_t p = 0; p < visits_per_epoch(); ++p) {
+    if (SampleAt(epoch, p) != sample) continue;
+    for (int j = 0; j < k; ++j) {
+      PS_ASSIGN_OR_RETURN(Window w, WindowAt(epoch, p, j));
+      out.push_back(w);
+    }
+  }
+  return out;
 }
 
 Status PatchSampler::Gather(uint64_t epoch, uint64_t first, int64_t n, const std::vector<float*>& outs,
@@ -283,14 +395,17 @@ Status PatchSampler::GatherWindows(const std::vector<Window>& wins, const std::v
   if (outs.size() != fields_.size())
     return Status::InvalidArgument("gather: " + std::to_string(outs.size()) + " buffers for " +
                                    std::to_string(fields_.size()) + " fields");
-  const int64_t P = options_.patch_size;
+  const int64_t ph = options_.height(), pw = options_.width();
   const int64_t n = static_cast<int64_t>(wins.size());
   // Resolve every record before copying, so an error leaves no half batch.
   std::vector<std::vector<TensorView>> views(fields_.size(), std::vector<TensorView>(static_cast<size_t>(n)));
   for (size_t f = 0; f < fields_.size(); ++f)
     for (int64_t i = 0; i < n; ++i) {
       if (wins[i].rot > 3) return Status::InvalidArgument("gather: rotation must be 0..3");
-      PS_ASSIGN_OR_RETURN(views[f][i], reader_->Patch(wins[i].sample, fields_[f], wins[i].y, wins[i].x, P, P));
+      if (wins[i].rot != 0 && ph != pw)
+        return Status::InvalidArgument("gather: a quarter turn needs a square window (this sampler's are " +
+                                       std::to_string(ph) + "x" + std::to_string(pw) + ")");
+      PS_ASSIGN_OR_RETURN(views[f][i], reader_->Patch(wins[i].sample, fields_[f], wins[i].y, wins[i].x, ph, pw));
     }
   // With the store out of the page cache, every row of every window is a
   // page fault: ask for all of them at once so the disk sees many requests
@@ -303,8 +418,9 @@ Status PatchSampler::GatherWindows(const std::vector<Window>& wins, const std::v
         const TensorView& v = views[f][i];
         const int64_t C = channels_[f];
         const int64_t plane = v.strides[0] / 4, row = v.strides[1] / 4;
-        float* dst = outs[f] + i * C * P * P;
-        for (int64_t c = 0; c < C; ++c) CopyTransformed(v.data_as<float>() + c * plane, row, 0, 0, P, P, wins[i].transform(), dst + c * P * P);
+        float* dst = outs[f] + i * C * ph * pw;
+        for (int64_t c = 0; c < C; ++c)
+          CopyTransformed(v.data_as<float>() + c * plane, row, 0, 0, ph, pw, wins[i].transform(), dst + c * ph * pw);
       }
   };
   ParallelBlocks(n, options_.num_threads, work);
@@ -320,7 +436,7 @@ Status PatchSampler::Next(int64_t n, const std::vector<float*>& outs, std::vecto
   std::vector<float*> shifted(outs.size());
   while (done < n) {
     const int64_t take = static_cast<int64_t>(std::min<uint64_t>(static_cast<uint64_t>(n - done), per_epoch - cursor_));
-    for (size_t f = 0; f < outs.size(); ++f) shifted[f] = outs[f] + done * channels_[f] * options_.patch_size * options_.patch_size;
+    for (size_t f = 0; f < outs.size(); ++f) shifted[f] = outs[f] + done * channels_[f] * height() * width();
     std::vector<Window> part;
     PS_RETURN_IF_ERROR(Gather(epoch_, cursor_, take, shifted, windows ? &part : nullptr));
     if (windows) windows->insert(windows->end(), part.begin(), part.end());

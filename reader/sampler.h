@@ -2,24 +2,36 @@
 // sampling and whole-batch gathers.
 //
 // A PatchSampler visits the samples of an image store in a per-epoch
-// permutation, cuts `patches_per_sample` (k) square windows from each visit
+// permutation, cuts `patches_per_sample` (k) windows of h x w pixels
+// (patch_h x patch_w; patch_size x patch_size by default) from each visit
 // and copies them, for every requested field, straight from the memory map
 // into caller buffers, on `num_threads` threads.
 //
-// * With `require` (a 1-channel mask field), every window holds at least
-//   `min_valid` valid (non-zero) mask pixels — or, for 0 < min_valid < 1,
-//   that fraction of the window — and is drawn uniformly over all such
-//   windows of the sample. The qualifying windows are found once per sample
-//   and window size with the mask's summed-area table (reader/sat.h) and
-//   kept as runs, so a draw is a binary search, whatever the valid area.
-// * `positive_fraction` (0..1) draws each window from the qualifying set
-//   with that probability and from the non-qualifying set otherwise (as
-//   MONAI's RandCropByPosNegLabel); a sample lacking one kind uses the other.
-// * Samples with no admissible window (mask empty, image smaller than the
-//   window) are skipped and counted, never looped on.
+// * Policies (SamplingPolicy, chosen by `policy`, or from `require` and
+//   `positive_fraction` with kAuto):
+//   - kUniform: every window that fits, uniformly.
+//   - kMinValid (`require`, a 1-channel mask field): every window holds at
+//     least `min_valid` valid (non-zero) mask pixels — or, for
+//     0 < min_valid < 1, that fraction of the h x w window — and is drawn
+//     uniformly over all such windows of the sample. The qualifying windows
+//     are found once per sample with the mask's summed-area table
+//     (reader/sat.h, exact for any h x w) and kept as runs, so a draw is a
+//     binary search, whatever the valid area.
+//   - kPositiveFraction (`positive_fraction` in 0..1): each window comes from
+//     the qualifying set with that probability and from the non-qualifying
+//     set otherwise (as MONAI's RandCropByPosNegLabel); a sample lacking one
+//     kind uses the other.
+// * Subsets: `ids` (sample ids) and/or `samples` (indices) restrict the
+//   sampler to those samples (a train/val split); the rest of the store is
+//   not visited and not counted as skipped.
+// * Samples with no qualifying window (mask empty or below min_valid, image
+//   smaller than the window) are skipped and counted (skipped_samples,
+//   skipped_ids, SkippedReport), never looped on and never replaced by
+//   another sample: every loader serves eligible samples only.
 // * Determinism: the permutation depends on (seed, epoch); window j of the
 //   visit at global position g on (seed, epoch, g, j) only. Results do not
-//   depend on thread or worker counts.
+//   depend on thread or worker counts. Square windows are drawn exactly as
+//   before rectangles existed (patch_h = patch_w = 0).
 // * Sharding: `rank`/`world_size` split each epoch as
 //   torch.utils.data.DistributedSampler does (drop_last=False): the
 //   permutation is padded by repeating its start to a multiple of
@@ -29,7 +41,19 @@
 // * Augmentation: with `flip`, each window is flipped vertically and/or
 //   horizontally with probability 1/2 each; with `rot90`, rotated by a
 //   uniform multiple of 90 degrees — out = np.rot90(flip(window), k, axes=
-//   (-2,-1)) — inside the same copy.
+//   (-2,-1)) — inside the same copy. rot90 needs a square window (a quarter
+//   turn of an h x w window is w x h, and a batch has one shape): Create
+//   refuses rot90 with h != w (InvalidArgument).
+// * Loaders: LoaderKind names the order in which a loader serves windows —
+//   the permutation order (PatchSampler, BatchLoader) or item order
+//   (PatchDataset: item i = the i-th eligible sample, window j of it from
+//   WindowOfSample). ServedWindows gives the windows a loader serves, so
+//   montage and `export --boxes` show exactly those.
+//
+// Adding a sampling policy: one enum value below (and its name in
+// reader/sampling_policy.cc), one class deriving from WindowPolicy in
+// reader/sampling_policy.cc returned by MakeWindowPolicy, and a test in
+// tests/reader/sampler_test.cc; the bindings and CLI take it by name.
 //
 // Thread-safety: const methods may be called concurrently; Next() and
 // SetEpoch() mutate the cursor and need external synchronisation.
@@ -48,9 +72,25 @@
 
 namespace patchstore {
 
+class WindowPolicy;  // reader/sampling_policy.h (internal)
+
+enum class SamplingPolicy : uint8_t {
+  kAuto = 0,              // kUniform without `require`, kPositiveFraction when positive_fraction >= 0,
+                          // else kMinValid
+  kUniform = 1,           // every window that fits
+  kMinValid = 2,          // windows with >= min_valid valid pixels of `require`
+  kPositiveFraction = 3,  // positive_fraction of the draws from those, the rest from the others
+};
+
+// "auto", "uniform", "min_valid", "positive_fraction".
+const char* SamplingPolicyName(SamplingPolicy policy);
+// The policy of a name above; InvalidArgument listing the names otherwise.
+Result<SamplingPolicy> ParseSamplingPolicy(const std::string& name);
+
 struct SamplerOptions {
   std::vector<std::string> fields;  // fields to gather, e.g. {"rgb", "mask", "depth"}
-  int64_t patch_size = 256;         // windows are patch_size x patch_size
+  int64_t patch_size = 256;         // windows are patch_size x patch_size, unless:
+  int64_t patch_h = 0, patch_w = 0; // window height / width; 0 = patch_size
   int patches_per_sample = 1;       // k
   std::string require;              // mask field, or "" for uniform windows
   double min_valid = 1;             // pixels (>= 1) or fraction of the window (< 1)
@@ -59,11 +99,32 @@ struct SamplerOptions {
   int rank = 0, world_size = 1;
   int num_threads = 1;
   bool flip = false, rot90 = false;
+  SamplingPolicy policy = SamplingPolicy::kAuto;
+  // Subset (e.g. a train/val split): sample ids and/or store indices; both
+  // empty = every sample. NotFound for an unknown id, OutOfRange for an
+  // index past the store, InvalidArgument for a sample named twice.
+  std::vector<std::string> ids;
+  std::vector<uint64_t> samples;
   // Memory for the per-sample lists of qualifying windows kept by this
   // sampler (each process keeps its own); the oldest lists are dropped and
   // rebuilt on demand (about 1 ms for a 1920x1080 frame) beyond this.
   uint64_t index_cache_bytes = uint64_t{256} << 20;
+
+  int64_t height() const { return patch_h > 0 ? patch_h : patch_size; }
+  int64_t width() const { return patch_w > 0 ? patch_w : patch_size; }
+  // The policy kAuto stands for with these options.
+  SamplingPolicy ResolvedPolicy() const;
 };
+
+// The order in which a loader serves windows (ServedWindows).
+enum class LoaderKind : uint8_t {
+  kSampler = 0,      // patchstore.PatchSampler: permutation order (WindowAt)
+  kBatchLoader = 1,  // patchstore.torch.BatchLoader: the same windows as kSampler
+  kPatchDataset = 2, // patchstore.torch.PatchDataset: item i = eligible sample i (WindowOfSample)
+};
+// "sampler", "batchloader", "patchdataset".
+const char* LoaderKindName(LoaderKind kind);
+Result<LoaderKind> ParseLoaderKind(const std::string& name);
 
 // One window: which sample, where, and how it is transformed.
 // `flip` and `rot` are the fields of the one Transform (reader/transform.h),
@@ -91,10 +152,23 @@ class PatchSampler {
   // Channels of each gathered field, in options().fields order.
   const std::vector<int64_t>& channels() const { return channels_; }
 
+  int64_t height() const { return options_.height(); }
+  int64_t width() const { return options_.width(); }
+
   uint64_t eligible_samples() const { return eligible_.size(); }
+  // The eligible samples (store indices), ascending: PatchDataset's item i
+  // is sample eligible_list()[i].
+  const std::vector<uint64_t>& eligible_list() const { return eligible_; }
+  // Samples considered: the subset's size, or the store's.
+  uint64_t considered_samples() const { return eligible_.size() + skipped_count_; }
   uint64_t skipped_samples() const { return skipped_count_; }
   // Ids of skipped samples (the first 1000).
   const std::vector<std::string>& skipped_ids() const { return skipped_ids_; }
+  // "" when nothing is skipped; otherwise one line for a warning, the same
+  // for every loader and tool: "skipping 2 of 10 samples of 'f.ps' (no
+  // 64x64 window with >= 1 valid pixel of 'mask', or smaller than 64x64):
+  // 'a', 'b'" (the first 20 ids).
+  std::string SkippedReport() const;
 
   // Sample visits per epoch on this rank: ceil(eligible / world_size).
   uint64_t visits_per_epoch() const;
@@ -110,14 +184,29 @@ class PatchSampler {
   // item i is sample i. OutOfRange if the sample is not eligible.
   Result<Window> WindowOfSample(uint64_t epoch, uint64_t sample, int j) const;
   bool eligible(uint64_t sample) const;
+  // Whether the sample is in the subset (every sample without one).
+  bool considered(uint64_t sample) const { return sample < is_considered_.size() && is_considered_[sample]; }
+
+  // Windows [first, first + n) that a loader of `kind` serves from `epoch`
+  // on (continuing into later epochs, as a loader iterated epoch after
+  // epoch): kSampler/kBatchLoader in permutation order (window w of an
+  // epoch is WindowAt(w / k, w % k)); kPatchDataset in item order (item i,
+  // window j = WindowOfSample(eligible_list()[i], j)). OutOfRange when no
+  // sample is eligible.
+  Result<std::vector<Window>> ServedWindows(LoaderKind kind, uint64_t epoch, uint64_t first, int64_t n) const;
+  // The windows a loader of `kind` takes from `sample` in `epoch`, in the
+  // order served (kPatchDataset: the k windows of its item; the others: the
+  // k windows of each visit of the permutation that reaches it, more than
+  // one visit only through rank padding). Empty if the sample is skipped.
+  Result<std::vector<Window>> ServedWindowsOfSample(LoaderKind kind, uint64_t epoch, uint64_t sample) const;
 
   // Copies the given windows (from WindowAt/WindowOfSample) into outs[f],
-  // (n, C_f, P, P) per field, on num_threads threads.
+  // (n, C_f, h, w) per field, on num_threads threads.
   Status GatherWindows(const std::vector<Window>& windows, const std::vector<float*>& outs) const;
 
   // Gathers windows [first, first + n) of `epoch` on this rank (window w is
-  // visit w / k, j = w % k) into outs[f], a contiguous (n, C_f, P, P)
-  // float32 buffer per field. REQUIRES: first + n <= windows_per_epoch().
+  // visit w / k, j = w % k) into outs[f], a contiguous (n, C_f, h, w)
+  // float32 buffer per field (h x w windows). REQUIRES: first + n <= windows_per_epoch().
   // `windows`, if given, receives the n windows.
   Status Gather(uint64_t epoch, uint64_t first, int64_t n, const std::vector<float*>& outs,
                 std::vector<Window>* windows = nullptr) const;
@@ -157,8 +246,9 @@ class PatchSampler {
   std::vector<int64_t> channels_;
   int mask_field_ = -1;
   uint64_t threshold_ = 0;
+  std::shared_ptr<const WindowPolicy> policy_;
   std::vector<uint64_t> eligible_;
-  std::vector<bool> is_eligible_;
+  std::vector<bool> is_eligible_, is_considered_;
   uint64_t skipped_count_ = 0;
   std::vector<std::string> skipped_ids_;
   uint64_t epoch_ = 0, cursor_ = 0;

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 from ._ingest_api import PathLike, _native
 from ._store import Store, _encode_id, reader_of, register_layer
@@ -97,10 +97,21 @@ def export(
     return summary
 
 
+def _loader_options(loader: Any) -> Tuple[str, Dict[str, Any]]:
+    """(kind, options) of a loader object: PatchSampler, torch BatchLoader or PatchDataset."""
+    name = type(loader).__name__
+    kinds = {"PatchSampler": "sampler", "BatchLoader": "batchloader", "PatchDataset": "patchdataset"}
+    if name not in kinds:
+        raise TypeError(f"montage: loader must be 'sampler', 'batchloader', 'patchdataset' or one of those "
+                        f"loaders, got {loader!r}")
+    o = loader.sampler.options if name == "BatchLoader" else loader.options
+    return kinds[name], o
+
+
 def montage(
     path: str,
     count: int = 64,
-    patch_size: int = 256,
+    patch_size: Any = 256,
     field: Optional[str] = None,
     overlay: Optional[str] = None,
     seed: int = 0,
@@ -112,18 +123,37 @@ def montage(
     rot90: bool = False,
     window: Optional[Tuple[float, float]] = None,
     tile: Optional[int] = None,
+    min_valid: float = 1,
+    positive_fraction: Optional[float] = None,
+    policy: str = "auto",
+    ids: Optional[Iterable[Any]] = None,
+    rank: int = 0,
+    world_size: int = 1,
+    loader: Any = "sampler",
+    return_windows: bool = False,
 ) -> Any:
-    """patchstore::RenderMontage as an (H, W, 3) uint8 NumPy array (see Store.montage)."""
+    """patchstore::RenderMontage as an (H, W, 3) uint8 NumPy array (see Store.montage).
+
+    Every option of the loaders, with their meaning and checks
+    (_sampler_options): patch_size P or (h, w), require, min_valid,
+    positive_fraction, policy, flip, rot90, ids (a subset), rank,
+    world_size. loader: "sampler"/"batchloader" (permutation order, the same
+    windows), "patchdataset" (items 0, 1, ... in index order), or a loader
+    object (PatchSampler, BatchLoader, PatchDataset) whose own options are
+    used: the sheet shows exactly the first ``count`` windows that loader
+    serves in ``epoch``. Samples without a qualifying window are skipped as
+    the loaders skip them, with one RuntimeWarning. With return_windows,
+    (sheet, windows): the tiles' int64 rows (sample, y, x, flip, rot,
+    positive), in order.
+    """
     import numpy as np
+
+    from ._sampler import _sampler_options
 
     count = int(count)
     if not 1 <= count <= 4096:
         raise ValueError(f"montage: count must be in 1..4096, got {count}")
-    if int(patch_size) < 1:
-        raise ValueError(f"montage: patch_size must be positive, got {patch_size}")
-    if int(patches_per_sample) < 1:
-        raise ValueError(f"montage: patches_per_sample must be >= 1, got {patches_per_sample}")
-    if int(seed) < 0 or int(epoch) < 0:
+    if int(epoch) < 0:
         raise ValueError("montage: seed and epoch must be >= 0")
     if tile is not None and not 8 <= int(tile) <= 4096:
         raise ValueError(f"montage: tile must be in 8..4096, got {tile}")
@@ -131,11 +161,34 @@ def montage(
         lo, hi = (float(v) for v in window)
     else:
         lo, hi = 0.0, 1.0
-    h, w, pixels = _native().render_montage(
-        path, count, int(patch_size), field or "", overlay or "", require or "", require is None,
-        int(patches_per_sample), int(seed), int(epoch), bool(flip), bool(rot90), window is not None, lo, hi,
-        0 if tile is None else int(tile))
-    return np.frombuffer(pixels, dtype=np.uint8).reshape(h, w, 3)
+    require_overlay = require is None
+    if isinstance(loader, str):
+        kind = loader
+        if kind not in ("sampler", "batchloader", "patchdataset"):
+            raise ValueError(f"montage: loader must be 'sampler', 'batchloader' or 'patchdataset' (or one of "
+                             f"those loaders), got {loader!r}")
+        o = _sampler_options([field or "-"], patch_size, patches_per_sample, require, min_valid, positive_fraction,
+                             seed, rank, world_size, 1, flip, rot90, what="montage", ids=ids, policy=policy)
+    else:
+        # The loader's own options: exactly the windows it serves.
+        kind, pub = _loader_options(loader)
+        require_overlay = False
+        o = _sampler_options([field or "-"], pub["patch_size"], pub["patches_per_sample"], pub["require"],
+                             pub["min_valid"], pub["positive_fraction"], pub["seed"], pub["rank"],
+                             pub["world_size"], 1, pub["flip"], pub["rot90"], what="montage", ids=pub["ids"],
+                             policy=pub["policy"])
+    h, w, pixels, wins, notes = _native().render_montage(
+        path, count, o["patch_size"], field or "", overlay or "", o["require"], require_overlay,
+        o["patches_per_sample"], o["seed"], int(epoch), o["flip"], o["rot90"], window is not None, lo, hi,
+        0 if tile is None else int(tile), patch_h=o["patch_h"], patch_w=o["patch_w"], min_valid=o["min_valid"],
+        positive_fraction=o["positive_fraction"], policy=o["policy"], loader=kind, ids=o["ids"],
+        samples=o["samples"], rank=o["rank"], world_size=o["world_size"], with_windows=True)
+    for note in notes:
+        warnings.warn(f"patchstore montage: {note}", RuntimeWarning, stacklevel=4)
+    sheet = np.frombuffer(pixels, dtype=np.uint8).reshape(h, w, 3)
+    if return_windows:
+        return sheet, np.array(wins, dtype=np.int64).reshape(-1, 6)
+    return sheet
 
 
 def volume_montage(
@@ -191,24 +244,28 @@ def volume_montage(
     return np.frombuffer(pixels, dtype=np.uint8).reshape(h, w, 3)
 
 
-def store_montage(store: Store, count: int, patch_size: int, field: Optional[str], overlay: Optional[str], seed: int,
+def store_montage(store: Store, count: int, patch_size: Any, field: Optional[str], overlay: Optional[str], seed: int,
                   *, require: Optional[str], patches_per_sample: int, epoch: int, flip: Any, rot90: bool,
-                  window: Any, tile: Optional[int], crop: Any, context: int, ids: Optional[Iterable[str]],
-                  labels: bool) -> Any:
-    """Store.montage: the volume or the image montage, by the store's kind."""
+                  window: Any, tile: Optional[int], crop: Any, context: int, ids: Optional[Iterable[Any]],
+                  labels: bool, **sampler: Any) -> Any:
+    """Store.montage: the volume or the image montage, by the store's kind.
+
+    sampler: the image montage's further loader options (min_valid,
+    positive_fraction, policy, rank, world_size, loader, return_windows).
+    """
     reader_of(store)  # FileNotFoundError / closed store here
     path = store.path
     if store.kind == "volumes":
         return volume_montage(path, count, field, overlay, seed, epoch=epoch, crop=crop, context=context,
                               flip=flip, rot90=rot90, ids=ids, window=window, tile=tile, labels=labels)
-    if crop is not None or context or ids is not None:
-        raise ValueError(f"montage: crop, context and ids are for volume stores; '{path}' holds images "
+    if crop is not None or context:
+        raise ValueError(f"montage: crop and context are for volume stores; '{path}' holds images "
                          f"(use patch_size)")
     if isinstance(window, str):
         window = None if window == "auto" else window
     return montage(path, count, patch_size, field, overlay, seed, require=require,
                    patches_per_sample=patches_per_sample, epoch=epoch, flip=flip, rot90=rot90,
-                   window=window, tile=tile)
+                   window=window, tile=tile, ids=ids, **sampler)
 
 
 register_layer("montage", store_montage)

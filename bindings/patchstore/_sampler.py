@@ -8,7 +8,6 @@ the reuse of returned buffers.
 
 from __future__ import annotations
 
-import math
 import operator
 import os
 import sys
@@ -18,6 +17,8 @@ from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Seq
 import numpy as np
 
 from . import _patchstore as _C
+from ._sampler_options import (_best_window, _field_list, _min_valid_note, _public_options, _sampler_options,
+                               _warn_skipped)
 from ._store import Store, _decode_id, reader_of
 
 __all__ = ["PatchSampler", "Window", "Windows"]
@@ -109,93 +110,6 @@ class Windows(Sequence):
         return f"<patchstore.Windows [{head}{', ...' if len(self) > 3 else ''}] ({len(self)} windows)>"
 
 
-def _field_list(fields: Union[str, Sequence[str]], what: str) -> Tuple[str, ...]:
-    out = (fields,) if isinstance(fields, str) else tuple(fields)
-    if not out:
-        raise ValueError(f"{what} needs at least one field")
-    for f in out:
-        if not isinstance(f, str):
-            raise TypeError(f"{what}: field names must be str, got {f!r}")
-    if len(set(out)) != len(out):
-        raise ValueError(f"{what}: fields {list(out)} name a field twice")
-    return out
-
-
-def _min_valid_note(min_valid: float, patch_size: int) -> str:
-    """", min_valid=0.05: at least 3277 valid pixels of the 65536 in a window": the count the sampler asks for."""
-    area = patch_size * patch_size
-    need = max(1, math.ceil(min_valid * area) if min_valid < 1 else math.ceil(min_valid))
-    return f", min_valid={min_valid:g}: at least {need} valid pixels of the {area} in a window"
-
-
-def _best_window(store: Any, field: str, patch_size: int, pixel_budget: int = 1 << 27) -> str:
-    """", the best 40x40 window of any sample holds 25 (1.6%)": for an error message.
-
-    Reads the masks (an error path only), at most `pixel_budget` pixels of them.
-    """
-    p, best, seen, pixels = patch_size, 0, 0, 0
-    for i in range(len(store)):
-        m = np.asarray(store.get(i, field))[0]
-        if m.shape[0] < p or m.shape[1] < p:
-            continue
-        valid = (m != 0) & ~np.isnan(m)
-        c = np.zeros((m.shape[0] + 1, m.shape[1] + 1), np.int64)
-        c[1:, 1:] = valid.cumsum(0).cumsum(1)
-        best = max(best, int((c[p:, p:] - c[:-p, p:] - c[p:, :-p] + c[:-p, :-p]).max()))
-        seen, pixels = seen + 1, pixels + m.size
-        if pixels >= pixel_budget:
-            break
-    if seen == 0:
-        return ""
-    among = "" if seen == len(store) else f" among the first {seen} samples"
-    return f"; the best {p}x{p} window{among} holds {best} ({best / (p * p):.1%})"
-
-
-def _sampler_options(fields, patch_size, patches_per_sample, require, min_valid, positive_fraction, seed, rank,
-                     world_size, num_threads, flip, rot90, what="PatchSampler") -> Dict[str, Any]:
-    """The checked options of the C++ sampler, as keyword arguments of _C.Sampler."""
-    fields = _field_list(fields, what)
-    p = operator.index(patch_size)
-    if not 1 <= p < 2 ** 31:
-        raise ValueError(f"{what}: patch_size must be in [1, 2**31), got {patch_size!r}")
-    k = operator.index(patches_per_sample)
-    if not 1 <= k < 2 ** 31:
-        raise ValueError(f"{what}: patches_per_sample must be in [1, 2**31), got {patches_per_sample!r}")
-    if require is not None and not isinstance(require, str):
-        raise TypeError(f"{what}: require must be a field name or None, got {require!r}")
-    mv = float(min_valid)
-    if not mv > 0:
-        raise ValueError(f"{what}: min_valid must be positive (pixels >= 1, or a fraction of the window < 1), "
-                         f"got {min_valid!r}")
-    if not mv <= p * p:
-        raise ValueError(f"{what}: min_valid {min_valid!r} asks for more valid pixels than a {p}x{p} window "
-                         f"holds ({p * p})")
-    if positive_fraction is None:
-        pf = -1.0
-    else:
-        pf = float(positive_fraction)
-        if not 0 <= pf <= 1:
-            raise ValueError(f"{what}: positive_fraction must be in [0, 1] or None, got {positive_fraction!r}")
-        if require is None:
-            raise ValueError(f"{what}: positive_fraction needs require=<mask field>")
-    s = operator.index(seed)
-    if not 0 <= s < 2 ** 64:
-        raise ValueError(f"{what}: seed must be in [0, 2**64), got {seed!r}")
-    r, w = operator.index(rank), operator.index(world_size)
-    if w < 1 or not 0 <= r < w:
-        raise ValueError(f"{what}: need 0 <= rank < world_size, got rank={rank!r}, world_size={world_size!r}")
-    if w >= 2 ** 31:
-        raise ValueError(f"{what}: world_size must be < 2**31, got {world_size!r}")
-    t = operator.index(num_threads)
-    if t == 0:
-        t = os.cpu_count() or 1
-    if not 1 <= t <= 4096:
-        raise ValueError(f"{what}: num_threads must be in [1, 4096] (or 0 for all cores), got {num_threads!r}")
-    return dict(fields=list(fields), patch_size=p, patches_per_sample=k, require=require or "", min_valid=mv,
-                positive_fraction=pf, seed=s, rank=r, world_size=w, num_threads=t, flip=bool(flip),
-                rot90=bool(rot90))
-
-
 def _as_target(obj: Any, context: str, what: str) -> Any:
     """A buffer-protocol object writing into `obj` (torch tensors via .numpy(), which shares memory)."""
     torch = sys.modules.get("torch")
@@ -250,11 +164,11 @@ class _Recycler:
 
 
 class PatchSampler:
-    """Batches of random square windows from an image store, gathered in C++ (patchstore::PatchSampler).
+    """Batches of random windows from an image store, gathered in C++ (patchstore::PatchSampler).
 
     Each epoch visits every eligible sample once, in a permutation that
     depends on (seed, epoch), and cuts ``patches_per_sample`` (k) windows of
-    ``patch_size`` x ``patch_size`` from each visit: an epoch holds
+    ``patch_size`` (P x P, or (h, w)) from each visit: an epoch holds
     ``len(sampler)`` windows on this rank. :meth:`batch` copies the next n of
     them, for every field, straight from the store's memory map into
     contiguous float32 (n, C, P, P) arrays, on ``num_threads`` threads with the
@@ -272,8 +186,14 @@ class PatchSampler:
     with that probability and from the others otherwise (a sample lacking
     one kind uses the other).
 
+    policy: "auto" (the above, from require / positive_fraction), or by name
+    "uniform", "min_valid", "positive_fraction". ids: only these samples
+    (sample ids or store indices), e.g. a train/val split.
+
     Samples without an admissible window (an empty mask, or smaller than the
-    window) are skipped and counted: :attr:`skipped`, :attr:`skipped_ids`.
+    window) are skipped and counted: :attr:`skipped`, :attr:`skipped_ids`,
+    and one RuntimeWarning when the sampler is built (the same text from
+    every loader).
 
     Determinism: the permutation depends on (seed, epoch) only, window j of
     the visit at global position g on (seed, epoch, g, j) only, so batches do
@@ -307,7 +227,7 @@ class PatchSampler:
         self,
         store: Union[PathLike, Store],
         fields: Union[str, Sequence[str]],
-        patch_size: int,
+        patch_size: Union[int, Tuple[int, int]],
         patches_per_sample: int = 1,
         require: Optional[str] = None,
         min_valid: float = 1,
@@ -319,16 +239,20 @@ class PatchSampler:
         *,
         flip: bool = False,
         rot90: bool = False,
+        ids: Optional[Sequence[Union[str, int]]] = None,
+        policy: str = "auto",
+        _who: str = "patchstore.PatchSampler",
     ) -> None:
         self._store = store if isinstance(store, Store) else Store(store)
         self._options = _sampler_options(fields, patch_size, patches_per_sample, require, min_valid,
-                                         positive_fraction, seed, rank, world_size, num_threads, flip, rot90)
+                                         positive_fraction, seed, rank, world_size, num_threads, flip, rot90,
+                                         ids=ids, policy=policy)
         self._native: Optional[_C.Sampler] = None
         self._pid = -1
         self._position: Tuple[int, int] = (0, 0)
         self._recycler = _Recycler()
         self._last: Optional[Windows] = None
-        self._s()  # errors (unknown field, bad sizes) here, not at the first batch
+        _warn_skipped(self._s(), _who)  # errors (unknown field, bad sizes) here, not at the first batch
 
     # -- process handling ---------------------------------------------------------
 
@@ -369,8 +293,15 @@ class PatchSampler:
         return dict(zip(self.fields, self._s().channels))
 
     @property
-    def patch_size(self) -> int:
-        return self._options["patch_size"]
+    def patch_size(self) -> Union[int, Tuple[int, int]]:
+        """P for square windows, else (h, w)."""
+        h, w = self.patch_shape
+        return h if h == w else (h, w)
+
+    @property
+    def patch_shape(self) -> Tuple[int, int]:
+        """(h, w) of every window."""
+        return self._options["patch_h"], self._options["patch_w"]
 
     @property
     def patches_per_sample(self) -> int:
@@ -379,16 +310,12 @@ class PatchSampler:
     @property
     def options(self) -> Dict[str, Any]:
         """The sampler's options (what pickling keeps, with the store path)."""
-        o = dict(self._options)
-        o["require"] = o["require"] or None
-        o["positive_fraction"] = None if o["positive_fraction"] < 0 else o["positive_fraction"]
-        o["fields"] = tuple(o["fields"])
-        return o
+        return _public_options(self._options)
 
     def shapes(self, n: int) -> Dict[str, Tuple[int, int, int, int]]:
-        """{field: (n, C, P, P)}: the shapes batch(n) fills."""
-        p = self.patch_size
-        return {f: (operator.index(n), c, p, p) for f, c in self.channels.items()}
+        """{field: (n, C, h, w)}: the shapes batch(n) fills."""
+        h, w = self.patch_shape
+        return {f: (operator.index(n), c, h, w) for f, c in self.channels.items()}
 
     def __len__(self) -> int:
         """Windows per epoch on this rank (visits_per_epoch * patches_per_sample)."""
@@ -471,8 +398,9 @@ class PatchSampler:
 
     def _no_windows(self, s: "_C.Sampler", method: str) -> None:
         if s.windows_per_epoch == 0:
-            raise ValueError(f"{self._context(method)}: no sample has an admissible {self.patch_size}x"
-                             f"{self.patch_size} window ({s.skipped_samples} of {len(self._store)} samples "
+            h, w = self.patch_shape
+            raise ValueError(f"{self._context(method)}: no sample has an admissible {h}x"
+                             f"{w} window ({s.skipped_samples} of {s.considered_samples} samples "
                              f"skipped{', require=' + repr(self._options['require']) if self._options['require'] else ''}"
                              f"{self._min_valid_note() if self._options['require'] else ''})")
 
@@ -498,8 +426,7 @@ class PatchSampler:
         if n > 0:
             self._no_windows(s, "batch")
         if out is None:
-            result: Dict[str, Any] = self._recycler.take(n, {f: (c, self.patch_size, self.patch_size)
-                                                             for f, c in self.channels.items()})
+            result: Dict[str, Any] = self._recycler.take(n, {f: s[1:] for f, s in self.shapes(n).items()})
             targets = [result[f] for f in self.fields]
         else:
             targets = self._targets(out, n, "batch")

@@ -499,12 +499,11 @@ class Store:
 
     # -- looking at what the sampler serves -------------------------------------
 
-    def montage(self, count: int = 64, patch_size: int = 256, field: Optional[str] = None,
+    def montage(self, count: int = 64, patch_size: Any = 256, field: Optional[str] = None,
                 overlay: Optional[str] = None, seed: int = 0, *, require: Optional[str] = None,
                 patches_per_sample: int = 1, epoch: int = 0, flip: bool = False, rot90: bool = False,
                 window: Any = None, tile: Optional[int] = None, crop: Any = None, context: int = 0,
-                ids: Optional[Iterable[str]] = None, labels: bool = True,
-    ) -> np.ndarray:
+                ids: Optional[Iterable[Any]] = None, labels: bool = True, **sampler: Any) -> Any:
         """A contact sheet of the windows a PatchSampler with these options serves first: (H, W, 3) uint8.
 
         Volume stores: the slices a :class:`patchstore.torch.SliceDataset`
@@ -532,13 +531,16 @@ class Store:
         their stored normalisation. tile: tile size in pixels (default
         min(patch_size, 256)).
 
+        Images: every loader option too (min_valid, ..., ids), loader=, return_windows= (_export_api.montage).
+
         Loads the ingest module (OpenCV) on first use. Errors as
         PatchSampler: KeyError for an unknown field, ValueError for bad
         options, IndexError when no sample has an admissible window.
         """
         return _LAYERS["montage"](self, count, patch_size, field, overlay, seed, require=require,
                                   patches_per_sample=patches_per_sample, epoch=epoch, flip=flip, rot90=rot90,
-                                  window=window, tile=tile, crop=crop, context=context, ids=ids, labels=labels)
+                                  window=window, tile=tile, crop=crop, context=context, ids=ids, labels=labels,
+                                  **sampler)
 
 
 def _common_shape(r: "_C.Reader", field: str, first: Tuple[int, ...]) -> Optional[Tuple[int, ...]]:

@@ -189,24 +189,42 @@ py::dict Export(const std::string& store, const std::string& outdir, const std::
   return d;
 }
 
-// RenderMontage: (height, width, bytearray of height*width*3 RGB bytes).
+// RenderMontage: (height, width, bytearray of height*width*3 RGB bytes,
+// windows as (sample, y, x, flip, rot, positive) tuples, warnings).
 py::tuple Montage(const std::string& store, int count, int64_t patch_size, const std::string& field,
                   const std::string& overlay, const std::string& require, bool require_overlay,
                   int patches_per_sample, uint64_t seed, uint64_t epoch, bool flip, bool rot90, bool has_window,
-                  double lo, double hi, int tile) {
+                  double lo, double hi, int tile, int64_t patch_h, int64_t patch_w, double min_valid,
+                  double positive_fraction, const std::string& policy, const std::string& loader,
+                  const std::vector<std::string>& ids, const std::vector<uint64_t>& samples, int rank,
+                  int world_size, bool with_windows) {
   patchstore::MontageOptions o;
   o.store = store;
   o.count = count;
-  o.patch_size = patch_size;
+  o.sampler.patch_size = patch_size;
+  o.sampler.patch_h = patch_h;
+  o.sampler.patch_w = patch_w;
+  o.sampler.require = require;
+  o.sampler.min_valid = min_valid;
+  o.sampler.positive_fraction = positive_fraction;
+  o.sampler.patches_per_sample = patches_per_sample;
+  o.sampler.seed = seed;
+  o.sampler.flip = flip;
+  o.sampler.rot90 = rot90;
+  o.sampler.ids = ids;
+  o.sampler.samples = samples;
+  o.sampler.rank = rank;
+  o.sampler.world_size = world_size;
+  auto pol = patchstore::ParseSamplingPolicy(policy);
+  if (!pol.ok()) throw py::value_error("montage: " + pol.status().message());
+  o.sampler.policy = *pol;
+  auto kind = patchstore::ParseLoaderKind(loader);
+  if (!kind.ok()) throw py::value_error("montage: " + kind.status().message());
+  o.loader = *kind;
   o.field = field;
   o.overlay = overlay;
-  o.require = require;
   o.require_overlay = require_overlay;
-  o.patches_per_sample = patches_per_sample;
-  o.seed = seed;
   o.epoch = epoch;
-  o.flip = flip;
-  o.rot90 = rot90;
   o.has_window = has_window;
   o.window_lo = lo;
   o.window_hi = hi;
@@ -219,6 +237,11 @@ py::tuple Montage(const std::string& store, int count, int64_t patch_size, const
   if (!r.ok()) RaiseStatus(r.status(), Where::kLookup);
   const patchstore::Image8& img = r.value();
   py::bytearray pixels(reinterpret_cast<const char*>(img.rgb.data()), img.rgb.size());
+  if (!with_windows) return py::make_tuple(img.height, img.width, pixels);
+  py::list wins;
+  for (const patchstore::Window& w : img.windows)
+    wins.append(py::make_tuple(w.sample, w.y, w.x, static_cast<int>(w.flip), static_cast<int>(w.rot), w.positive));
+  return py::make_tuple(img.height, img.width, pixels, wins, img.warnings);
   return py::make_tuple(img.height, img.width, pixels);
 }
 
@@ -351,8 +374,13 @@ PYBIND11_MODULE(_ingest, m) {
   m.def("render_montage", &Montage, py::arg("store"), py::arg("count"), py::arg("patch_size"), py::arg("field"),
         py::arg("overlay"), py::arg("require"), py::arg("require_overlay"), py::arg("patches_per_sample"),
         py::arg("seed"), py::arg("epoch"), py::arg("flip"), py::arg("rot90"), py::arg("has_window"),
-        py::arg("window_lo"), py::arg("window_hi"), py::arg("tile"),
-        "patchstore::RenderMontage with the GIL released: (height, width, bytearray of RGB bytes).");
+        py::arg("window_lo"), py::arg("window_hi"), py::arg("tile"), py::arg("patch_h") = 0, py::arg("patch_w") = 0,
+        py::arg("min_valid") = 1.0, py::arg("positive_fraction") = -1.0, py::arg("policy") = "auto",
+        py::arg("loader") = "sampler", py::arg("ids") = std::vector<std::string>(),
+        py::arg("samples") = std::vector<uint64_t>(), py::arg("rank") = 0, py::arg("world_size") = 1,
+        py::arg("with_windows") = false,
+        "patchstore::RenderMontage with the GIL released: (height, width, bytearray of RGB bytes), and with\n"
+        "with_windows also the windows shown as (sample, y, x, flip, rot, positive) tuples and the warnings.");
   m.def("export", &Export, py::arg("store"), py::arg("outdir"), py::arg("ids"), py::arg("fields"),
         py::arg("format"), py::arg("has_window"), py::arg("window_lo"), py::arg("window_hi"),
         py::arg("progress"), py::arg("axis_order") = "", py::arg("window_auto") = false,

@@ -8,7 +8,7 @@
 // Windows cross the boundary as rows of an int64 (n, 6) buffer:
 //   (sample index, y, x, flip bits, quarter turns, positive)
 // written or read with the GIL released, like the float32 output buffers
-// (one per field, each (n, C_f, P, P), C-contiguous, writable, disjoint).
+// (one per field, each (n, C_f, h, w), C-contiguous, writable, disjoint).
 //
 // The stateful cursor (epoch, position in the epoch) lives here, not in
 // PatchSampler::Next, so that it can be saved and restored (pickling, a
@@ -69,7 +69,7 @@ void StoreWindows(const std::vector<Window>& wins, int64_t* dst) {
   }
 }
 
-// The float32 output buffers, one per field, each (n, C_f, P, P), plus an
+// The float32 output buffers, one per field, each (n, C_f, h, w), plus an
 // optional (n, 6) int64 window buffer; all checked with the GIL held.
 struct Targets {
   std::vector<std::unique_ptr<BufferHold>> holds;
@@ -89,7 +89,7 @@ Targets TakeTargets(const PySampler& ps, const py::sequence& outs, const py::obj
   std::vector<std::pair<std::string, const BufferHold*>> named;
   for (size_t f = 0; f < o.fields.size(); ++f) {
     const std::string what = "out['" + o.fields[f] + "']";
-    t.holds.push_back(WritableBuffer(outs[f], {n, channels[f], o.patch_size, o.patch_size}, "f", 4, "float32",
+    t.holds.push_back(WritableBuffer(outs[f], {n, channels[f], o.height(), o.width()}, "f", 4, "float32",
                                      what, context));
     t.outs.push_back(static_cast<float*>(t.holds.back()->view().buf));
     named.emplace_back(what, t.holds.back().get());
@@ -139,9 +139,9 @@ std::vector<Window> LoadWindows(const PySampler& ps, const py::object& obj, cons
 Status GatherRange(const PySampler& ps, uint64_t epoch, uint64_t first, int64_t n, const Targets& t,
                    int64_t offset) {
   const auto& channels = ps.s->channels();
-  const int64_t P = ps.s->options().patch_size;
+  const int64_t hw = ps.s->height() * ps.s->width();
   std::vector<float*> shifted(t.outs.size());
-  for (size_t f = 0; f < t.outs.size(); ++f) shifted[f] = t.outs[f] + offset * channels[f] * P * P;
+  for (size_t f = 0; f < t.outs.size(); ++f) shifted[f] = t.outs[f] + offset * channels[f] * hw;
   std::vector<Window> wins;
   Status st = ps.s->Gather(epoch, first, n, shifted, t.windows ? &wins : nullptr);
   if (st.ok() && t.windows) StoreWindows(wins, t.windows + offset * kWindowColumns);
@@ -151,10 +151,21 @@ Status GatherRange(const PySampler& ps, uint64_t epoch, uint64_t first, int64_t 
 std::unique_ptr<PySampler> Create(std::shared_ptr<Reader> reader, const std::vector<std::string>& fields,
                                   int64_t patch_size, int patches_per_sample, const std::string& require,
                                   double min_valid, double positive_fraction, uint64_t seed, int rank,
-                                  int world_size, int num_threads, bool flip, bool rot90) {
+                                  int world_size, int num_threads, bool flip, bool rot90, int64_t patch_h,
+                                  int64_t patch_w, const std::string& policy, const std::vector<std::string>& ids,
+                                  const std::vector<uint64_t>& samples) {
   SamplerOptions o;
   o.fields = fields;
   o.patch_size = patch_size;
+  o.patch_h = patch_h;
+  o.patch_w = patch_w;
+  o.ids = ids;
+  o.samples = samples;
+  {
+    auto p = patchstore::ParseSamplingPolicy(policy);
+    if (!p.ok()) throw py::value_error("PatchSampler: " + p.status().message());
+    o.policy = *p;
+  }
   o.patches_per_sample = patches_per_sample;
   o.require = require;
   o.min_valid = min_valid;
@@ -187,11 +198,45 @@ void BindSampler(py::module_& m) {
            py::arg("patches_per_sample") = 1, py::arg("require") = "", py::arg("min_valid") = 1.0,
            py::arg("positive_fraction") = -1.0, py::arg("seed") = 0, py::arg("rank") = 0,
            py::arg("world_size") = 1, py::arg("num_threads") = 1, py::arg("flip") = false,
-           py::arg("rot90") = false,
+           py::arg("rot90") = false, py::arg("patch_h") = 0, py::arg("patch_w") = 0, py::arg("policy") = "auto",
+           py::arg("ids") = std::vector<std::string>(), py::arg("samples") = std::vector<uint64_t>(),
            "PatchSampler::Create. KeyError for an unknown field, ValueError for bad options.")
       .def_property_readonly("fields", [](const PySampler& ps) { return ps.s->options().fields; })
       .def_property_readonly("channels", [](const PySampler& ps) { return ps.s->channels(); })
       .def_property_readonly("patch_size", [](const PySampler& ps) { return ps.s->options().patch_size; })
+      .def_property_readonly("patch_shape",
+                             [](const PySampler& ps) { return py::make_tuple(ps.s->height(), ps.s->width()); })
+      .def_property_readonly("policy",
+                             [](const PySampler& ps) {
+                               return std::string(patchstore::SamplingPolicyName(ps.s->options().ResolvedPolicy()));
+                             })
+      .def_property_readonly("skipped_report", [](const PySampler& ps) { return ps.s->SkippedReport(); })
+      .def_property_readonly("considered_samples", [](const PySampler& ps) { return ps.s->considered_samples(); })
+      .def(
+          "eligible_list",
+          [](const PySampler& ps) {
+            const auto& e = ps.s->eligible_list();
+            py::bytes b(reinterpret_cast<const char*>(e.data()), e.size() * sizeof(uint64_t));
+            return b;
+          },
+          "The eligible samples (store indices, ascending) as uint64 bytes: PatchDataset's item i is sample i of it.")
+      .def(
+          "served_windows",
+          [](const PySampler& ps, const std::string& loader, uint64_t epoch, uint64_t first, int64_t n) {
+            auto kind = patchstore::ParseLoaderKind(loader);
+            if (!kind.ok()) throw py::value_error(kind.status().message());
+            patchstore::Result<std::vector<Window>> r = Status::Internal("no windows");
+            {
+              py::gil_scoped_release nogil;
+              r = ps.s->ServedWindows(*kind, epoch, first, n);
+            }
+            py::list out;
+            for (const Window& w : Unwrap(std::move(r))) out.append(WindowTuple(w));
+            return out;
+          },
+          py::arg("loader"), py::arg("epoch"), py::arg("first"), py::arg("n"),
+          "PatchSampler::ServedWindows: windows [first, first+n) a loader ('sampler', 'batchloader',\n"
+          "'patchdataset') serves from `epoch` on, as (sample, y, x, flip, rot, positive) tuples.")
       .def_property_readonly("patches_per_sample",
                              [](const PySampler& ps) { return ps.s->options().patches_per_sample; })
       .def_property_readonly("eligible_samples", [](const PySampler& ps) { return ps.s->eligible_samples(); })

@@ -56,13 +56,13 @@ def seed_style_item(root, sid, ys, xs, p):
 def test_items_equal_the_seed_tensors(frameset):
     ds = dataset(frameset.store)
     ids = list(ds.store.ids)
-    assert len(ds) == 20
+    empty = ids.index(EMPTY_MASK_ID)
+    assert len(ds) == 19  # the empty-mask frame has no item
     for i in range(len(ds)):
-        if ids[i] == EMPTY_MASK_ID:
-            continue
         item = ds[i]
         s, ys, xs = ds.positions(i)
-        assert s == i
+        assert s == (i if i < empty else i + 1) == ds.sample_of(i)  # item i: the i-th eligible sample
+        i = s
         assert item["rgb"].shape == (4, 3, P, P) and item["mask"].shape == (4, 1, P, P)
         assert item["depth"].shape == (4, 1, P, P)
         assert all(t.dtype == torch.float32 and t.is_contiguous() for t in item.values())
@@ -78,29 +78,21 @@ def test_items_equal_the_seed_tensors(frameset):
 def test_valid_positions_match_brute_force(frameset):
     # The C++ sampler: eligibility and every drawn window against brute force.
     ds = dataset(frameset.store)
-    eligible = ds._native() and ds._eligible
-    for i, sid in enumerate(ds.store.ids):
-        brute = windows_with_mask(frameset.frames[sid].mask, P)
-        assert (i in eligible) == bool(brute.any())
-        if not brute.any():
-            continue
-        for e in range(50):
-            _, ys, xs = ds.positions(i, epoch=e)
-            assert brute[ys, xs].all()
-    assert ds.skipped == 1
-    # The NumPy fallback (non-square patches): valid corners as packed bits.
-    rect = dataset(frameset.store, patch_size=(P, 12))
-    for i, sid in enumerate(rect.store.ids):
-        v = rect._valid(i)
-        brute = np.lib.stride_tricks.sliding_window_view(frameset.frames[sid].mask != 0, (P, 12)).any(axis=(2, 3))
-        if sid == EMPTY_MASK_ID:
-            assert v is None and not brute.any()
-            continue
-        bits = np.unpackbits(v.rows, axis=1, count=v.nx).astype(bool)
-        np.testing.assert_array_equal(bits, brute)
-        assert v.total == brute.sum()
-        _, ys, xs = rect.positions(i)
-        assert brute[ys, xs].all()
+    # Square and rectangular (h, w) patches, through the same C++ sampler.
+    for shape in ((P, P), (P, 12), (9, 21)):
+        ds = dataset(frameset.store, patch_size=shape if shape[0] != shape[1] else shape[0])
+        eligible = [int(s) for s in ds._eligible]
+        brutes = {}
+        for i, sid in enumerate(ds.store.ids):
+            brute = np.lib.stride_tricks.sliding_window_view(frameset.frames[sid].mask != 0, shape).any(axis=(2, 3))
+            assert (i in eligible) == bool(brute.any()), (shape, sid)
+            brutes[i] = brute
+        assert ds.skipped == 1 and ds.skipped_ids == [EMPTY_MASK_ID] and len(ds) == 19
+        for item, s in enumerate(eligible):
+            for e in range(50):
+                got, ys, xs = ds.positions(item, epoch=e)
+                assert got == s and brutes[s][ys, xs].all()
+        assert ds[0]["rgb"].shape == (4, 3) + shape
 
 
 def test_positions_uniform_over_valid_corners(frameset):
@@ -137,35 +129,36 @@ def test_full_mask_gives_the_same_positions_as_no_requirement(tmp_path):
 def test_positions_depend_on_seed_epoch_index_only(frameset):
     a, b = dataset(frameset.store), dataset(frameset.store)
     _ = b[5], b[9]  # a different access history
-    for i in (0, 5, 19):
+    for i in (0, 5, 18):
         np.testing.assert_array_equal(a.positions(i)[1], b.positions(i)[1])
-    e0 = [a.positions(i) for i in range(20)]
+    e0 = [a.positions(i) for i in range(len(a))]
     a.set_epoch(1)
     assert a.epoch == 1
-    e1 = [a.positions(i) for i in range(20)]
+    e1 = [a.positions(i) for i in range(len(a))]
     assert any(not np.array_equal(p[1], q[1]) or not np.array_equal(p[2], q[2]) for p, q in zip(e0, e1))
     np.testing.assert_array_equal(a.positions(3)[2], b.positions(3, epoch=1)[2])
     c = dataset(frameset.store, seed=8)
-    assert any(not np.array_equal(c.positions(i)[1], e0[i][1]) for i in range(20))
+    assert any(not np.array_equal(c.positions(i)[1], e0[i][1]) for i in range(len(a)))
     with pytest.raises(ValueError):
         a.set_epoch(-1)
     with pytest.raises(IndexError):
-        a[20]
-    assert torch.equal(a[-1]["depth"], a[19]["depth"])
+        a[len(a)]
+    assert torch.equal(a[-1]["depth"], a[len(a) - 1]["depth"])
 
 
 def test_empty_mask_sample_is_skipped_with_a_warning(frameset):
-    ds = dataset(frameset.store)
-    e = ds.store.ids.index(EMPTY_MASK_ID)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        s, _, _ = ds.positions(e)
-        item = ds[e]
-    assert s == e + 1  # the next sample, deterministically
+        ds = dataset(frameset.store)
+        items = ds.__getitems__(list(range(len(ds))))
+        _ = ds[5], ds.positions(13)
+    e = ds.store.ids.index(EMPTY_MASK_ID)
+    assert len(ds) == 19 and len(items) == 19  # 19 items of 4 patches: never a sample read twice
+    assert [ds.sample_of(i) for i in range(19)] == [i for i in range(20) if i != e]
     msgs = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
-    assert len(msgs) == 1 and EMPTY_MASK_ID in msgs[0] and "1 sample" in msgs[0]
-    exp = seed_style_item(frameset.root, ds.store.ids[e + 1], *ds.positions(e)[1:], P)
-    np.testing.assert_array_equal(item["depth"].numpy(), exp["depth"])
+    assert len(msgs) == 1, msgs  # once, when the dataset is built
+    assert msgs[0].startswith("patchstore.torch.PatchDataset: skipping 1 of 20 samples of ")
+    assert f"'{EMPTY_MASK_ID}'" in msgs[0] and "no 16x16 window with >= 1 valid pixel of 'mask'" in msgs[0]
     # Patches larger than every sample: no valid position anywhere -> ValueError, not a hang.
     big = dataset(frameset.store, patch_size=(H + 1, 8))
     with pytest.raises(ValueError, match="no sample"):
@@ -173,15 +166,6 @@ def test_empty_mask_sample_is_skipped_with_a_warning(frameset):
     wide = dataset(frameset.store, patch_size=(8, W + 1), require=None)
     with pytest.raises(ValueError, match="no sample"):
         wide[3]
-
-
-def test_cache_is_bounded(frameset):
-    # Only the non-square fallback caches per-sample positions in Python.
-    ds = dataset(frameset.store, cache_size=3, patch_size=(P, 12))
-    for i in range(10):
-        ds[i]
-    assert len(ds._cache) == 3
-    assert list(ds._cache) == [7, 8, 9]
 
 
 def test_collate_flattens_patches(frameset):
@@ -279,7 +263,7 @@ def reference(frameset):
 
 def test_reference_epochs_differ(reference):
     assert len(reference[0]) == 7 and reference[0][0]["rgb"].shape == (12, 3, P, P)
-    assert reference[0][-1]["rgb"].shape == (8, 3, P, P)  # 20 = 6 * 3 + 2 items
+    assert reference[0][-1]["rgb"].shape == (4, 3, P, P)  # 19 = 6 * 3 + 1 items (the empty-mask frame has none)
     assert not torch.equal(reference[0][0]["rgb"], reference[1][0]["rgb"])
 
 
@@ -342,11 +326,19 @@ def test_min_valid_flips_and_borrowed_windows(frameset):
             src = np.flip(src, -2) if fl & 1 else src
             src = np.flip(src, -1) if fl & 2 else src
             np.testing.assert_array_equal(item["depth"][j].numpy(), np.rot90(src, int(rot), axes=(-2, -1)))
-    # An item whose sample has no valid window reads the next sample, with windows of its own.
-    plain = dataset(frameset.store)
-    e = plain.store.ids.index(EMPTY_MASK_ID)
-    borrowed, own = plain.windows(e), plain.windows(e + 1)
-    assert (borrowed[:, 0] == e + 1).all() and (own[:, 0] == e + 1).all()
-    assert not np.array_equal(borrowed[:, 1:3], own[:, 1:3])
-    with pytest.raises(ValueError, match="non-square"):
-        dataset(frameset.store, patch_size=(P, 12), flip=True)
+    # Rectangular patches take min_valid and flips too; rot90 needs a square patch.
+    rect = dataset(frameset.store, patch_size=(P, 12), min_valid=0.05, flip=True)
+    flips = set()
+    for i in range(len(rect)):
+        item, rows = rect[i], rect.windows(i)
+        assert (item["mask"].flatten(1).sum(1) >= 10).all()  # ceil(0.05 * 16 * 12)
+        for j, (s, y, x, fl, rot, _) in enumerate(rows):
+            src = rect.store.patch(int(s), "depth", int(y), int(x), P, 12)
+            src = np.flip(src, -2) if fl & 1 else src
+            src = np.flip(src, -1) if fl & 2 else src
+            assert rot == 0
+            flips.add(int(fl))
+            np.testing.assert_array_equal(item["depth"][j].numpy(), src)
+    assert flips == {0, 1, 2, 3}
+    with pytest.raises(ValueError, match="square"):
+        dataset(frameset.store, patch_size=(P, 12), rot90=True)

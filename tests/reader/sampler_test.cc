@@ -380,5 +380,287 @@ TEST_F(SamplerTest, ABoundedIndexCacheGivesTheSameWindows) {
       }
 }
 
+
+// --- rectangular windows, policies, subsets, served windows -----------------
+
+uint64_t BruteCountHW(const std::vector<float>& m, int64_t W, int64_t y, int64_t x, int64_t h, int64_t w) {
+  uint64_t n = 0;
+  for (int64_t i = 0; i < h; ++i)
+    for (int64_t j = 0; j < w; ++j) n += m[(y + i) * W + x + j] != 0;
+  return n;
+}
+
+// Brute force over small random masks: a sample is eligible iff some h x w
+// window holds >= threshold valid pixels, and the windows drawn from it are
+// exactly those windows (each drawn, none other).
+TEST(RectSampler, MaskRuleIsExactForRectanglesByBruteForce) {
+  const int64_t H = 9, W = 11;
+  std::mt19937 rng(17);
+  std::vector<std::vector<float>> masks;
+  for (int s = 0; s < 8; ++s) {
+    std::vector<float> m(H * W, 0.0f);
+    const int density = s % 4;  // 0: empty; others sparse to dense
+    for (auto& v : m) v = (density > 0 && static_cast<int>(rng() % 12) < density) ? 1.0f : 0.0f;
+    masks.push_back(m);
+  }
+  masks[5] = BlobMask(H, W, {{0, 0}, {8, 10}});  // two corner pixels
+  TempDir dir;
+  for (bool with_sat : {true, false}) {
+    auto reader = Reader::Open(MakeStore(dir, masks, H, W, with_sat)).value();
+    for (auto [ph, pw] : std::vector<std::pair<int64_t, int64_t>>{{2, 5}, {5, 2}, {1, 11}, {9, 3}, {4, 4}})
+      for (double min_valid : {1.0, 3.0, 0.25}) {
+        SamplerOptions o;
+        o.fields = {"img"};
+        o.patch_size = 99;  // overridden by patch_h / patch_w
+        o.patch_h = ph;
+        o.patch_w = pw;
+        o.require = "mask";
+        o.min_valid = min_valid;
+        o.patches_per_sample = 1;
+        auto sr = PatchSampler::Create(reader, o);
+        ASSERT_TRUE(sr.ok()) << sr.status().ToString();
+        auto& smp = *sr;
+        const uint64_t need = min_valid < 1 ? static_cast<uint64_t>(std::ceil(min_valid * ph * pw))
+                                            : static_cast<uint64_t>(min_valid);
+        for (uint64_t i = 0; i < masks.size(); ++i) {
+          std::set<std::pair<int64_t, int64_t>> expect;
+          for (int64_t y = 0; y + ph <= H; ++y)
+            for (int64_t x = 0; x + pw <= W; ++x)
+              if (BruteCountHW(masks[i], W, y, x, ph, pw) >= need) expect.insert({y, x});
+          ASSERT_EQ(smp->eligible(i), !expect.empty()) << "sample " << i << " " << ph << "x" << pw << " mv " << min_valid;
+          if (expect.empty()) {
+            EXPECT_EQ(smp->WindowOfSample(0, i, 0).status().code(), Code::kOutOfRange);
+            continue;
+          }
+          std::set<std::pair<int64_t, int64_t>> seen;
+          for (int j = 0; j < 40 * static_cast<int>(expect.size()); ++j) {
+            Window w = smp->WindowOfSample(0, i, j).value();
+            ASSERT_TRUE(expect.count({w.y, w.x})) << "window (" << w.y << "," << w.x << ") of sample " << i
+                                                  << " holds " << BruteCountHW(masks[i], W, w.y, w.x, ph, pw)
+                                                  << " < " << need;
+            seen.insert({w.y, w.x});
+          }
+          EXPECT_EQ(seen, expect) << "every qualifying window is drawn";
+        }
+      }
+  }
+}
+
+TEST_F(SamplerTest, RectangularWindowsCopyExactValuesWithFlips) {
+  SamplerOptions o;
+  o.fields = {"img", "mask"};
+  o.patch_h = 3;
+  o.patch_w = 8;
+  o.patches_per_sample = 64;
+  o.flip = true;
+  auto s = Make(o);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->height(), 3);
+  EXPECT_EQ(s->width(), 8);
+  const int64_t n = 64, h = 3, w = 8;
+  std::vector<float> out(n * 2 * h * w), mout(n * h * w);
+  std::vector<Window> wins;
+  ASSERT_TRUE(s->Gather(1, 0, n, {out.data(), mout.data()}, &wins).ok());
+  std::set<int> flips;
+  for (int64_t i = 0; i < n; ++i) {
+    const Window& win = wins[i];
+    ASSERT_EQ(win.rot, 0);
+    ASSERT_LE(win.y + h, H);
+    ASSERT_LE(win.x + w, W);
+    flips.insert(win.flip);
+    for (int64_t c = 0; c < 2; ++c)
+      for (int64_t a = 0; a < h; ++a)
+        for (int64_t b = 0; b < w; ++b) {
+          const int64_t ii = (win.flip & 1) ? h - 1 - a : a, jj = (win.flip & 2) ? w - 1 - b : b;
+          const float expect = static_cast<float>(win.sample * 100000 + c * 10000 + (win.y + ii) * W + (win.x + jj));
+          ASSERT_EQ(out[((i * 2 + c) * h + a) * w + b], expect);
+          if (c == 0) {
+            ASSERT_EQ(mout[(i * h + a) * w + b], masks_[win.sample][(win.y + ii) * W + win.x + jj]);
+          }
+        }
+  }
+  EXPECT_EQ(flips.size(), 4u);
+  // A square window given as patch_h == patch_w draws as patch_size does.
+  SamplerOptions sq;
+  sq.patch_size = 5;
+  sq.require = "mask";
+  sq.patches_per_sample = 2;
+  sq.flip = sq.rot90 = true;
+  sq.seed = 3;
+  SamplerOptions hw = sq;
+  hw.patch_size = 256;
+  hw.patch_h = hw.patch_w = 5;
+  auto a = Make(sq), b = Make(hw);
+  for (uint64_t p = 0; p < a->visits_per_epoch(); ++p)
+    for (int j = 0; j < 2; ++j) {
+      Window x = a->WindowAt(2, p, j).value(), y = b->WindowAt(2, p, j).value();
+      ASSERT_EQ(std::make_tuple(x.sample, x.y, x.x, x.flip, x.rot), std::make_tuple(y.sample, y.y, y.x, y.flip, y.rot));
+    }
+}
+
+TEST_F(SamplerTest, Rot90OfANonSquareWindowIsRefused) {
+  SamplerOptions o;
+  o.fields = {"img"};
+  o.patch_h = 4;
+  o.patch_w = 6;
+  o.rot90 = true;
+  auto s = PatchSampler::Create(reader_, o);
+  ASSERT_EQ(s.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("rot90 needs a square window"), std::string::npos) << s.status().message();
+  // And a hand-made window with a quarter turn is refused by the gather.
+  o.rot90 = false;
+  auto t = Make(o);
+  Window w;
+  w.rot = 1;
+  std::vector<float> out(2 * 4 * 6);
+  EXPECT_EQ(t->GatherWindows({w}, {out.data()}).code(), Code::kInvalidArgument);
+  // min_valid is checked against the h x w area.
+  o.require = "mask";
+  o.min_valid = 25;
+  auto u = PatchSampler::Create(reader_, o);
+  ASSERT_EQ(u.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(u.status().message().find("4x6 window holds (24)"), std::string::npos) << u.status().message();
+}
+
+TEST_F(SamplerTest, ExplicitPoliciesDrawAsAutoAndRefuseOptionsThatDoNotFit) {
+  struct Case {
+    SamplingPolicy policy;
+    std::string require;
+    double pf;
+  };
+  for (const Case& c : {Case{SamplingPolicy::kUniform, "", -1}, Case{SamplingPolicy::kMinValid, "mask", -1},
+                        Case{SamplingPolicy::kPositiveFraction, "mask", 0.5}}) {
+    SamplerOptions o;
+    o.patch_size = 5;
+    o.require = c.require;
+    o.positive_fraction = c.pf;
+    o.patches_per_sample = 2;
+    o.seed = 4;
+    auto a = Make(o);
+    EXPECT_EQ(o.ResolvedPolicy(), c.policy);
+    o.policy = c.policy;
+    auto b = Make(o);
+    ASSERT_EQ(a->eligible_samples(), b->eligible_samples());
+    for (uint64_t p = 0; p < a->visits_per_epoch(); ++p)
+      for (int j = 0; j < 2; ++j) {
+        Window x = a->WindowAt(0, p, j).value(), y = b->WindowAt(0, p, j).value();
+        ASSERT_EQ(std::make_tuple(x.sample, x.y, x.x, x.positive), std::make_tuple(y.sample, y.y, y.x, y.positive));
+      }
+  }
+  SamplerOptions o;
+  o.fields = {"img"};
+  o.policy = SamplingPolicy::kMinValid;  // needs require
+  EXPECT_EQ(PatchSampler::Create(reader_, o).status().code(), Code::kInvalidArgument);
+  o.policy = SamplingPolicy::kUniform;
+  o.require = "mask";  // a uniform policy takes no mask
+  EXPECT_EQ(PatchSampler::Create(reader_, o).status().code(), Code::kInvalidArgument);
+  o.policy = SamplingPolicy::kPositiveFraction;  // needs a fraction
+  EXPECT_EQ(PatchSampler::Create(reader_, o).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(ParseSamplingPolicy("positive_fraction").value(), SamplingPolicy::kPositiveFraction);
+  auto bad = ParseSamplingPolicy("balanced");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("uniform, min_valid, positive_fraction"), std::string::npos);
+  // The uniform policy skips only samples smaller than the window.
+  o = SamplerOptions();
+  o.fields = {"img"};
+  o.patch_size = 5;
+  EXPECT_EQ(Make(o)->skipped_samples(), 0u);
+}
+
+TEST_F(SamplerTest, IdsSubsetRestrictsVisitsAndSkipsOnlyItsOwnSamples) {
+  SamplerOptions o;
+  o.patch_size = 5;
+  o.require = "mask";
+  o.patches_per_sample = 2;
+  o.ids = {"s5", "s3", "s1"};  // s3 has an empty mask
+  o.samples = {6};
+  auto s = Make(o);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->considered_samples(), 4u);
+  EXPECT_EQ(s->eligible_list(), (std::vector<uint64_t>{1, 5, 6}));
+  EXPECT_EQ(s->skipped_samples(), 1u);
+  EXPECT_EQ(s->skipped_ids(), std::vector<std::string>{"s3"});
+  EXPECT_TRUE(s->considered(3));
+  EXPECT_FALSE(s->considered(0));
+  std::set<uint64_t> visited;
+  for (uint64_t e = 0; e < 4; ++e)
+    for (uint64_t p = 0; p < s->visits_per_epoch(); ++p) visited.insert(s->WindowAt(e, p, 1).value().sample);
+  EXPECT_EQ(visited, (std::set<uint64_t>{1, 5, 6}));
+  EXPECT_EQ(s->WindowOfSample(0, 0, 0).status().code(), Code::kOutOfRange);  // outside the subset
+  // A subset's sample draws the same windows as in the full store (WindowOfSample keys on the sample).
+  SamplerOptions all = o;
+  all.ids.clear();
+  all.samples.clear();
+  auto full = Make(all);
+  for (int j = 0; j < 4; ++j) {
+    Window a = s->WindowOfSample(3, 5, j).value(), b = full->WindowOfSample(3, 5, j).value();
+    ASSERT_EQ(std::make_pair(a.y, a.x), std::make_pair(b.y, b.x));
+  }
+  o.fields = {"img"};
+  o.ids = {"nope"};
+  auto r = PatchSampler::Create(reader_, o);
+  EXPECT_EQ(r.status().code(), Code::kNotFound);
+  EXPECT_NE(r.status().message().find("nope"), std::string::npos) << r.status().message();
+  o.ids = {"s1"};
+  o.samples = {1};
+  r = PatchSampler::Create(reader_, o);
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("'s1' (index 1) twice"), std::string::npos) << r.status().message();
+  o.ids.clear();
+  o.samples = {7};
+  EXPECT_EQ(PatchSampler::Create(reader_, o).status().code(), Code::kOutOfRange);
+}
+
+TEST_F(SamplerTest, ServedWindowsFollowEachLoadersOrderAndSkipReportIsOneLine) {
+  SamplerOptions o;
+  o.patch_h = 4;
+  o.patch_w = 7;
+  o.require = "mask";
+  o.min_valid = 2;
+  o.patches_per_sample = 3;
+  o.seed = 11;
+  auto s = Make(o);
+  ASSERT_NE(s, nullptr);
+  const uint64_t per = s->windows_per_epoch();
+  // sampler / batchloader: Gather's windows, continuing into the next epoch.
+  std::vector<float> a(2 * per * 2 * 28), m(2 * per * 28);
+  std::vector<Window> g0, g1;
+  ASSERT_TRUE(s->Gather(5, 0, static_cast<int64_t>(per), {a.data(), m.data()}, &g0).ok());
+  ASSERT_TRUE(s->Gather(6, 0, static_cast<int64_t>(per), {a.data(), m.data()}, &g1).ok());
+  g0.insert(g0.end(), g1.begin(), g1.end());
+  for (LoaderKind kind : {LoaderKind::kSampler, LoaderKind::kBatchLoader}) {
+    auto served = s->ServedWindows(kind, 5, 0, static_cast<int64_t>(2 * per)).value();
+    ASSERT_EQ(served.size(), g0.size());
+    for (size_t i = 0; i < served.size(); ++i)
+      ASSERT_EQ(std::make_tuple(served[i].sample, served[i].y, served[i].x),
+                std::make_tuple(g0[i].sample, g0[i].y, g0[i].x));
+  }
+  // patchdataset: item i = eligible sample i, its k windows from WindowOfSample.
+  const auto& el = s->eligible_list();
+  auto pd = s->ServedWindows(LoaderKind::kPatchDataset, 2, 1, static_cast<int64_t>(el.size() * 3 + 2)).value();
+  for (size_t i = 0; i < pd.size(); ++i) {
+    const uint64_t w = i + 1, per_pd = el.size() * 3;
+    const uint64_t epoch = 2 + w / per_pd, item = (w % per_pd) / 3;
+    Window want = s->WindowOfSample(epoch, el[item], static_cast<int>(w % 3)).value();
+    ASSERT_EQ(std::make_tuple(pd[i].sample, pd[i].y, pd[i].x), std::make_tuple(want.sample, want.y, want.x));
+  }
+  auto of = s->ServedWindowsOfSample(LoaderKind::kPatchDataset, 2, el[1]).value();
+  ASSERT_EQ(of.size(), 3u);
+  EXPECT_EQ(of[2].y, s->WindowOfSample(2, el[1], 2).value().y);
+  EXPECT_TRUE(s->ServedWindowsOfSample(LoaderKind::kSampler, 0, 3).value().empty());  // skipped sample
+  auto ofs = s->ServedWindowsOfSample(LoaderKind::kSampler, 0, el[0]).value();
+  ASSERT_EQ(ofs.size(), 3u);  // one visit per epoch without rank padding
+  // The skip report: count, considered samples, reason, first ids.
+  const std::string report = s->SkippedReport();
+  const std::string head = "skipping " + std::to_string(s->skipped_samples()) + " of 7 samples of '" +
+                           reader_->path() + "' (no 4x7 window with >= 2 valid pixels of 'mask', or smaller than "
+                           "4x7): ";
+  EXPECT_EQ(report.substr(0, head.size()), head) << report;
+  EXPECT_NE(report.find("'s3'"), std::string::npos) << report;
+  EXPECT_EQ(report.find('\n'), std::string::npos);
+  EXPECT_EQ(ParseLoaderKind("patchdataset").value(), LoaderKind::kPatchDataset);
+  EXPECT_EQ(ParseLoaderKind("dataloader").status().code(), Code::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace patchstore

@@ -24,7 +24,9 @@ class BatchLoader(IterableDataset):
 
     path: a store path or a :class:`patchstore.Store`. batch_size: windows
     per batch (B; with patches_per_sample=k, a batch covers B/k sample
-    visits). ``len(loader)``: batches per epoch on this rank, the last one
+    visits). patch_size: P or (h, w); require, min_valid,
+    positive_fraction, policy, flip, rot90, ids (a subset of sample ids or
+    indices): as PatchSampler and PatchDataset, with the same meaning. ``len(loader)``: batches per epoch on this rank, the last one
     smaller unless ``drop_last``.
 
     Epochs: ``set_epoch(e)`` (as with DistributedSampler) makes the next
@@ -63,7 +65,7 @@ class BatchLoader(IterableDataset):
         self,
         path: Union[str, "os.PathLike[str]", Store],
         fields: Union[str, Sequence[str]],
-        patch_size: int,
+        patch_size: Union[int, Tuple[int, int]],
         batch_size: int,
         patches_per_sample: int = 1,
         require: Optional[str] = None,
@@ -78,11 +80,15 @@ class BatchLoader(IterableDataset):
         rot90: bool = False,
         drop_last: bool = False,
         buffers: int = 2,
+        *,
+        ids: Optional[Sequence[Union[str, int]]] = None,
+        policy: str = "auto",
     ) -> None:
         super().__init__()
         rank, world_size = _distributed_defaults(rank, world_size)
         self.sampler = PatchSampler(path, fields, patch_size, patches_per_sample, require, min_valid,
-                                    positive_fraction, seed, rank, world_size, num_threads, flip=flip, rot90=rot90)
+                                    positive_fraction, seed, rank, world_size, num_threads, flip=flip, rot90=rot90,
+                                    ids=ids, policy=policy, _who="patchstore.torch.BatchLoader")
         self.batch_size = operator.index(batch_size)
         if self.batch_size < 1:
             raise ValueError(f"BatchLoader: batch_size must be >= 1, got {batch_size!r}")
