@@ -130,8 +130,10 @@ py::dict IngestImages(const std::string& store, const std::string& manifest, con
                       const std::vector<std::string>& masks, const std::map<std::string, std::string>& norm,
                       int threads, bool skip_errors, const std::string& report_path, uint64_t batch_bytes,
                       bool durable, uint64_t max_pixels, const std::string& command_line, py::object progress,
-                      std::shared_ptr<CancelFlag> cancel) {
+                      std::shared_ptr<CancelFlag> cancel, std::pair<uint32_t, uint32_t> shard) {
   ImageIngestOptions o;
+  o.shard_index = shard.first;
+  o.shard_count = shard.second;
   o.store = store;
   o.manifest = manifest;
   o.root = root;
@@ -153,8 +155,10 @@ py::dict IngestHdf5(const std::vector<std::string>& files, const std::string& st
                     const std::vector<std::string>& masks, const std::map<std::string, std::string>& norm,
                     bool allow_external, bool skip_errors, const std::string& report_path, uint64_t batch_bytes,
                     bool durable, const std::string& command_line, py::object progress,
-                    std::shared_ptr<CancelFlag> cancel, bool strict_ids) {
+                    std::shared_ptr<CancelFlag> cancel, bool strict_ids, std::pair<uint32_t, uint32_t> shard) {
   Hdf5IngestOptions o;
+  o.shard_index = shard.first;
+  o.shard_count = shard.second;
   o.strict_ids = strict_ids;
   o.files = files;
   o.store = store;
@@ -304,12 +308,14 @@ PYBIND11_MODULE(_ingest, m) {
         py::arg("fields"), py::arg("masks"), py::arg("norm"), py::arg("threads"), py::arg("skip_errors"),
         py::arg("report_path"), py::arg("batch_bytes"), py::arg("durable"), py::arg("max_pixels"),
         py::arg("command_line"), py::arg("progress"), py::arg("cancel") = nullptr,
+        py::arg("shard") = std::pair<uint32_t, uint32_t>(0, 0),
         "patchstore::IngestImages with the GIL released. Returns the IngestSummary as a dict.\n"
         "cancel: a CancelFlag polled between samples (RuntimeError once set: committed samples stay).");
   m.def("ingest_hdf5", &IngestHdf5, py::arg("files"), py::arg("store"), py::arg("groups"), py::arg("slice_axis"),
         py::arg("ids"), py::arg("masks"), py::arg("norm"), py::arg("allow_external"), py::arg("skip_errors"),
         py::arg("report_path"), py::arg("batch_bytes"), py::arg("durable"), py::arg("command_line"),
         py::arg("progress"), py::arg("cancel") = nullptr, py::arg("strict_ids") = false,
+        py::arg("shard") = std::pair<uint32_t, uint32_t>(0, 0),
         "patchstore::IngestHdf5 with the GIL released. Returns the IngestSummary as a dict.\n"
         "cancel: a CancelFlag polled between volumes (RuntimeError once set: committed volumes stay).\n"
         "NotFound (a missing group or dataset) raises KeyError.");
