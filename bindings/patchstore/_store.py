@@ -7,6 +7,7 @@ views are wrapped in NumPy arrays without copying.
 
 from __future__ import annotations
 
+import glob
 import operator
 import os
 import sys
@@ -154,13 +155,13 @@ class Store:
 
     def __init__(
         self,
-        path: Union[str, "os.PathLike[str]"],
+        path: Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]],
         *,
         verify_checksums: bool = False,
         no_lock: bool = False,
         _lazy: bool = False,
     ) -> None:
-        self._path = os.path.abspath(os.fspath(path))
+        self._path, self._paths = _resolve_stores(path)
         self._options = {"verify_checksums": bool(verify_checksums), "no_lock": bool(no_lock)}
         self._reader: Optional[_C.Reader] = None
         self._pid = -1
@@ -186,7 +187,10 @@ class Store:
         # destructors make no LMDB call outside the process that opened it.
         self._reader = None
         self._fields = None
-        r = _C.Reader.open(self._path, **self._options)
+        if self._paths is None:
+            r = _C.Reader.open(self._path, **self._options)
+        else:
+            r = _C.Reader.open_set(self._paths, **self._options)
         self._reader, self._pid = r, os.getpid()
         return r
 
@@ -213,9 +217,24 @@ class Store:
     # -- metadata ---------------------------------------------------------
 
     @property
-    def path(self) -> str:
-        """The absolute path of the store directory."""
+    def path(self) -> Any:
+        """The absolute path of the store directory; for a set of stores, what was
+        given to open it (a directory of shards or a glob, as ``str``; a list, as
+        a tuple of absolute paths), so ``patchstore.open(store.path)`` reopens it."""
         return self._path
+
+    @property
+    def store_paths(self) -> Tuple[str, ...]:
+        """The stores read, in global sample order (one for a single store)."""
+        r = self._r()
+        return tuple(r.store_path(i) for i in range(r.store_count()))
+
+    def store_of(self, key: Key) -> Tuple[str, int]:
+        """(path of the store holding sample `key`, its index in that store)."""
+        r = self._r()
+        i = self._index(r, key)
+        s = r.store_of(i)
+        return r.store_path(s), i - r.store_begin(s)
 
     @property
     def options(self) -> Dict[str, bool]:
@@ -592,12 +611,55 @@ def _writable_buffer(out: Any, path: str) -> Any:
     return out
 
 
+_GLOB_CHARS = set("*?[")
+
+
+def _is_store(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, "data.mdb"))
+
+
+def _resolve_stores(path: Any) -> Tuple[Any, Optional[List[str]]]:
+    """(what Store.path reports, the list of stores of a set or None for one store).
+
+    A list or tuple of paths is a set in that order (shards are put in shard
+    order by the reader); a str naming a directory that is not a store but
+    holds stores is the set of those stores; a str with glob characters that
+    names no existing path is the set of the stores it matches.
+    """
+    if isinstance(path, (list, tuple)):
+        paths = tuple(os.path.abspath(os.fspath(p)) for p in path)
+        if not paths:
+            raise ValueError("patchstore.open: an empty list of stores")
+        return paths, list(paths)
+    p = os.path.abspath(os.fspath(path))
+    if os.path.isdir(p) and not _is_store(p):
+        subs = sorted(os.path.join(p, n) for n in os.listdir(p) if _is_store(os.path.join(p, n)))
+        if subs:
+            return p, subs
+    if not os.path.exists(p) and _GLOB_CHARS & set(os.fspath(path)):
+        matches = sorted(m for m in glob.glob(p) if _is_store(m))
+        if not matches:
+            raise FileNotFoundError(f"no store matches '{os.fspath(path)}'")
+        return p, matches
+    return p, None
+
+
 def _unpickle_store(path: str, options: Dict[str, bool]) -> Store:
     return Store(path, _lazy=True, **options)
 
 
-def open(path: Union[str, "os.PathLike[str]"], *, verify_checksums: bool = False, no_lock: bool = False) -> Store:
+def open(path: Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]], *,
+         verify_checksums: bool = False, no_lock: bool = False) -> Store:
     """Opens the store at `path` read-only.
+
+    `path` may also name several stores read as one (a shard set written by
+    ``ingest_images(..., shard=(i, n))`` / ``--shard I/N``): a list of store
+    paths, a directory holding them (and no store itself), or a glob
+    (``"shards/frames-*.ps"``). Samples are numbered across the stores in
+    shard order (shard 0's samples in its ingest order, then shard 1's, ...);
+    ids, ``len``, ``info``, ``verify`` and every sampler and dataset work on
+    the set as on one store. Errors: a missing or repeated shard, stores of
+    two shard sets, different fields, or an id in two stores (naming both).
 
     verify_checksums: recompute each record's checksum on first access (one
     pass over the record; CorruptRecordError on mismatch).
