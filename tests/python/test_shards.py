@@ -208,3 +208,37 @@ def test_python_shard_argument(sharded, tmp_path):
     assert sum(parts) == 24
     s = patchstore.open([str(tmp_path / "p0.ps"), str(tmp_path / "p1.ps")])
     assert sorted(s.ids) == sorted(patchstore.open(single).ids)
+
+
+def test_hdf5_shards_from_two_files_equal_a_single_ingest(tmp_path, cli):
+    """ingest_hdf5(shard=...) and `ingest hdf5 --shard`: ids assigned over all files ("a/p1"), then split."""
+    h5py = pytest.importorskip("h5py")
+    from test_volumes import make_volumes, write_h5
+
+    rng = np.random.default_rng(4)
+    files = []
+    for k, stem in enumerate(("a", "b")):
+        vols = make_volumes(rng, {f"patient{i:03}": (3 + i % 3, 8, 8) for i in range(6 * k, 6 * k + 6)})
+        write_h5(tmp_path / f"{stem}.h5", vols, "shw")
+        files.append(str(tmp_path / f"{stem}.h5"))
+    single = str(tmp_path / "single.ps")
+    patchstore.ingest_hdf5(files, single, slice_axis=0, durable=False, progress=False)
+    one = patchstore.open(single)
+    assert len(one) == 12 and one.ids[0] == "a/patient000"
+    paths = []
+    for i in range(3):
+        out = str(tmp_path / f"v-{i}.ps")
+        if i == 2 and cli:
+            _run(cli, "ingest", "hdf5", *files, out, "--group", "MR", "--group", "CT", "--group", "MASK",
+                 "--slice-axis", "0", "--shard", "2/3", "--no-sync")
+        else:
+            patchstore.ingest_hdf5(files, out, slice_axis=0, durable=False, progress=False, shard=(i, 3))
+        paths.append(out)
+        assert patchstore.open(out).attributes["shard"] == f"{i}/3"
+    s = patchstore.open(paths)
+    assert s.kind == "volumes" and sorted(s.ids) == sorted(one.ids)
+    for sid in one.ids:
+        for f in one.fields:
+            np.testing.assert_array_equal(s[sid][f], one[sid][f])
+    with pytest.raises(ValueError, match="the store is shard 0/3"):
+        patchstore.ingest_hdf5(files, paths[0], slice_axis=0, durable=False, progress=False, shard=(1, 3))
