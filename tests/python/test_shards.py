@@ -242,3 +242,29 @@ def test_hdf5_shards_from_two_files_equal_a_single_ingest(tmp_path, cli):
             np.testing.assert_array_equal(s[sid][f], one[sid][f])
     with pytest.raises(ValueError, match="the store is shard 0/3"):
         patchstore.ingest_hdf5(files, paths[0], slice_axis=0, durable=False, progress=False, shard=(1, 3))
+
+
+def test_set_pickles_and_reopens_in_dataloader_workers(sharded):
+    """Workers reopen a set from Store.path (a tuple for a list, the folder for a folder): same data."""
+    import pickle
+
+    base, root, single, shard_dir = sharded
+    for spec in ([str(shard_dir / f"frames-{i}.ps") for i in range(N)], str(shard_dir)):
+        s = patchstore.open(spec)
+        back = pickle.loads(pickle.dumps(s))
+        assert back.store_paths == s.store_paths and list(back.ids) == list(s.ids)
+        sampler = patchstore.PatchSampler(s, FIELDS, 16, patches_per_sample=2, seed=9)
+        again = pickle.loads(pickle.dumps(sampler))
+        np.testing.assert_array_equal(again.windows(1).array, sampler.windows(1).array)
+    torch = pytest.importorskip("torch")
+    from patchstore.torch import PatchDataset
+
+    ds = PatchDataset(str(shard_dir), FIELDS, 16, patches_per_sample=2, seed=4)
+    ref = PatchDataset(str(shard_dir), FIELDS, 16, patches_per_sample=2, seed=4)
+    loader = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2, multiprocessing_context="fork")
+    got = [b["rgb"] for b in loader]
+    want = [torch.stack([torch.as_tensor(ref[i]["rgb"]) for i in range(j, min(j + 4, len(ref)))])
+            for j in range(0, len(ref), 4)]
+    assert len(got) == len(want) and len(ds) == 24
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)
