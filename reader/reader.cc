@@ -102,13 +102,14 @@ Result<std::shared_ptr<Reader>> Reader::OpenSet(const std::vector<std::string>& 
         ++n_missing;
         if (n_missing <= 10) missing += (missing.empty() ? "" : ", ") + std::to_string(i);
       }
-    if (n_missing)
+    if (n_missing && !options.partial_set)
       return Status::InvalidArgument("opening a shard set of " + std::to_string(first.count) + " shards: " +
                                      std::to_string(opened.size()) + " found (first: '" + first.path +
                                      "'), shard" + (n_missing > 1 ? "s " : " ") + missing +
                                      (n_missing > 10 ? ", ..." : "") + " missing");
     std::vector<Opened> sorted;
-    for (const Opened* o : by_index) sorted.push_back(*o);
+    for (const Opened* o : by_index)
+      if (o != nullptr) sorted.push_back(*o);
     opened.swap(sorted);
   }
   auto r = std::shared_ptr<Reader>(new Reader());

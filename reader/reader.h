@@ -50,6 +50,9 @@ struct ReaderOptions {
   bool verify_checksums = false;
   // Read without LMDB's lock table even if the store is not sealed.
   bool no_lock = false;
+  // OpenSet: accept some shards of a shard set (each at most once), e.g.
+  // the shards one rank reads in rank-local mode. Off: every shard needed.
+  bool partial_set = false;
 };
 
 // Where one patch comes from and where it goes, for CopyPatches.

@@ -49,6 +49,7 @@ from ._store import CorruptRecordError, FieldInfo, Ids, Store, open
 from ._ingest_api import ExportSummary, IngestSummary, export, ingest_hdf5, ingest_images
 from ._sampler import PatchSampler, Window, Windows
 from ._volumes import SliceIndex, SliceRef, SliceTransform
+from ._rank_local import RankLocalShards
 
 __version__ = "0.1.0"
 
@@ -64,6 +65,7 @@ __all__ = [
     "SliceIndex",
     "SliceRef",
     "SliceTransform",
+    "RankLocalShards",
     "ingest_images",
     "ingest_hdf5",
     "export",

@@ -159,10 +159,13 @@ class Store:
         *,
         verify_checksums: bool = False,
         no_lock: bool = False,
+        partial_set: bool = False,
         _lazy: bool = False,
     ) -> None:
         self._path, self._paths = _resolve_stores(path)
         self._options = {"verify_checksums": bool(verify_checksums), "no_lock": bool(no_lock)}
+        if partial_set:  # some shards of a set (RankLocalShards); kept by pickling
+            self._options["partial_set"] = True
         self._reader: Optional[_C.Reader] = None
         self._pid = -1
         self._closed = False
@@ -187,10 +190,12 @@ class Store:
         # destructors make no LMDB call outside the process that opened it.
         self._reader = None
         self._fields = None
+        o = self._options
         if self._paths is None:
-            r = _C.Reader.open(self._path, **self._options)
+            r = _C.Reader.open(self._path, verify_checksums=o["verify_checksums"], no_lock=o["no_lock"])
         else:
-            r = _C.Reader.open_set(self._paths, **self._options)
+            r = _C.Reader.open_set(self._paths, verify_checksums=o["verify_checksums"], no_lock=o["no_lock"],
+                                   partial=o.get("partial_set", False))
         self._reader, self._pid = r, os.getpid()
         return r
 

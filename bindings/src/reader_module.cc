@@ -250,10 +250,11 @@ PYBIND11_MODULE(_patchstore, m) {
           "Opens the store at `path`. FileNotFoundError when there is none.")
       .def_static(
           "open_set",
-          [](const std::vector<std::string>& paths, bool verify_checksums, bool no_lock) {
+          [](const std::vector<std::string>& paths, bool verify_checksums, bool no_lock, bool partial) {
             ReaderOptions o;
             o.verify_checksums = verify_checksums;
             o.no_lock = no_lock;
+            o.partial_set = partial;
             patchstore::Result<std::shared_ptr<Reader>> r = Status::Internal("not opened");
             {
               py::gil_scoped_release nogil;
@@ -262,6 +263,7 @@ PYBIND11_MODULE(_patchstore, m) {
             return Unwrap(std::move(r), Where::kFiles);
           },
           py::arg("paths"), py::arg("verify_checksums") = false, py::arg("no_lock") = false,
+          py::arg("partial") = false,
           "Opens several stores (a shard set) as one (patchstore::Reader::OpenSet).")
       .def("store_count", &Reader::store_count)
       .def("store_path", [](const Reader& r, size_t s) {

@@ -123,6 +123,14 @@ TEST(ShardSet, RefusesIncompleteMixedOrDuplicatedSets) {
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("4 shards: 3 found"), std::string::npos) << missing.status().message();
   EXPECT_NE(missing.status().message().find("shard 2 missing"), std::string::npos);
+  // Some shards on purpose (rank-local reading): in shard order, still each once.
+  ReaderOptions partial;
+  partial.partial_set = true;
+  auto some = Reader::OpenSet({paths[3], paths[0]}, partial).value();
+  ASSERT_EQ(some->size(), parts[0].size() + parts[3].size());
+  EXPECT_EQ(some->store_path(0), paths[0]);
+  EXPECT_EQ(some->id(some->store_begin(1)), parts[3].front());
+  EXPECT_FALSE(Reader::OpenSet({paths[0], paths[0]}, partial).ok());
   auto twice = Reader::OpenSet({paths[0], paths[1], paths[1], paths[2], paths[3]});
   ASSERT_FALSE(twice.ok());
   EXPECT_NE(twice.status().message().find("are both shard 1/4"), std::string::npos) << twice.status().message();
