@@ -295,3 +295,25 @@ def test_rank_local_reading_covers_every_sample_once_per_epoch(sharded):
         other.load_state_dict(state)
     with pytest.raises(ValueError, match="3 shards cannot be spread over 4 ranks"):
         patchstore.RankLocalShards(str(shard_dir), 0, 4)
+
+
+def test_torchrun_reads_every_sample_once_per_epoch(sharded, tmp_path):
+    """The README recipe: torchrun --nproc-per-node=2 (gloo) over the shard set, global and rank-local."""
+    pytest.importorskip("torch")
+    import sys
+
+    torchrun = Path(sys.executable).with_name("torchrun")
+    if not torchrun.exists():
+        pytest.skip("torchrun is not installed next to this Python")
+    base, root, single, shard_dir = sharded
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    script = Path(__file__).with_name("torchrun_shards.py")
+    r = subprocess.run([str(torchrun), "--standalone", "--nproc-per-node=2", str(script), str(shard_dir),
+                        str(tmp_path)], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    everything = sorted(patchstore.open(shard_dir).ids)
+    for mode in ("global", "local"):
+        for epoch in range(2):
+            per_rank = [(tmp_path / f"{mode}-{epoch}-{rank}.txt").read_text().split() for rank in range(2)]
+            assert all(per_rank)
+            assert sorted(per_rank[0] + per_rank[1]) == everything, (mode, epoch)
