@@ -115,17 +115,26 @@ Result<std::shared_ptr<Reader>> Reader::OpenSet(const std::vector<std::string>& 
   auto r = std::shared_ptr<Reader>(new Reader());
   r->options_ = options;
   r->pid_ = ::getpid();
-  r->set_meta_ = opened.front().snap->meta();
+  // A shard that received no sample (and so has no fields) fits any set.
+  auto fieldless = [](const Opened& o) { return o.snap->id_count() == 0 && o.snap->meta().fields.empty(); };
+  const Opened* model = &opened.front();
+  for (const Opened& o : opened)
+    if (!fieldless(o)) {
+      model = &o;
+      break;
+    }
+  r->set_meta_ = model->snap->meta();
   r->set_meta_.sample_count = 0;
   r->set_meta_.sealed = true;
   r->no_lock_ = true;
   auto holder = std::make_shared<std::vector<std::shared_ptr<Snapshot>>>();
   for (const Opened& o : opened) {
     const StoreMeta& m = o.snap->meta();
-    bool same = m.kind == r->set_meta_.kind && m.fields.size() == r->set_meta_.fields.size();
-    for (size_t f = 0; same && f < m.fields.size(); ++f) same = SameField(m.fields[f], r->set_meta_.fields[f]);
+    bool same = fieldless(o) || (m.kind == r->set_meta_.kind && m.fields.size() == r->set_meta_.fields.size());
+    for (size_t f = 0; same && !fieldless(o) && f < m.fields.size(); ++f)
+      same = SameField(m.fields[f], r->set_meta_.fields[f]);
     if (!same)
-      return Status::InvalidArgument("opening a set of stores: '" + opened.front().path + "' holds " +
+      return Status::InvalidArgument("opening a set of stores: '" + model->path + "' holds " +
                                      r->set_meta_.kind + " with fields " + FieldList(r->set_meta_) + " but '" +
                                      o.path + "' holds " + m.kind + " with fields " + FieldList(m) +
                                      " (or another normalisation): a set needs the same fields in every store");

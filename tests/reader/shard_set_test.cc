@@ -167,6 +167,19 @@ TEST(ShardSet, EmptyShardIsPartOfTheSet) {
   TempDir dir;
   WriteStore(dir / "0.ps", {"s/1"}, "0/2");
   WriteStore(dir / "1.ps", {}, "1/2");
+  {
+    // A shard ingest that found no sample of its shard: sealed, no fields.
+    WriterOptions wo;
+    wo.durable = false;
+    auto w = Writer::Open(dir / "2.ps", wo).value();
+    w->mutable_meta().attributes[kShardAttribute] = "0/2";
+    ASSERT_TRUE(w->Seal().ok());
+    WriteStore(dir / "3.ps", {"s/5"}, "1/2");
+    auto set = Reader::OpenSet({dir / "3.ps", dir / "2.ps"}).value();
+    ASSERT_EQ(set->size(), 1u);
+    EXPECT_EQ(set->field_count(), 1);
+    EXPECT_EQ(set->FieldIndex("x").value(), 0);
+  }
   auto set = Reader::OpenSet({dir / "1.ps", dir / "0.ps"}).value();
   ASSERT_EQ(set->size(), 1u);
   EXPECT_EQ(set->id(0), "s/1");
