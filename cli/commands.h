@@ -38,3 +38,11 @@ Runner RegisterMontage(CLI::App* app, const bool* quiet);
 bool ParseWindow(const std::string& s, double* lo, double* hi, bool* is_auto);
 
 }  // namespace patchstore::cli
+
+namespace patchstore::cli {
+
+// `patchstore copy SRC DST`: a compacted copy of a store, verified before it
+// appears under DST (e.g. to replicate a store onto node-local disk).
+Runner RegisterCopy(CLI::App* app, const bool* quiet);
+
+}  // namespace patchstore::cli

@@ -13,6 +13,7 @@
 
 #include "cli/commands.h"
 #include "cli/progress.h"
+#include "patchstore/store/shard.h"
 #include "patchstore/ingest/ingest_hdf5.h"
 
 namespace patchstore::cli {
@@ -24,6 +25,7 @@ struct Hdf5Args {
   std::vector<std::string> norm_specs;
   std::string on_error = "stop";
   bool no_sync = false;
+  std::string shard;
   Hdf5IngestOptions options;
 };
 
@@ -67,6 +69,10 @@ Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet) {
       ->check(CLI::IsMember({"stop", "skip"}));
   cmd->add_option("--report", o.report_path, "Where --on-error skip writes failures (default STORE/ingest-errors.tsv)");
   cmd->add_flag("--no-sync", args->no_sync, "Do not fsync commits (faster; a crash may lose recent batches)");
+  cmd->add_option("--shard", args->shard,
+                  "I/N: ingest only shard I (0..N-1) of N: the volumes whose id hashes to I (xxh3_64 of the id mod "
+                  "N), into a store of their own; run N such ingests (any machines, at once) and read the N stores "
+                  "as one");
   cmd->footer(
       "Every (volume, group) becomes one float32 record of shape (S,H,W), slice axis first, so a slice or a stack\n"
       "of neighbouring slices is one contiguous zero-copy view. Chunked and compressed (gzip, shuffle) datasets\n"
@@ -97,12 +103,20 @@ Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet) {
       }
       o.norm[n.substr(0, eq)] = n.substr(eq + 1);
     }
+    if (!args->shard.empty()) {
+      Status st = ParseShardSpec(args->shard, &o.shard_index, &o.shard_count);
+      if (!st.ok()) {
+        std::cerr << "patchstore: error: --" << st.message() << "\n";
+        return 2;
+      }
+    }
     o.skip_errors = args->on_error == "skip";
     o.durable = !args->no_sync;
     std::string command = "patchstore ingest hdf5";
     for (const std::string& p : args->paths) command += " " + p;
     for (const std::string& g : o.groups) command += " --group " + g;
     command += " --slice-axis " + std::to_string(o.slice_axis);
+    if (!args->shard.empty()) command += " --shard " + args->shard;
     o.command_line = command;
     ProgressPrinter printer("ingest", "volumes", *quiet);
     o.progress = [&](const Progress& p) { printer(p); };

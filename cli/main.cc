@@ -7,6 +7,7 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -21,6 +22,7 @@
 #include "cli/sampler_flags.h"
 #include "cli/shapes.h"
 #include "cli/validators.h"
+#include "patchstore/store/shard.h"
 #include "patchstore/ingest/ingest.h"
 #include "patchstore/ingest/montage.h"
 #include "patchstore/reader/reader.h"
@@ -67,6 +69,27 @@ std::string JsonList(const std::string& csv) {
     start = comma + 1;
   }
   return out + "]";
+}
+
+// The stores of a shard set named by `path`: a directory that is not a store
+// itself but holds stores (sorted by name; the reader puts shards in shard
+// order). Empty when `path` is a store or anything else.
+std::vector<std::string> StoresIn(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::vector<std::string> out;
+  if (!fs::is_directory(path, ec) || fs::exists(fs::path(path) / "data.mdb", ec)) return out;
+  for (const auto& e : fs::directory_iterator(path, ec))
+    if (e.is_directory(ec) && fs::is_regular_file(e.path() / "data.mdb", ec)) out.push_back(e.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// A store, or a directory of shards read as one store.
+ps::Result<std::shared_ptr<ps::Reader>> OpenStoreOrSet(const std::string& path) {
+  std::vector<std::string> set = StoresIn(path);
+  if (set.empty()) return ps::Reader::Open(path);
+  return ps::Reader::OpenSet(set);
 }
 
 int Fail(const ps::Status& st) {
@@ -132,6 +155,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.1, 86400.0))
       ->check(ps::cli::FiniteNumber());
   images->add_flag("--no-sync", no_sync, "Do not fsync commits (faster; a crash may lose recent batches)");
+  std::string image_shard;
+  images->add_option("--shard", image_shard,
+                     "I/N: ingest only shard I (0..N-1) of N: the samples whose id hashes to I (xxh3_64 of the id "
+                     "mod N), into a store of their own; run N such ingests (any machines, at once) and read the "
+                     "N stores as one");
   images->footer(
       "Examples:\n"
       "  patchstore ingest images frames.ps --manifest data/manifest.csv\n"
@@ -139,17 +167,20 @@ int main(int argc, char** argv) {
       "      --field rgb='{video}/render/rgb/{frame}.png' \\\n"
       "      --field mask='{video}/render/masks/{frame}.png' \\\n"
       "      --field depth='{video}/render/depth/{frame}.exr'\n"
+      "  for i in 0 1 2; do patchstore ingest images shards/frames-$i.ps --manifest data/manifest.csv \\\n"
+      "      --shard $i/3 & done; wait                   # 3 shards in parallel\n"
       "Running the same command again resumes: complete samples are skipped.");
 
   auto run_hdf5 = ps::cli::RegisterIngestHdf5(ingest, &quiet);
   auto run_bench = ps::cli::RegisterBench(&app, &quiet);
   auto run_montage = ps::cli::RegisterMontage(&app, &quiet);
+  auto run_copy = ps::cli::RegisterCopy(&app, &quiet);
 
   // ---- info / ls / verify
   auto* info = app.add_subcommand("info", "Describe a store: fields, shapes, samples, bytes, sealed");
   std::string info_store;
   bool info_json = false;
-  info->add_option("STORE", info_store, "Store directory")->required();
+  info->add_option("STORE", info_store, "Store directory, or a directory of shards (read as one store)")->required();
   info->add_flag("--json", info_json, "Machine-readable output");
   bool info_all = false;
   info->add_flag("--all", info_all, "Also list every sample's shapes, e.g. each volume's (S,H,W)");
@@ -158,13 +189,16 @@ int main(int argc, char** argv) {
                                       "sample's shapes");
   std::string ls_store;
   bool ls_json = false;
-  ls->add_option("STORE", ls_store, "Store directory")->required();
+  ls->add_option("STORE", ls_store, "Store directory, or a directory of shards (read as one store)")->required();
   ls->add_flag("--json", ls_json, "Machine-readable output: [{\"id\": ID, \"shapes\": {FIELD: [dims]}}, ...]");
 
   auto* verify = app.add_subcommand("verify", "Recompute every checksum; exit 3 and name each damaged record");
   std::string verify_store;
   bool verify_json = false;
-  verify->add_option("STORE", verify_store, "Store directory")->required();
+  verify->add_option("STORE", verify_store,
+                     "Store directory, or a directory of shards (every shard is verified, and the set checked: "
+                     "each shard once, no id in two shards)")
+      ->required();
   verify->add_flag("--json", verify_json, "Machine-readable output");
 
   auto* upgrade = app.add_subcommand("upgrade", "Bring a store written by an older patchstore to the current "
@@ -228,6 +262,7 @@ int main(int argc, char** argv) {
   if (int rc = run_hdf5(); rc >= 0) return rc;
   if (int rc = run_bench(); rc >= 0) return rc;
   if (int rc = run_montage(); rc >= 0) return rc;
+  if (int rc = run_copy(); rc >= 0) return rc;
 
   if (images->parsed()) {
     for (const std::string& f : field_specs) {
@@ -253,6 +288,13 @@ int main(int argc, char** argv) {
     if (!io.root.empty() && io.field_templates.empty()) {
       std::cerr << "patchstore: error: --root needs at least one --field NAME=TEMPLATE\n";
       return 2;
+    }
+    if (!image_shard.empty()) {
+      ps::Status st = ps::ParseShardSpec(image_shard, &io.shard_index, &io.shard_count);
+      if (!st.ok()) {
+        std::cerr << "patchstore: error: --" << st.message() << "\n";
+        return 2;
+      }
     }
     io.skip_errors = on_error == "skip";
     io.isolate_decoders = !in_process;
@@ -299,7 +341,7 @@ int main(int argc, char** argv) {
   }
 
   if (info->parsed()) {
-    auto r = ps::Reader::Open(info_store);
+    auto r = OpenStoreOrSet(info_store);
     if (!r.ok()) return Fail(r.status());
     const auto& reader = *r;
     const ps::StoreMeta& m = reader->meta();
@@ -353,6 +395,13 @@ int main(int argc, char** argv) {
       std::printf("kind:           %s\n", m.kind.c_str());
       std::printf("sealed:         %s\n", m.sealed ? "yes" : "no (ingest unfinished or failed)");
       std::printf("samples:        %llu\n", static_cast<unsigned long long>(reader->size()));
+      if (reader->store_count() > 1) {
+        std::printf("stores:         %zu, read as one (samples in this order):\n", reader->store_count());
+        for (size_t i = 0; i < reader->store_count(); ++i) {
+          auto snap_meta = reader->store_begin(i + 1) - reader->store_begin(i);
+          std::printf("  %s: %llu samples\n", reader->store_path(i).c_str(), static_cast<unsigned long long>(snap_meta));
+        }
+      }
       std::printf("float32 bytes:  %s\n", ps::cli::HumanBytes(static_cast<double>(payload)).c_str());
       std::printf("fields:\n");
       for (size_t f = 0; f < m.fields.size(); ++f) {
@@ -375,7 +424,7 @@ int main(int argc, char** argv) {
   }
 
   if (ls->parsed()) {
-    auto r = ps::Reader::Open(ls_store);
+    auto r = OpenStoreOrSet(ls_store);
     if (!r.ok()) return Fail(r.status());
     const auto& reader = *r;
     if (ls_json) {
@@ -391,7 +440,30 @@ int main(int argc, char** argv) {
   }
 
   if (verify->parsed()) {
-    auto r = ps::VerifyStore(verify_store);
+    std::vector<std::string> set = StoresIn(verify_store);
+    ps::Result<ps::VerifyReport> r = ps::Status::Internal("not verified");
+    if (set.empty()) {
+      r = ps::VerifyStore(verify_store);
+    } else {
+      // The set first (each shard once, ids unique), then every store; a
+      // problem names its store.
+      auto whole = ps::Reader::OpenSet(set);
+      if (!whole.ok()) return Fail(whole.status());
+      ps::VerifyReport all;
+      for (size_t i = 0; i < (*whole)->store_count(); ++i) {
+        const std::string& store = (*whole)->store_path(i);
+        auto one = ps::VerifyStore(store);
+        if (!one.ok()) return Fail(one.status().WithContext("verifying shard '" + store + "'"));
+        all.samples += one->samples;
+        all.records += one->records;
+        all.bytes += one->bytes;
+        for (ps::VerifyProblem p : one->problems) {
+          p.message = "in '" + store + "': " + p.message;
+          all.problems.push_back(std::move(p));
+        }
+      }
+      r = std::move(all);
+    }
     if (!r.ok()) return Fail(r.status());
     const ps::VerifyReport& rep = *r;
     if (verify_json) {

@@ -69,4 +69,32 @@ Status CheckResumeSetting(StoreMeta* meta, const std::string& store, const std::
   return Status::OK();
 }
 
+Status CheckShard(StoreMeta* meta, const std::string& store, uint32_t shard_index, uint32_t shard_count) {
+  if (shard_count > kMaxShardCount || (shard_count > 0 && shard_index >= shard_count) ||
+      (shard_count == 0 && shard_index != 0))
+    return Status::InvalidArgument("ingest: --shard " + std::to_string(shard_index) + "/" +
+                                   std::to_string(shard_count) + ": needs 0 <= I < N <= " +
+                                   std::to_string(kMaxShardCount));
+  auto spec = [](uint32_t i, uint32_t n) {
+    return n == 0 ? std::string("no --shard") : "--shard " + std::to_string(i) + "/" + std::to_string(n);
+  };
+  uint32_t have_index = 0, have_count = 0;
+  PS_RETURN_IF_ERROR(ShardOfStore(*meta, &have_index, &have_count));
+  if (have_count != 0) {
+    if (have_index != shard_index || have_count != shard_count)
+      return Status::InvalidArgument("ingest into '" + store + "': the store is shard " +
+                                     std::to_string(have_index) + "/" + std::to_string(have_count) +
+                                     " of a shard set, this ingest gives " + spec(shard_index, shard_count) +
+                                     " (resume a shard with the same --shard, or use a new store)");
+    return Status::OK();
+  }
+  if (shard_count == 0) return Status::OK();
+  if (meta->sample_count > 0)
+    return Status::InvalidArgument("ingest into '" + store + "': the store already holds " +
+                                   std::to_string(meta->sample_count) + " samples ingested without --shard; " +
+                                   spec(shard_index, shard_count) + " needs a new store per shard");
+  meta->attributes[kShardAttribute] = std::to_string(shard_index) + "/" + std::to_string(shard_count);
+  return Status::OK();
+}
+
 }  // namespace patchstore

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "patchstore/store/format.h"
+#include "patchstore/store/shard.h"
 #include "patchstore/store/status.h"
 
 namespace patchstore {
@@ -30,5 +32,23 @@ Status CheckReportPath(const std::string& path);
 // commit).
 Status CheckResumeSetting(StoreMeta* meta, const std::string& store, const std::string& key,
                           const std::string& value, const std::string& option);
+
+// --shard I/N of an ingest (shard_count 0: none) against the store: a new
+// store records it; a store that is a shard accepts only the same shard;
+// a store filled without --shard refuses one. InvalidArgument naming the
+// store and both settings; for I/N out of range, a message starting
+// "ingest: ".
+Status CheckShard(StoreMeta* meta, const std::string& store, uint32_t shard_index, uint32_t shard_count);
+
+// Keeps the elements whose id falls into shard `shard_index` of
+// `shard_count` (ShardOfId); all of them when shard_count is 0.
+template <typename T, typename IdOf>
+void KeepShard(std::vector<T>* items, uint32_t shard_index, uint32_t shard_count, IdOf id_of) {
+  if (shard_count == 0) return;
+  std::vector<T> kept;
+  for (T& it : *items)
+    if (ShardOfId(id_of(it), shard_count) == shard_index) kept.push_back(std::move(it));
+  items->swap(kept);
+}
 
 }  // namespace patchstore

@@ -77,6 +77,10 @@ struct ImageIngestOptions {
   bool isolate_decoders = true;
   double decode_timeout_s = 60;
   std::string command_line;   // recorded in the metadata
+  // Shard I of N (shard_count 0: the whole input): only the samples whose
+  // id has ShardOfId(id, N) == I (store/format.h) are ingested, into a store
+  // that records I/N; samples_total counts this shard's samples.
+  uint32_t shard_index = 0, shard_count = 0;
   ProgressCallback progress;  // called from the writer thread
   // Polled between samples; returning true stops the ingest after committing
   // what was decoded so far (Status code kAborted). E.g. a Ctrl-C flag.

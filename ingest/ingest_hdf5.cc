@@ -264,6 +264,10 @@ class Hdf5Ingest {
 
 Status Hdf5Ingest::ParseOptions() {
   if (o_.store.empty()) return Status::InvalidArgument("ingest: no store path given");
+  if (o_.shard_count > 0 || o_.shard_index > 0) {
+    StoreMeta probe;  // validates I/N before anything is read
+    PS_RETURN_IF_ERROR(CheckShard(&probe, o_.store, o_.shard_index, o_.shard_count));
+  }
   if (o_.files.empty()) return Status::InvalidArgument("ingest: no HDF5 file given");
   if (o_.groups.empty()) return Status::InvalidArgument("ingest: no --group given (e.g. --group MR --group CT)");
   for (const std::string& spec : o_.groups) {
@@ -842,6 +846,14 @@ Result<IngestSummary> Hdf5Ingest::Run() {
   if (o_.skip_errors && !o_.report_path.empty()) PS_RETURN_IF_ERROR(CheckReportPath(o_.report_path));
   PS_RETURN_IF_ERROR(CheckIdsAcrossFiles());
   CheckSliceAxis();
+  // This shard's volumes (ids were assigned and checked over all files);
+  // unreadable files (no name) stay: every shard must report them.
+  if (o_.shard_count > 0) {
+    std::vector<Item> kept;
+    for (Item& it : items_)
+      if (it.name.empty() || ShardOfId(it.id, o_.shard_count) == o_.shard_index) kept.push_back(std::move(it));
+    items_.swap(kept);
+  }
 
   // 2. Open the store with a map large enough for everything listed, so
   // that LMDB rarely has to grow it (each growth re-reads a batch).
@@ -856,6 +868,7 @@ Result<IngestSummary> Hdf5Ingest::Run() {
                                                                   (uint64_t{64} << 20));
   PS_ASSIGN_OR_RETURN(writer_, Writer::Open(o_.store, wo));
   StoreMeta& meta = writer_->mutable_meta();
+  PS_RETURN_IF_ERROR(CheckShard(&meta, o_.store, o_.shard_index, o_.shard_count));
   auto axis_attr = meta.attributes.find("slice_axis");
   if (axis_attr != meta.attributes.end() && axis_attr->second != std::to_string(axis_))
     return Status::InvalidArgument("ingest into '" + o_.store + "': the store holds volumes sliced along source axis " +

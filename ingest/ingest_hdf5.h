@@ -123,6 +123,12 @@ struct Hdf5IngestOptions {
   uint64_t chunk_cache_bytes = uint64_t{4} << 20;
   bool durable = true;        // fsync each commit
   std::string command_line;   // recorded in the metadata
+  // Shard I of N (shard_count 0: everything), as ImageIngestOptions: only
+  // volumes whose id has ShardOfId(id, N) == I. Ids are assigned (and
+  // checked across files) over all the input first, so every shard names a
+  // volume as a single ingest would; a file that cannot be read fails every
+  // shard (its volumes are unknown).
+  uint32_t shard_index = 0, shard_count = 0;
   ProgressCallback progress;  // called on the calling thread; done/total count volumes
   // Polled between volumes; returning true stops the ingest with everything
   // committed so far kept (Status code kAborted). E.g. a Ctrl-C flag.

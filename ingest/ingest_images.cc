@@ -197,6 +197,12 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
       return Status::NotFound("ingest: no file under '" + o.root + "' matches the template of field '" +
                               o.field_templates[0].first + "' ('" + o.field_templates[0].second + "')");
   }
+  if (o.shard_count > 0 || o.shard_index > 0) {
+    // Validated before the store is created.
+    StoreMeta probe;
+    PS_RETURN_IF_ERROR(CheckShard(&probe, o.store, o.shard_index, o.shard_count));
+  }
+  KeepShard(&list.samples, o.shard_index, o.shard_count, [](const SampleSource& s) -> std::string_view { return s.id; });
   std::vector<FieldPlan> plans;
   for (const std::string& f : list.fields) {
     FieldPlan p;
@@ -224,6 +230,7 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
   wo.kind = "frames";
   wo.durable = o.durable;
   PS_ASSIGN_OR_RETURN(auto writer, Writer::Open(o.store, wo));
+  PS_RETURN_IF_ERROR(CheckShard(&writer->mutable_meta(), o.store, o.shard_index, o.shard_count));
   if (!o.command_line.empty()) writer->mutable_meta().attributes["ingest_command"] = o.command_line;
   // A resumed ingest must normalise as the first one did.
   for (const FieldPlan& p : plans)

@@ -1,6 +1,7 @@
 #include "patchstore/reader/reader.h"
 
 #include "patchstore/reader/parallel.h"
+#include "patchstore/store/shard.h"
 
 #include <unistd.h>
 
@@ -29,10 +30,181 @@ Result<std::shared_ptr<Reader>> Reader::Open(const std::string& path, const Read
   r->path_ = path;
   r->options_ = options;
   r->snapshot_ = std::move(snap);
+  r->meta_ = &r->snapshot_->meta();
+  r->owner_ = r->snapshot_;
+  r->no_lock_ = r->snapshot_->no_lock();
+  r->stores_.push_back(StoreRef{r->snapshot_, path, 0});
   r->pid_ = ::getpid();
   PS_RETURN_IF_ERROR(r->CheckFieldDTypes());
   PS_RETURN_IF_ERROR(r->Index());
   return r;
+}
+
+namespace {
+
+bool SameField(const FieldMeta& a, const FieldMeta& b) {
+  return a.name == b.name && a.channels == b.channels && a.layout == b.layout && a.is_mask == b.is_mask &&
+         a.norm.kind == b.norm.kind && a.norm.scale == b.norm.scale && a.norm.offset == b.norm.offset &&
+         a.norm.clamp == b.norm.clamp && (!a.norm.clamp || (a.norm.clamp_lo == b.norm.clamp_lo &&
+                                                            a.norm.clamp_hi == b.norm.clamp_hi));
+}
+
+std::string FieldList(const StoreMeta& m) {
+  std::string s;
+  for (const FieldMeta& f : m.fields) s += (s.empty() ? "" : ",") + f.name;
+  return s;
+}
+
+}  // namespace
+
+Result<std::shared_ptr<Reader>> Reader::OpenSet(const std::vector<std::string>& paths, const ReaderOptions& options) {
+  if (paths.empty()) return Status::InvalidArgument("opening a set of stores: no store given");
+  SnapshotOptions so;
+  so.force_no_lock = options.no_lock;
+  struct Opened {
+    std::shared_ptr<Snapshot> snap;
+    std::string path;
+    uint32_t index = 0, count = 0;
+  };
+  std::vector<Opened> opened;
+  for (const std::string& p : paths) {
+    PS_ASSIGN_OR_RETURN(auto snap, Snapshot::Open(p, so));
+    Opened o{std::move(snap), p};
+    Status st = ShardOfStore(o.snap->meta(), &o.index, &o.count);
+    if (!st.ok()) return st.WithContext("opening store '" + p + "'");
+    opened.push_back(std::move(o));
+  }
+  // Shards: one set, complete, in shard order.
+  const Opened& first = opened.front();
+  for (const Opened& o : opened) {
+    if ((o.count == 0) != (first.count == 0))
+      return Status::InvalidArgument("opening a set of stores: '" + (o.count ? o.path : first.path) +
+                                     "' is a shard (" + std::to_string(o.count ? o.index : first.index) + "/" +
+                                     std::to_string(o.count ? o.count : first.count) + ") but '" +
+                                     (o.count ? first.path : o.path) + "' is not (ingested without --shard)");
+    if (o.count != first.count)
+      return Status::InvalidArgument("opening a shard set: '" + first.path + "' is shard " +
+                                     std::to_string(first.index) + "/" + std::to_string(first.count) + " but '" +
+                                     o.path + "' is shard " + std::to_string(o.index) + "/" + std::to_string(o.count) +
+                                     " (stores of two different shard sets)");
+  }
+  if (first.count != 0) {
+    std::vector<const Opened*> by_index(first.count, nullptr);
+    for (const Opened& o : opened) {
+      if (by_index[o.index] != nullptr)
+        return Status::InvalidArgument("opening a shard set: '" + by_index[o.index]->path + "' and '" + o.path +
+                                       "' are both shard " + std::to_string(o.index) + "/" +
+                                       std::to_string(o.count));
+      by_index[o.index] = &o;
+    }
+    std::string missing;
+    size_t n_missing = 0;
+    for (uint32_t i = 0; i < first.count; ++i)
+      if (by_index[i] == nullptr) {
+        ++n_missing;
+        if (n_missing <= 10) missing += (missing.empty() ? "" : ", ") + std::to_string(i);
+      }
+    if (n_missing && !options.partial_set)
+      return Status::InvalidArgument("opening a shard set of " + std::to_string(first.count) + " shards: " +
+                                     std::to_string(opened.size()) + " found (first: '" + first.path +
+                                     "'), shard" + (n_missing > 1 ? "s " : " ") + missing +
+                                     (n_missing > 10 ? ", ..." : "") + " missing");
+    std::vector<Opened> sorted;
+    for (const Opened* o : by_index)
+      if (o != nullptr) sorted.push_back(*o);
+    opened.swap(sorted);
+  }
+  auto r = std::shared_ptr<Reader>(new Reader());
+  r->options_ = options;
+  r->pid_ = ::getpid();
+  // A shard that received no sample (and so has no fields) fits any set.
+  auto fieldless = [](const Opened& o) { return o.snap->id_count() == 0 && o.snap->meta().fields.empty(); };
+  const Opened* model = &opened.front();
+  for (const Opened& o : opened)
+    if (!fieldless(o)) {
+      model = &o;
+      break;
+    }
+  r->set_meta_ = model->snap->meta();
+  r->set_meta_.sample_count = 0;
+  r->set_meta_.sealed = true;
+  r->no_lock_ = true;
+  auto holder = std::make_shared<std::vector<std::shared_ptr<Snapshot>>>();
+  for (const Opened& o : opened) {
+    const StoreMeta& m = o.snap->meta();
+    bool same = fieldless(o) || (m.kind == r->set_meta_.kind && m.fields.size() == r->set_meta_.fields.size());
+    for (size_t f = 0; same && !fieldless(o) && f < m.fields.size(); ++f)
+      same = SameField(m.fields[f], r->set_meta_.fields[f]);
+    if (!same)
+      return Status::InvalidArgument("opening a set of stores: '" + model->path + "' holds " +
+                                     r->set_meta_.kind + " with fields " + FieldList(r->set_meta_) + " but '" +
+                                     o.path + "' holds " + m.kind + " with fields " + FieldList(m) +
+                                     " (or another normalisation): a set needs the same fields in every store");
+    r->stores_.push_back(StoreRef{o.snap, o.path, r->set_meta_.sample_count});
+    r->set_meta_.sample_count += o.snap->id_count();
+    r->set_meta_.sealed = r->set_meta_.sealed && m.sealed;
+    r->no_lock_ = r->no_lock_ && o.snap->no_lock();
+    holder->push_back(o.snap);
+  }
+  // Address-based requests (prefetch, residency) go through a store that
+  // has a map: the first one holding samples.
+  r->snapshot_ = r->stores_.front().snapshot;
+  for (const StoreRef& s : r->stores_)
+    if (s.snapshot->id_count() > 0) {
+      r->snapshot_ = s.snapshot;
+      break;
+    }
+  r->meta_ = &r->set_meta_;
+  r->owner_ = holder;
+  r->path_ = r->stores_.size() == 1 ? r->stores_[0].path
+                                    : r->stores_[0].path + " (+" + std::to_string(r->stores_.size() - 1) + " more stores)";
+  PS_RETURN_IF_ERROR(r->Index());
+  // Ids are unique across the set: build the lookup table now and name
+  // both stores of an id found twice.
+  std::call_once(r->find_once_, [&] {
+    r->find_.reserve(r->ids_.size());
+    for (uint64_t i = 0; i < r->ids_.size(); ++i) r->find_.emplace(r->ids_[i], i);
+  });
+  if (r->find_.size() != r->ids_.size()) {
+    for (uint64_t i = 0; i < r->ids_.size(); ++i) {
+      const uint64_t j = r->find_.at(r->ids_[i]);
+      if (j != i) {
+        uint64_t li = 0, lj = 0;
+        const StoreRef& a = r->Locate(std::min(i, j), &li);
+        const StoreRef& b = r->Locate(std::max(i, j), &lj);
+        return Status::InvalidArgument("opening a set of stores: sample id '" + std::string(r->ids_[i]) +
+                                       "' is in '" + a.path + "' (sample #" + std::to_string(li) + ") and in '" +
+                                       b.path + "' (sample #" + std::to_string(lj) +
+                                       "); every id must be in one store of a set");
+      }
+    }
+  }
+  return r;
+}
+
+size_t Reader::StoreOf(uint64_t sample) const {
+  if (stores_.size() == 1) return 0;
+  auto it = std::upper_bound(stores_.begin(), stores_.end(), sample,
+                             [](uint64_t s, const StoreRef& ref) { return s < ref.begin; });
+  return static_cast<size_t>(it - stores_.begin()) - 1;
+}
+
+const Reader::StoreRef& Reader::Locate(uint64_t sample, uint64_t* local) const {
+  const StoreRef& s = stores_[StoreOf(sample)];
+  *local = sample - s.begin;
+  return s;
+}
+
+Status Reader::UnlessChangedAt(uint64_t sample, Status st) const {
+  if (stores_.size() == 1 || sample < ids_.size()) {
+    uint64_t local = 0;
+    return UnlessChanged(*(stores_.size() == 1 ? stores_[0] : Locate(sample, &local)).snapshot, std::move(st));
+  }
+  for (const StoreRef& s : stores_) {
+    Status changed = s.snapshot->CheckUnchanged();
+    if (!changed.ok()) return changed;
+  }
+  return st;
 }
 
 bool Reader::InOpeningProcess() const { return ::getpid() == pid_; }
@@ -50,12 +222,33 @@ Status Reader::CheckFieldDTypes() const {
 }
 
 Status Reader::Index() {
+  uint64_t total = 0;
+  for (const StoreRef& s : stores_) total += s.snapshot->id_count();
+  ids_.assign(total, std::string_view());
+  summaries_.assign(total * meta().fields.size(), RecordSummary{});
+  for (size_t s = 0; s < stores_.size(); ++s) PS_RETURN_IF_ERROR(IndexStore(s));
+  // Record locations are looked up on first access (one B-tree descent
+  // each), not walked here: opening reads no record page.
+  slot_count_ = total * meta().fields.size();
+  slots_.reset(new RecordSlot[slot_count_]);
+  if (options_.verify_checksums) {
+    verified_.reset(new std::atomic<uint8_t>[slot_count_]);
+    for (size_t i = 0; i < slot_count_; ++i) verified_[i].store(0, std::memory_order_relaxed);
+  }
+  return Status::OK();
+}
+
+// Fills ids_ and summaries_ for the samples of one store (global indices
+// base .. base + its count - 1).
+Status Reader::IndexStore(size_t store) {
+  const Snapshot* snapshot_ = stores_[store].snapshot.get();  // this store's, in the code below
+  const std::string& path_ = stores_[store].path;
+  const uint64_t base = stores_[store].begin;
   const uint64_t n = snapshot_->id_count();
   const size_t nf = meta().fields.size();
-  ids_.assign(n, std::string_view());
-  summaries_.assign(n * nf, RecordSummary{});
+  std::string_view* ids_ = this->ids_.data() + base;
   auto fill = [&](uint64_t idx, const SampleSummary& sum) {
-    for (size_t f = 0; f < sum.fields.size() && f < nf; ++f) summaries_[idx * nf + f] = sum.fields[f];
+    for (size_t f = 0; f < sum.fields.size() && f < nf; ++f) summaries_[(base + idx) * nf + f] = sum.fields[f];
   };
   auto sealed = snapshot_->SealedIndex();
   if (sealed.ok()) {
@@ -70,6 +263,8 @@ Status Reader::Index() {
                                 std::to_string(entries->size()) + " samples, the store " + std::to_string(n));
     size_t id_bytes = 0;
     for (const auto& e : *entries) id_bytes += e.id.size();
+    id_arenas_.push_back(std::make_unique<std::string>());
+    std::string& id_arena_ = *id_arenas_.back();
     id_arena_.reserve(id_bytes);
     for (const auto& e : *entries) id_arena_.append(e.id);
     for (uint64_t i = 0, at = 0; i < n; ++i) {
@@ -103,14 +298,6 @@ Status Reader::Index() {
       return Status::OK();
     }));
   }
-  // Record locations are looked up on first access (one B-tree descent
-  // each), not walked here: opening reads no record page.
-  slot_count_ = n * nf;
-  slots_.reset(new RecordSlot[slot_count_]);
-  if (options_.verify_checksums) {
-    verified_.reset(new std::atomic<uint8_t>[slot_count_]);
-    for (size_t i = 0; i < slot_count_; ++i) verified_[i].store(0, std::memory_order_relaxed);
-  }
   return Status::OK();
 }
 
@@ -120,7 +307,9 @@ Result<Reader::RecordRef> Reader::Ref(uint64_t sample, int field) const {
   if (s.state.load(std::memory_order_acquire) == 1)
     return RecordRef{s.data.load(std::memory_order_relaxed), s.size.load(std::memory_order_relaxed)};
   if (!summaries_[slot].present) return RecordRef{};
-  auto rec = snapshot_->GetRecord(sample, static_cast<uint16_t>(field));
+  uint64_t local = sample;
+  const Snapshot& snap = stores_.size() == 1 ? *snapshot_ : *Locate(sample, &local).snapshot;
+  auto rec = snap.GetRecord(local, static_cast<uint16_t>(field));
   if (!rec.ok()) {
     if (rec.status().code() == Code::kNotFound)
       return Status::Corruption("reading " + Describe(sample, field) +
@@ -130,7 +319,7 @@ Result<Reader::RecordRef> Reader::Ref(uint64_t sample, int field) const {
   // A snapshot without a lock-table slot (a sealed store) does not pin its
   // pages: if a writer has committed since, the B-tree pages just walked may
   // have been reused. Never cache what such a lookup found.
-  if (snapshot_->no_lock()) PS_RETURN_IF_ERROR(snapshot_->CheckUnchanged());
+  if (snap.no_lock()) PS_RETURN_IF_ERROR(snap.CheckUnchanged());
   // Threads racing here store the same values.
   s.data.store(reinterpret_cast<const uint8_t*>(rec->data()), std::memory_order_relaxed);
   s.size.store(rec->size(), std::memory_order_relaxed);
@@ -145,7 +334,7 @@ Result<uint64_t> Reader::Find(std::string_view id) const {
   });
   auto it = find_.find(id);
   if (it == find_.end())
-    return UnlessChanged(*snapshot_, Status::NotFound("no sample '" + std::string(id) + "' in '" + path_ + "'"));
+    return UnlessChangedAt(UINT64_MAX, Status::NotFound("no sample '" + std::string(id) + "' in '" + path_ + "'"));
   return it->second;
 }
 
@@ -162,6 +351,7 @@ Result<int> Reader::FieldIndex(std::string_view name) const {
 std::string Reader::Describe(uint64_t sample, int field) const {
   std::string s = sample < ids_.size() ? "'" + std::string(ids_[sample]) + "'" : "sample #" + std::to_string(sample);
   if (field >= 0 && field < field_count()) s += " field '" + meta().fields[field].name + "'";
+  if (stores_.size() > 1 && sample < ids_.size()) return s + " in '" + stores_[StoreOf(sample)].path + "'";
   return s + " in '" + path_ + "'";
 }
 
@@ -173,13 +363,13 @@ Result<RecordHeader> Reader::CheckedHeader(uint64_t sample, int field, const uin
     return Status::NotFound("field #" + std::to_string(field) + " does not exist in '" + path_ + "'");
   const size_t slot = sample * meta().fields.size() + field;
   auto ref_r = Ref(sample, field);
-  if (!ref_r.ok()) return UnlessChanged(*snapshot_, ref_r.status());
+  if (!ref_r.ok()) return UnlessChangedAt(sample, ref_r.status());
   const RecordRef ref = *ref_r;
   if (data_out != nullptr) *data_out = ref.data;
   if (ref.data == nullptr)
-    return UnlessChanged(*snapshot_, Status::NotFound("reading " + Describe(sample, field) + ": record missing"));
+    return UnlessChangedAt(sample, Status::NotFound("reading " + Describe(sample, field) + ": record missing"));
   auto h = ParseRecordHeader(ref.data, ref.size);
-  if (!h.ok()) return UnlessChanged(*snapshot_, h.status().WithContext("reading " + Describe(sample, field)));
+  if (!h.ok()) return UnlessChangedAt(sample, h.status().WithContext("reading " + Describe(sample, field)));
   if (reinterpret_cast<uintptr_t>(ref.data + kRecordHeaderSize) % kPayloadAlignment != 0)
     return Status::Corruption("reading " + Describe(sample, field) + ": payload is not " +
                               std::to_string(kPayloadAlignment) + "-byte aligned in the map");
@@ -190,16 +380,16 @@ Result<RecordHeader> Reader::CheckedHeader(uint64_t sample, int field, const uin
                                                         DTypeName(h->dtype) + " but the field is " +
                                                         DTypeName(fm.dtype) + " (run `patchstore verify`)"));
   if (h->layout != fm.layout || h->rank != 3 || (fm.layout == Layout::kCHW && h->shape[0] != fm.channels))
-    return UnlessChanged(*snapshot_, Status::Corruption("reading " + Describe(sample, field) +
+    return UnlessChangedAt(sample, Status::Corruption("reading " + Describe(sample, field) +
                                                         ": record shape or layout disagrees with the store metadata"));
   const RecordSummary& sum = summaries_[slot];
   if (sum.dtype != h->dtype || sum.layout != h->layout || sum.rank != h->rank || sum.shape != h->shape)
-    return UnlessChanged(*snapshot_, Status::Corruption("reading " + Describe(sample, field) +
+    return UnlessChangedAt(sample, Status::Corruption("reading " + Describe(sample, field) +
                                                         ": the record disagrees with the store's sample index (run "
                                                         "`patchstore verify`)"));
   if (verified_ && verified_[slot].load(std::memory_order_acquire) == 0) {
     Status st = VerifyRecordBody(*h, ref.data);
-    if (!st.ok()) return UnlessChanged(*snapshot_, st.WithContext("reading " + Describe(sample, field)));
+    if (!st.ok()) return UnlessChangedAt(sample, st.WithContext("reading " + Describe(sample, field)));
     verified_[slot].store(1, std::memory_order_release);
   }
   return h;
@@ -231,7 +421,7 @@ Result<TensorView> Reader::Get(uint64_t sample, int field) const {
     v.strides[i] = stride;
     stride *= v.shape[i];
   }
-  v.owner = snapshot_;
+  v.owner = owner_;
   return v;
 }
 
@@ -346,7 +536,8 @@ Result<SatView> Reader::Sat(uint64_t sample, int field, bool cache) const {
   // Format-1 stores may hold a stored table as an auxiliary record.
   RecordRef ref;
   if (field_has_sat(field)) {
-    auto aux = snapshot_->GetRecord(sample, static_cast<uint16_t>(kAuxFieldBase + field));
+    uint64_t local = 0;
+    auto aux = Locate(sample, &local).snapshot->GetRecord(local, static_cast<uint16_t>(kAuxFieldBase + field));
     if (aux.ok()) ref = RecordRef{reinterpret_cast<const uint8_t*>(aux->data()), aux->size()};
   }
   if (ref.data != nullptr) {
@@ -364,7 +555,7 @@ Result<SatView> Reader::Sat(uint64_t sample, int field, bool cache) const {
     v.planes = planes;
     v.H = H;
     v.W = W;
-    v.owner = snapshot_;
+    v.owner = owner_;
     return v;
   }
   std::unique_lock<std::mutex> lock(sat_mu_);
@@ -387,7 +578,8 @@ Result<SatView> Reader::Sat(uint64_t sample, int field, bool cache) const {
 void Reader::Prefetch(uint64_t sample, int field) const {
   if (sample >= ids_.size() || field < 0 || field >= field_count()) return;
   auto ref = Ref(sample, field);
-  if (ref.ok() && ref->data != nullptr) snapshot_->Advise(Access::kWillNeed, ref->data, ref->size);
+  uint64_t local = 0;
+  if (ref.ok() && ref->data != nullptr) Locate(sample, &local).snapshot->Advise(Access::kWillNeed, ref->data, ref->size);
 }
 
 void Reader::PrefetchWindow(const TensorView& v) const {

@@ -50,6 +50,9 @@ struct ReaderOptions {
   bool verify_checksums = false;
   // Read without LMDB's lock table even if the store is not sealed.
   bool no_lock = false;
+  // OpenSet: accept some shards of a shard set (each at most once), e.g.
+  // the shards one rank reads in rank-local mode. Off: every shard needed.
+  bool partial_set = false;
 };
 
 // Where one patch comes from and where it goes, for CopyPatches.
@@ -64,10 +67,32 @@ class Reader {
   // Opens the store at `path`. Errors: NotFound, Corruption, IOError.
   static Result<std::shared_ptr<Reader>> Open(const std::string& path, const ReaderOptions& options = {});
 
+  // Opens several stores as one (README "Shards"): a shard set written by
+  // `ingest --shard I/N` (every store records I/N: the same N, each I once,
+  // in any order given) or stores that are not shards (read in the order
+  // given). Global sample order: the stores in shard order (I = 0..N-1,
+  // else as given), each in its own index order: sample g is sample
+  // g - store_begin(s) of store s. Every store must have the same kind and
+  // fields. Errors: InvalidArgument naming the stores for a mix of shard
+  // sets, a missing or repeated shard, different fields, or an id held by
+  // two stores (naming both); as Open for each store. The meta() of a set is
+  // the first store's with sample_count the total and sealed when all are.
+  static Result<std::shared_ptr<Reader>> OpenSet(const std::vector<std::string>& paths,
+                                                 const ReaderOptions& options = {});
+
+  // For a set, a description: "<first path> (+K more stores)".
   const std::string& path() const { return path_; }
-  const StoreMeta& meta() const { return snapshot_->meta(); }
-  bool sealed() const { return snapshot_->meta().sealed; }
-  bool no_lock() const { return snapshot_->no_lock(); }
+  const StoreMeta& meta() const { return *meta_; }
+  bool sealed() const { return meta_->sealed; }
+  bool no_lock() const { return no_lock_; }
+
+  // The stores read (1 for Open), in global order.
+  size_t store_count() const { return stores_.size(); }
+  const std::string& store_path(size_t s) const { return stores_[s].path; }
+  // The global index of store s's first sample; store_begin(store_count()) is size().
+  uint64_t store_begin(size_t s) const { return s < stores_.size() ? stores_[s].begin : ids_.size(); }
+  // The store holding global sample `sample`. REQUIRES: sample < size().
+  size_t StoreOf(uint64_t sample) const;
   bool InOpeningProcess() const;
 
   // Samples.
@@ -147,7 +172,8 @@ class Reader {
   // "'<id>' field '<name>' in '<path>'": the context used in messages.
   std::string Describe(uint64_t sample, int field) const;
 
-  // The snapshot that views keep alive (for bindings that need an owner).
+  // The snapshot that views keep alive (for bindings that need an owner);
+  // for a set, the first store's (views of a set own all the snapshots).
   std::shared_ptr<const Snapshot> snapshot() const { return snapshot_; }
 
  private:
@@ -160,9 +186,19 @@ class Reader {
     std::atomic<uint64_t> size{0};
     std::atomic<uint8_t> state{0};  // 1: data/size resolved
   };
+  struct StoreRef {
+    std::shared_ptr<Snapshot> snapshot;
+    std::string path;
+    uint64_t begin = 0;  // global index of its first sample
+  };
   Reader() = default;
   Status Index();
   Status CheckFieldDTypes() const;
+  Status IndexStore(size_t store);
+  // The store of `sample` and the sample's index in it.
+  const StoreRef& Locate(uint64_t sample, uint64_t* local) const;
+  // UnlessChanged over the store of `sample` (every store when sample is out of range).
+  Status UnlessChangedAt(uint64_t sample, Status st) const;
   // The record's bytes (data null: the index lists no such record).
   Result<RecordRef> Ref(uint64_t sample, int field) const;
   Result<RecordHeader> CheckedHeader(uint64_t sample, int field, const uint8_t** data_out = nullptr) const;
@@ -171,10 +207,15 @@ class Reader {
   std::string path_;
   ReaderOptions options_;
   std::shared_ptr<Snapshot> snapshot_;
+  std::vector<StoreRef> stores_;           // one for Open
+  const StoreMeta* meta_ = nullptr;        // snapshot_->meta(), or set_meta_
+  StoreMeta set_meta_;
+  std::shared_ptr<const void> owner_;      // what views hold: snapshot_, or all the snapshots of a set
+  bool no_lock_ = false;
   std::vector<std::string_view> ids_;
-  // Ids read from a sealed index are copied here: that value's pages are
-  // freed (and may be reused) when a writer later appends to the store.
-  std::string id_arena_;
+  // Ids read from a sealed index are copied here (one string per store): that
+  // value's pages are freed (and may be reused) when a writer later appends to the store.
+  std::vector<std::unique_ptr<std::string>> id_arenas_;
   std::unique_ptr<RecordSlot[]> slots_;   // sample * field_count + field, resolved on first access
   size_t slot_count_ = 0;
   std::vector<RecordSummary> summaries_;  // from the sample index, same indexing

@@ -1,4 +1,5 @@
 #include "patchstore/store/format.h"
+#include "patchstore/store/shard.h"
 
 #include <xxhash.h>
 
@@ -714,6 +715,38 @@ Result<StoreMeta> StoreMeta::Decode(std::string_view text) {
   for (const auto& [k, v] : kv)
     if (k.rfind("attr.", 0) == 0) m.attributes[k.substr(5)] = v;
   return m;
+}
+
+uint32_t ShardOfId(std::string_view id, uint32_t count) {
+  return static_cast<uint32_t>(XXH3_64bits(id.data(), id.size()) % count);
+}
+
+Status ShardOfStore(const StoreMeta& meta, uint32_t* index, uint32_t* count) {
+  auto it = meta.attributes.find(kShardAttribute);
+  if (it == meta.attributes.end()) {
+    *index = *count = 0;
+    return Status::OK();
+  }
+  Status st = ParseShardSpec(it->second, index, count);
+  if (!st.ok()) return Status::Corruption("store metadata: bad attr." + std::string(kShardAttribute) + " (" + st.message() + ")");
+  return Status::OK();
+}
+
+Status ParseShardSpec(std::string_view text, uint32_t* index, uint32_t* count) {
+  const std::string shown(text);
+  const size_t slash = text.find('/');
+  uint64_t i = 0, n = 0;
+  if (slash == std::string_view::npos || !ParseU64(text.substr(0, slash), &i) || !ParseU64(text.substr(slash + 1), &n))
+    return Status::InvalidArgument("shard '" + shown + "': expected I/N, e.g. 0/4 for the first of 4 shards");
+  if (n == 0 || n > kMaxShardCount)
+    return Status::InvalidArgument("shard '" + shown + "': the shard count N must be 1.." +
+                                   std::to_string(kMaxShardCount));
+  if (i >= n)
+    return Status::InvalidArgument("shard '" + shown + "': the shard index I must be 0.." + std::to_string(n - 1) +
+                                   " (shards are numbered from 0)");
+  *index = static_cast<uint32_t>(i);
+  *count = static_cast<uint32_t>(n);
+  return Status::OK();
 }
 
 Result<Normalization> ParseNormalization(std::string_view spec, double maxval) {

@@ -1,4 +1,6 @@
 #include "patchstore/store/store.h"
+#include "patchstore/store/copy.h"
+#include "patchstore/store/filesystem.h"
 
 #include <lmdb.h>
 
@@ -7,6 +9,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -330,7 +333,12 @@ Result<std::shared_ptr<Snapshot>> Snapshot::Open(const std::string& path, const 
   PS_RETURN_IF_ERROR(CheckStoreFile(path, "lock.mdb", false));
 
   bool no_lock = options.force_no_lock;
-  for (int attempt = 0; attempt < 3; ++attempt) {
+  // No lock.mdb yet (a copied store, a fresh mount): look without creating
+  // one first; a sealed store is then read as it is, and only an unsealed
+  // one gets its lock file (below).
+  bool probing = false;
+  if (!no_lock && options.auto_no_lock && !std::filesystem::exists(path + "/lock.mdb", ec)) no_lock = probing = true;
+  for (int attempt = 0; attempt < 4; ++attempt) {
     auto env_r = OpenReadEnv(path, no_lock);
     if (!env_r.ok()) {
       if (!no_lock && options.auto_no_lock && env_r.status().message() == "EACCES") {
@@ -368,6 +376,10 @@ Result<std::shared_ptr<Snapshot>> Snapshot::Open(const std::string& path, const 
       MDB_dbi main_dbi;
       if (mdb_dbi_open(static_cast<MDB_txn*>(snap->txn_), nullptr, 0, &main_dbi) == 0 && mdb_stat(static_cast<MDB_txn*>(snap->txn_), main_dbi, &main_stat) == 0 &&
           main_stat.ms_entries == 0) {
+        if (probing) {  // not sealed: read it with the lock table
+          probing = no_lock = false;
+          continue;
+        }
         snap->empty_ = true;
         snap->meta_.tool_version = ToolVersion();
         return snap;
@@ -391,6 +403,10 @@ Result<std::shared_ptr<Snapshot>> Snapshot::Open(const std::string& path, const 
         return Status::Corruption("opening store '" + path + "': format " +
                                   std::to_string(snap->meta_.format_version) + " store without its 'index' database");
       }
+    }
+    if (probing && !snap->meta_.sealed) {
+      probing = no_lock = false;  // a live store: readers take slots in the lock table
+      continue;
     }
     if (snap->meta_.sealed && !no_lock && options.auto_no_lock) {
       // A sealed store never changes: read it without the lock table so that
@@ -558,6 +574,7 @@ void Snapshot::WillNeed(const std::vector<std::pair<const void*, size_t>>& range
 Result<std::unique_ptr<Writer>> Writer::Open(const std::string& path, const WriterOptions& options) {
   if (path.find('\0') != std::string::npos)
     return Status::InvalidArgument("opening store '" + path + "' for writing: the path contains a NUL byte");
+  PS_RETURN_IF_ERROR(CheckWriterFilesystem(path));
   std::error_code ec;
   std::filesystem::create_directories(path, ec);
   if (ec) return Status::IOError("creating store directory '" + path + "': " + ec.message());
@@ -960,6 +977,59 @@ Result<uint16_t> UpgradeStore(const std::string& path) {
   wo.kind = kind;
   PS_ASSIGN_OR_RETURN(auto writer, Writer::Open(path, wo));  // upgrades in its opening transaction
   return writer->upgraded() ? writer->upgraded_from() : kStoreFormatVersion;
+}
+
+// ---------------------------------------------------------------------------
+// Compacting copy
+
+Status CopyStoreCompact(const std::string& src, const std::string& dst_dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dst_dir, ec) || !std::filesystem::is_empty(dst_dir, ec))
+    return Status::InvalidArgument("copying '" + src + "' to '" + dst_dir + "': the destination must be an empty directory");
+  // Validates the source as readers do (a store, its format, its size).
+  PS_ASSIGN_OR_RETURN(auto snap, Snapshot::Open(src));
+  auto env = OpenReadEnv(src, snap->no_lock());
+  if (!env.ok() && env.status().message() == "EACCES") env = OpenReadEnv(src, true);
+  if (!env.ok()) return env.status();
+  const int rc = mdb_env_copy2((*env)->raw(), dst_dir.c_str(), MDB_CP_COMPACT);
+  if (rc != 0) return LmdbError("copying store '" + src + "' to", dst_dir, rc);
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------
+// Network filesystems
+
+const char* NetworkFilesystemName(long f_type) {
+  switch (static_cast<unsigned long>(f_type) & 0xffffffffUL) {
+    case 0x6969UL: return "NFS";           // NFS_SUPER_MAGIC
+    case 0xFF534D42UL: return "SMB";       // CIFS_SUPER_MAGIC
+    case 0xFE534D42UL: return "SMB";       // SMB2_SUPER_MAGIC
+    case 0x517BUL: return "SMB";           // SMB_SUPER_MAGIC
+    default: return nullptr;
+  }
+}
+
+Status CheckWriterFilesystemType(const std::string& path, long f_type) {
+  const char* name = NetworkFilesystemName(f_type);
+  if (name == nullptr) return Status::OK();
+  return Status::Unsupported("opening store '" + path + "' for writing: it is on " + name +
+                             ", a network filesystem, where LMDB's locks and memory map are not coherent "
+                             "between machines (readers can see a damaged store). Write the store on local disk, "
+                             "then copy the sealed store to the share with `patchstore copy` (sealed stores are "
+                             "read from shared and read-only mounts without a lock file)");
+}
+
+Status CheckWriterFilesystem(const std::string& path) {
+  std::filesystem::path p = path.empty() ? std::filesystem::path(".") : std::filesystem::path(path);
+  std::error_code ec;
+  // The nearest existing folder: the store may not exist yet.
+  for (int i = 0; i < 64 && !std::filesystem::exists(p, ec); ++i) {
+    if (!p.has_parent_path() || p.parent_path() == p) break;
+    p = p.parent_path();
+  }
+  struct statfs fs;
+  if (::statfs(p.c_str(), &fs) != 0) return Status::OK();  // the open that follows reports the real problem
+  return CheckWriterFilesystemType(path, static_cast<long>(fs.f_type));
 }
 
 }  // namespace patchstore

@@ -18,7 +18,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMANDS = [[], ["ingest", "images"], ["ingest", "hdf5"], ["info"], ["ls"], ["verify"], ["upgrade"], ["export"],
-            ["montage"], ["bench"]]
+            ["montage"], ["bench"], ["copy"]]
 
 
 def read(rel):

@@ -248,10 +248,40 @@ def store_montage(store: Store, count: int, patch_size: Any, field: Optional[str
                   *, require: Optional[str], patches_per_sample: int, epoch: int, flip: Any, rot90: bool,
                   window: Any, tile: Optional[int], crop: Any, context: int, ids: Optional[Iterable[Any]],
                   labels: bool, **sampler: Any) -> Any:
-    """Store.montage: the volume or the image montage, by the store's kind.
+    """A contact sheet of the windows a PatchSampler with these options serves first: (H, W, 3) uint8.
 
-    sampler: the image montage's further loader options (min_valid,
-    positive_fraction, policy, rank, world_size, loader, return_windows).
+    Volume stores: the slices a :class:`patchstore.torch.SliceDataset`
+    with the same ``crop``, ``context``, ``flip`` (False, True or
+    "independent"), ``rot90``, ``seed``, ``ids`` serves in ``epoch``:
+    ``count`` items spread evenly over the dataset (item ``j * len // count``),
+    each tile the centre slice of the item's stack, cropped, flipped and
+    turned as the dataset does, in gray: ``window`` (lo, hi) in stored
+    units (after the ingest normalisation) onto 0..255, default "auto"
+    (the 1st..99th percentile of the shown values); tiles labelled
+    "<id> s<slice>" (``labels=False`` for none); ``overlay`` a mask field
+    drawn in red. ``patch_size``, ``require`` and ``patches_per_sample``
+    do not apply.
+
+    The same picture as ``patchstore montage`` (ingest/montage.h): the
+    first `count` windows of `epoch` (continuing into later epochs) of a
+    sampler with this `seed`, `patch_size`, `patches_per_sample`,
+    `require`, `flip` and `rot90`, each tile labelled with its sample id
+    and position. field: the field shown (default: the store's first).
+    overlay: a mask field drawn as a translucent red overlay; by default
+    the windows must then hold one of its pixels (require=None means
+    "the overlay field"; require="" samples uniformly; require="name"
+    uses that mask). window: (lo, hi) display range for float fields
+    (default: each tile's own range); integer-sourced fields invert
+    their stored normalisation. tile: tile size in pixels (default
+    min(patch_size, 256)).
+
+    Images: every loader option too (min_valid, ..., ids), loader=, return_windows= (_export_api.montage).
+
+    Loads the ingest module (OpenCV) on first use. Errors as
+    PatchSampler: KeyError for an unknown field, ValueError for bad
+    options, IndexError when no sample has an admissible window.
+
+    Implements Store.montage.
     """
     reader_of(store)  # FileNotFoundError / closed store here
     path = store.path

@@ -43,6 +43,8 @@ class ImageIngestOptions:
     max_pixels: int
     isolate_decoders: bool
     decode_timeout_s: float
+    shard_index: int
+    shard_count: int
     command_line: str
     def __init__(self) -> None: ...
 
@@ -64,6 +66,8 @@ class Hdf5IngestOptions:
     batch_bytes: int
     slab_bytes: int
     chunk_cache_bytes: int
+    shard_index: int
+    shard_count: int
     durable: bool
     command_line: str
     def __init__(self) -> None: ...

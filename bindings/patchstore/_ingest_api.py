@@ -130,6 +130,22 @@ def _field_templates(fields: Any) -> List[Tuple[str, str]]:
     return out
 
 
+def _shard_arg(shard: Optional[Tuple[int, int]]) -> Tuple[int, int]:
+    """(i, n) checked (0 <= i < n), or (0, 0) for None (no sharding)."""
+    if shard is None:
+        return (0, 0)
+    try:
+        i, n = shard
+        i, n = operator.index(i), operator.index(n)
+    except (TypeError, ValueError):
+        raise TypeError(f"shard must be a pair of ints (i, n), not {shard!r}") from None
+    if not 0 < n <= (1 << 20):
+        raise ValueError(f"shard={shard!r}: the shard count n must be 1..{1 << 20}")
+    if not 0 <= i < n:
+        raise ValueError(f"shard={shard!r}: the shard index i must be 0..{n - 1} (shards are numbered from 0)")
+    return (i, n)
+
+
 def ingest_images(
     store: PathLike,
     manifest: Optional[PathLike] = None,
@@ -149,6 +165,7 @@ def ingest_images(
     decode_timeout: float = 60.0,
     progress: ProgressArg = None,
     callback: Optional[Callable[[Any], None]] = None,
+    shard: Optional[Tuple[int, int]] = None,
 ) -> IngestSummary:
     """Decodes images once into the store at `store` (created if missing).
 
@@ -181,6 +198,10 @@ def ingest_images(
     watchdog, so a hostile file can neither crash nor stall the ingest
     (False: in this process, as ``--in-process``). decode_timeout: seconds
     one file may take to decode in a child process (``--decode-timeout``).
+    shard: (i, n) ingests only shard i (0 <= i < n) of n, the samples whose
+    id hashes to i (xxh3_64 of the id bytes mod n), into a store of its own
+    (``--shard I/N``); run n of these (any processes or machines, at once)
+    and read the n stores as one with ``patchstore.open([...])``.
     progress: None (default) shows progress on stderr as ``patchstore
     ingest`` does: a bar when stderr is a terminal (tqdm's if tqdm is
     installed), else a plain line every 5 seconds and one at the end;
@@ -225,6 +246,9 @@ def ingest_images(
         args.append(f"norm={norm!r}")
     if on_error != "stop":
         args.append(f"on_error={on_error!r}")
+    shard_pair = _shard_arg(shard)
+    if shard is not None:
+        args.append(f"shard={shard_pair!r}")
     command_line = "patchstore.ingest_images(" + ", ".join(args) + ")"
     batch_samples = operator.index(batch_samples)
     if batch_samples < 1:
@@ -248,6 +272,7 @@ def ingest_images(
     o.decode_timeout_s = float(decode_timeout)
     o.command_line = command_line
     reporter = Reporter("ingest", "samples", progress, callback)
+    o.shard_index, o.shard_count = shard_pair
     d = _run_cancellable(lambda cancel: native.ingest_images(o, reporter.native(), cancel), reporter)
     return IngestSummary(**d)
 
@@ -296,6 +321,7 @@ def ingest_hdf5(
     strict_ids: bool = False,
     slab_bytes: int = 16 << 20,
     chunk_cache_bytes: int = 4 << 20,
+    shard: Optional[Tuple[int, int]] = None,
 ) -> IngestSummary:
     """Reads 3D volumes from HDF5 files once into the volume store at `store` (created if missing).
 
@@ -331,6 +357,10 @@ def ingest_hdf5(
     <store>/ingest-errors.tsv, and go on; an unreadable file or a missing
     group is one line with an empty id).
     durable: fsync each commit (False is faster for scratch stores).
+    shard: (i, n) ingests only shard i of n (``--shard I/N``): the volumes
+    whose id hashes to i (xxh3_64 of the id bytes mod n), ids assigned over
+    all `files` as without sharding; read the n stores as one with
+    ``patchstore.open([...])``.
     progress: None (default) shows progress on stderr (a bar on a terminal,
     tqdm's if installed; plain lines in logs), False prints nothing, as for
     :func:`ingest_images`.
@@ -397,6 +427,9 @@ def ingest_hdf5(
         args.append("allow_external=True")
     if on_error != "stop":
         args.append(f"on_error={on_error!r}")
+    shard_pair = _shard_arg(shard)
+    if shard is not None:
+        args.append(f"shard={shard_pair!r}")
     command_line = "patchstore.ingest_hdf5(" + ", ".join(args) + ")"
     native = _native()
     o = native.Hdf5IngestOptions()
@@ -417,6 +450,7 @@ def ingest_hdf5(
     o.durable = bool(durable)
     o.command_line = command_line
     reporter = Reporter("ingest hdf5", "volumes", progress, callback)
+    o.shard_index, o.shard_count = shard_pair
     d = _run_cancellable(lambda cancel: native.ingest_hdf5(o, reporter.native(), cancel), reporter)
     summary = IngestSummary(**d)
     for w in summary.warnings:

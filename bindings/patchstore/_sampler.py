@@ -19,7 +19,7 @@ import numpy as np
 from . import _patchstore as _C
 from ._sampler_options import (_best_window, _field_list, _min_valid_note, _public_options, _sampler_options,
                                _warn_skipped)
-from ._store import Store, _decode_id, reader_of
+from ._store import Store, _decode_id, _writable_buffer, reader_of, register_layer
 
 __all__ = ["PatchSampler", "Window", "Windows"]
 
@@ -510,3 +510,43 @@ def _unpickle_sampler(path: str, store_options: Dict[str, bool], options: Dict[s
     self._recycler = _Recycler()
     self._last = None
     return self
+
+
+def read_patches(self: Store, keys: Any, field: str, ys: Any, xs: Any, h: int, w: int, out: Any = None, *,
+                 num_threads: int = 1) -> Any:
+    """Copies N windows of one field into a contiguous (N,C,h,w) float32 batch.
+
+    keys: sample ids or indices (a sequence, an integer array, or one key
+    used for every window); ys, xs: top-left corners (sequences or scalars,
+    broadcast against each other). The gather runs in C++ with the GIL
+    released, on `num_threads` threads (0 = all cores).
+
+    out: where to write. None allocates a NumPy array. Otherwise any
+    writable C-contiguous float32 buffer of N*C*h*w elements (a NumPy array,
+    anything with the buffer protocol) or a contiguous float32 CPU torch
+    tensor, pinned or not. Returns `out` (or the new array).
+
+    Every window is checked before anything is copied (IndexError when one
+    leaves its record, KeyError for an unknown key or field).
+    """
+    r = reader_of(self)
+    idx = self._indices(r, keys)
+    ya = np.asarray(ys, dtype=np.int64).reshape(-1)
+    xa = np.asarray(xs, dtype=np.int64).reshape(-1)
+    try:
+        idx, ya, xa = (np.ascontiguousarray(a) for a in np.broadcast_arrays(idx, ya, xa))
+    except ValueError:
+        raise ValueError(f"read_patches on '{self._path}': {idx.size} keys, {ya.size} ys and {xa.size} xs "
+                         f"do not broadcast") from None
+    if out is None:
+        n = idx.shape[0]
+        c = r.summary(int(idx[0]), field)["shape"][0] if n else self.fields[field].channels
+        out = np.empty((n, c, int(h), int(w)), dtype=np.float32)
+        target = out
+    else:
+        target = _writable_buffer(out, self._path)
+    r.copy_patches(idx, field, ya, xa, int(h), int(w), target, int(num_threads))
+    return out
+
+
+register_layer("read_patches", read_patches)  # Store.read_patches

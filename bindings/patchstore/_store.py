@@ -7,6 +7,7 @@ views are wrapped in NumPy arrays without copying.
 
 from __future__ import annotations
 
+import glob
 import operator
 import os
 import sys
@@ -24,16 +25,22 @@ Key = Union[int, str, bytes]
 
 __all__ = ["Store", "FieldInfo", "Ids", "open", "CorruptRecordError"]
 
-# Store methods implemented by modules above this one: "slice_index" (_volumes)
-# and "montage" (_export_api) register here when imported (patchstore/__init__
+# Store methods implemented by modules above this one: "slice_index" (_volumes),
+# "read_patches" (_sampler) and "montage" (_export_api) register here when imported (patchstore/__init__
 # imports them all first), so _store.py imports no sibling and the package has
 # no import cycle (tests/python/test_package_layout.py).
 _LAYERS: Dict[str, Callable[..., Any]] = {}
 
 
 def register_layer(name: str, fn: Callable[..., Any]) -> None:
-    """Installs the implementation of Store.<name> (called by the module that provides it)."""
+    """Installs the implementation of Store.<name> (called by the module that provides it).
+
+    Store.<name> takes the implementation's docstring, so help() shows it.
+    """
     _LAYERS[name] = fn
+    method = getattr(Store, name, None)
+    if fn.__doc__ and callable(method):
+        method.__doc__ = fn.__doc__
 
 
 def _encode_id(id: Union[str, bytes]) -> bytes:
@@ -152,9 +159,7 @@ class Store:
     Used in a forked child, a Store opened in the parent notices the new
     process id and reopens; it never touches the parent's LMDB handles.
 
-    Threads: all reads may run from many threads at once.
-
-    Errors: unknown id or field -> ``KeyError``; index or window outside the
+    Threads: all reads may run from many threads at once. Errors: unknown id or field -> ``KeyError``; index or window outside the
     data -> ``IndexError``; bad argument -> ``ValueError``; OS or LMDB failure
     -> ``OSError`` (``FileNotFoundError`` for a missing store); a record that
     fails validation -> :class:`patchstore.CorruptRecordError` (an ``OSError``).
@@ -163,14 +168,17 @@ class Store:
 
     def __init__(
         self,
-        path: Union[str, "os.PathLike[str]"],
+        path: Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]],
         *,
         verify_checksums: bool = False,
         no_lock: bool = False,
+        partial_set: bool = False,
         _lazy: bool = False,
     ) -> None:
-        self._path = os.path.abspath(os.fspath(path))
+        self._path, self._paths = _resolve_stores(path)
         self._options = {"verify_checksums": bool(verify_checksums), "no_lock": bool(no_lock)}
+        if partial_set:  # some shards of a set (RankLocalShards); kept by pickling
+            self._options["partial_set"] = True
         self._reader: Optional[_C.Reader] = None
         self._pid = -1
         self._closed = False
@@ -188,7 +196,12 @@ class Store:
         # destructors make no LMDB call outside the process that opened it.
         self._reader = None
         self._fields = None
-        r = _C.Reader.open(self._path, **self._options)
+        o = self._options
+        if self._paths is None:
+            r = _C.Reader.open(self._path, verify_checksums=o["verify_checksums"], no_lock=o["no_lock"])
+        else:
+            r = _C.Reader.open_set(self._paths, verify_checksums=o["verify_checksums"], no_lock=o["no_lock"],
+                                   partial=o.get("partial_set", False))
         self._reader, self._pid = r, os.getpid()
         return r
 
@@ -215,9 +228,24 @@ class Store:
     # -- metadata ---------------------------------------------------------
 
     @property
-    def path(self) -> str:
-        """The absolute path of the store directory."""
+    def path(self) -> Any:
+        """The absolute path of the store directory; for a set of stores, what was
+        given to open it (a directory of shards or a glob, as ``str``; a list, as
+        a tuple of absolute paths), so ``patchstore.open(store.path)`` reopens it."""
         return self._path
+
+    @property
+    def store_paths(self) -> Tuple[str, ...]:
+        """The stores read, in global sample order (one for a single store)."""
+        r = reader_of(self)
+        return tuple(r.store_path(i) for i in range(r.store_count()))
+
+    def store_of(self, key: Key) -> Tuple[str, int]:
+        """(path of the store holding sample `key`, its index in that store)."""
+        r = reader_of(self)
+        i = self._index(r, key)
+        s = r.store_of(i)
+        return r.store_path(s), i - r.store_begin(s)
 
     @property
     def options(self) -> Dict[str, bool]:
@@ -399,12 +427,7 @@ class Store:
         return _array(r.slice_stack(self._index(r, key), field, k, context))
 
     def slice_index(self, ids: Optional[Iterable[Key]] = None) -> Any:
-        """A :class:`patchstore.SliceIndex` over the slices of every volume (or of `ids`, in that order).
-
-        ``len(index)`` is the total number of slices, ``index[i]`` the
-        ``SliceRef(id, slice)`` of flat slice i in O(1). ValueError for a
-        store of images, or when the fields of a volume differ in shape.
-        """
+        """A :class:`patchstore.SliceIndex` over the slices of every volume (or of `ids`, in that order)."""
         if isinstance(ids, (str, bytes)):
             raise TypeError(f"slice_index: ids must be a list of volume ids, not the single string {ids!r} "
                             f"(did you mean [{ids!r}]?)")
@@ -463,39 +486,8 @@ class Store:
         *,
         num_threads: int = 1,
     ) -> Any:
-        """Copies N windows of one field into a contiguous (N,C,h,w) float32 batch.
-
-        keys: sample ids or indices (a sequence, an integer array, or one key
-        used for every window); ys, xs: top-left corners (sequences or scalars,
-        broadcast against each other). The gather runs in C++ with the GIL
-        released, on `num_threads` threads (0 = all cores).
-
-        out: where to write. None allocates a NumPy array. Otherwise any
-        writable C-contiguous float32 buffer of N*C*h*w elements (a NumPy array,
-        anything with the buffer protocol) or a contiguous float32 CPU torch
-        tensor, pinned or not. Returns `out` (or the new array).
-
-        Every window is checked before anything is copied (IndexError when one
-        leaves its record, KeyError for an unknown key or field).
-        """
-        r = reader_of(self)
-        idx = self._indices(r, keys)
-        ya = np.asarray(ys, dtype=np.int64).reshape(-1)
-        xa = np.asarray(xs, dtype=np.int64).reshape(-1)
-        try:
-            idx, ya, xa = (np.ascontiguousarray(a) for a in np.broadcast_arrays(idx, ya, xa))
-        except ValueError:
-            raise ValueError(f"read_patches on '{self._path}': {idx.size} keys, {ya.size} ys and {xa.size} xs "
-                             f"do not broadcast") from None
-        if out is None:
-            n = idx.shape[0]
-            c = r.summary(int(idx[0]), field)["shape"][0] if n else self.fields[field].channels
-            out = np.empty((n, c, int(h), int(w)), dtype=np.float32)
-            target = out
-        else:
-            target = _writable_buffer(out, self._path)
-        r.copy_patches(idx, field, ya, xa, int(h), int(w), target, int(num_threads))
-        return out
+        """Copies N windows of one field into a contiguous (N,C,h,w) float32 batch (see _sampler.read_patches)."""
+        return _LAYERS["read_patches"](self, keys, field, ys, xs, h, w, out, num_threads=num_threads)
 
     # -- looking at what the sampler serves -------------------------------------
 
@@ -504,39 +496,7 @@ class Store:
                 patches_per_sample: int = 1, epoch: int = 0, flip: bool = False, rot90: bool = False,
                 window: Any = None, tile: Optional[int] = None, crop: Any = None, context: int = 0,
                 ids: Optional[Iterable[Any]] = None, labels: bool = True, **sampler: Any) -> Any:
-        """A contact sheet of the windows a PatchSampler with these options serves first: (H, W, 3) uint8.
-
-        Volume stores: the slices a :class:`patchstore.torch.SliceDataset`
-        with the same ``crop``, ``context``, ``flip`` (False, True or
-        "independent"), ``rot90``, ``seed``, ``ids`` serves in ``epoch``:
-        ``count`` items spread evenly over the dataset (item ``j * len // count``),
-        each tile the centre slice of the item's stack, cropped, flipped and
-        turned as the dataset does, in gray: ``window`` (lo, hi) in stored
-        units (after the ingest normalisation) onto 0..255, default "auto"
-        (the 1st..99th percentile of the shown values); tiles labelled
-        "<id> s<slice>" (``labels=False`` for none); ``overlay`` a mask field
-        drawn in red. ``patch_size``, ``require`` and ``patches_per_sample``
-        do not apply.
-
-        The same picture as ``patchstore montage`` (ingest/montage.h): the
-        first `count` windows of `epoch` (continuing into later epochs) of a
-        sampler with this `seed`, `patch_size`, `patches_per_sample`,
-        `require`, `flip` and `rot90`, each tile labelled with its sample id
-        and position. field: the field shown (default: the store's first).
-        overlay: a mask field drawn as a translucent red overlay; by default
-        the windows must then hold one of its pixels (require=None means
-        "the overlay field"; require="" samples uniformly; require="name"
-        uses that mask). window: (lo, hi) display range for float fields
-        (default: each tile's own range); integer-sourced fields invert
-        their stored normalisation. tile: tile size in pixels (default
-        min(patch_size, 256)).
-
-        Images: every loader option too (min_valid, ..., ids), loader=, return_windows= (_export_api.montage).
-
-        Loads the ingest module (OpenCV) on first use. Errors as
-        PatchSampler: KeyError for an unknown field, ValueError for bad
-        options, IndexError when no sample has an admissible window.
-        """
+        """A contact sheet of the windows a loader serves (documented by _export_api.store_montage)."""
         return _LAYERS["montage"](self, count, patch_size, field, overlay, seed, require=require,
                                   patches_per_sample=patches_per_sample, epoch=epoch, flip=flip, rot90=rot90,
                                   window=window, tile=tile, crop=crop, context=context, ids=ids, labels=labels,
@@ -583,12 +543,51 @@ def reader_of(store: "Store") -> "_C.Reader":
     return store._reopen()
 
 
+_GLOB_CHARS = set("*?[")
+
+
+def _is_store(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, "data.mdb"))
+
+
+def _resolve_stores(path: Any) -> Tuple[Any, Optional[List[str]]]:
+    """(what Store.path reports, the stores of a set or None for one store): a list or tuple of paths is
+    a set (put in shard order by the reader), so is a directory that is no store but holds stores, and a
+    glob naming no existing path (the stores it matches)."""
+    if isinstance(path, (list, tuple)):
+        paths = tuple(os.path.abspath(os.fspath(p)) for p in path)
+        if not paths:
+            raise ValueError("patchstore.open: an empty list of stores")
+        return paths, list(paths)
+    p = os.path.abspath(os.fspath(path))
+    if os.path.isdir(p) and not _is_store(p):
+        subs = sorted(os.path.join(p, n) for n in os.listdir(p) if _is_store(os.path.join(p, n)))
+        if subs:
+            return p, subs
+    if not os.path.exists(p) and _GLOB_CHARS & set(os.fspath(path)):
+        matches = sorted(m for m in glob.glob(p) if _is_store(m))
+        if not matches:
+            raise FileNotFoundError(f"no store matches '{os.fspath(path)}'")
+        return p, matches
+    return p, None
+
+
 def _unpickle_store(path: str, options: Dict[str, bool]) -> Store:
     return Store(path, _lazy=True, **options)
 
 
-def open(path: Union[str, "os.PathLike[str]"], *, verify_checksums: bool = False, no_lock: bool = False) -> Store:
+def open(path: Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]], *,
+         verify_checksums: bool = False, no_lock: bool = False) -> Store:
     """Opens the store at `path` read-only.
+
+    `path` may also name several stores read as one (a shard set written by
+    ``ingest_images(..., shard=(i, n))`` / ``--shard I/N``): a list of store
+    paths, a directory holding them (and no store itself), or a glob
+    (``"shards/frames-*.ps"``). Samples are numbered across the stores in
+    shard order (shard 0's samples in its ingest order, then shard 1's, ...);
+    ids, ``len``, ``info``, ``verify`` and every sampler and dataset work on
+    the set as on one store. Errors: a missing or repeated shard, stores of
+    two shard sets, different fields, or an id in two stores (naming both).
 
     verify_checksums: recompute each record's checksum on first access (one
     pass over the record; CorruptRecordError on mismatch).

@@ -328,6 +328,8 @@ PYBIND11_MODULE(_ingest, m) {
   BindField(io, io_fields, "max_pixels", &IO::max_pixels, "refuse larger declared images");
   BindField(io, io_fields, "isolate_decoders", &IO::isolate_decoders, "decode in child processes (not --in-process)");
   BindField(io, io_fields, "decode_timeout_s", &IO::decode_timeout_s, "seconds a file may decode (--decode-timeout)");
+  BindField(io, io_fields, "shard_index", &IO::shard_index, "--shard I/N: this shard (I)");
+  BindField(io, io_fields, "shard_count", &IO::shard_count, "--shard I/N: number of shards (N); 0 = no sharding");
   BindField(io, io_fields, "command_line", &IO::command_line, "recorded in the metadata");
   io.attr("_fields") = py::tuple(io_fields);
   io.def("__repr__", [](py::handle self) { return OptionsRepr(self, "ImageIngestOptions"); });
@@ -352,6 +354,8 @@ PYBIND11_MODULE(_ingest, m) {
   BindField(ho, ho_fields, "batch_bytes", &HO::batch_bytes, "commit after this many float32 bytes");
   BindField(ho, ho_fields, "slab_bytes", &HO::slab_bytes, "source bytes read per hyperslab");
   BindField(ho, ho_fields, "chunk_cache_bytes", &HO::chunk_cache_bytes, "HDF5 chunk cache per dataset");
+  BindField(ho, ho_fields, "shard_index", &HO::shard_index, "--shard I/N: this shard (I)");
+  BindField(ho, ho_fields, "shard_count", &HO::shard_count, "--shard I/N: number of shards (N); 0 = no sharding");
   BindField(ho, ho_fields, "durable", &HO::durable, "fsync each commit (--no-sync: False)");
   BindField(ho, ho_fields, "command_line", &HO::command_line, "recorded in the metadata");
   ho.attr("_fields") = py::tuple(ho_fields);

@@ -245,6 +245,36 @@ PYBIND11_MODULE(_patchstore, m) {
           },
           py::arg("path"), py::arg("verify_checksums") = false, py::arg("no_lock") = false,
           "Opens the store at `path`. FileNotFoundError when there is none.")
+      .def_static(
+          "open_set",
+          [](const std::vector<std::string>& paths, bool verify_checksums, bool no_lock, bool partial) {
+            ReaderOptions o;
+            o.verify_checksums = verify_checksums;
+            o.no_lock = no_lock;
+            o.partial_set = partial;
+            patchstore::Result<std::shared_ptr<Reader>> r = Status::Internal("not opened");
+            {
+              py::gil_scoped_release nogil;
+              r = Reader::OpenSet(paths, o);
+            }
+            return Unwrap(std::move(r), Where::kFiles);
+          },
+          py::arg("paths"), py::arg("verify_checksums") = false, py::arg("no_lock") = false,
+          py::arg("partial") = false,
+          "Opens several stores (a shard set) as one (patchstore::Reader::OpenSet).")
+      .def("store_count", &Reader::store_count)
+      .def("store_path", [](const Reader& r, size_t s) {
+        if (s >= r.store_count()) throw py::index_error("no store #" + std::to_string(s));
+        return r.store_path(s);
+      })
+      .def("store_begin", [](const Reader& r, size_t s) {
+        if (s > r.store_count()) throw py::index_error("no store #" + std::to_string(s));
+        return r.store_begin(s);
+      })
+      .def("store_of", [](const Reader& r, uint64_t sample) {
+        if (sample >= r.size()) throw py::index_error("sample index out of range");
+        return r.StoreOf(sample);
+      })
       .def_property_readonly("path", &Reader::path)
       .def_property_readonly("sealed", &Reader::sealed)
       .def_property_readonly("no_lock", &Reader::no_lock)

@@ -1,0 +1,190 @@
+// Reader::OpenSet: several stores (a shard set) read as one.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "patchstore/reader/reader.h"
+#include "patchstore/store/shard.h"
+#include "patchstore/store/store.h"
+#include "test_util.h"
+
+namespace patchstore {
+namespace {
+
+using testing::TempDir;
+
+constexpr int64_t kH = 8, kW = 12;
+
+// The value of every pixel of sample `id`: its number, so a read names the sample it came from.
+float ValueOf(const std::string& id) { return static_cast<float>(std::stoi(id.substr(2))); }
+
+// Writes the ids into a store of one 1-channel field "x", recording shard `spec` ("" for none).
+void WriteStore(const std::string& path, const std::vector<std::string>& ids, const std::string& spec,
+                const char* field = "x") {
+  WriterOptions wo;
+  wo.durable = false;
+  auto writer = Writer::Open(path, wo).value();
+  FieldMeta m;
+  m.name = field;
+  m.channels = 1;
+  m.source_type = SourceType::kFloat32;
+  const uint16_t f = writer->EnsureField(m).value();
+  if (!spec.empty()) writer->mutable_meta().attributes[kShardAttribute] = spec;
+  std::vector<std::vector<float>> data;
+  std::vector<SampleInput> in;
+  for (const std::string& id : ids) data.emplace_back(kH * kW, ValueOf(id));
+  for (size_t i = 0; i < ids.size(); ++i) {
+    SampleInput s;
+    s.id = ids[i];
+    RecordInput r;
+    r.field = f;
+    r.header.rank = 3;
+    r.header.shape = {1, kH, kW, 0};
+    r.header.source_type = SourceType::kFloat32;
+    r.data = data[i].data();
+    s.records.push_back(r);
+    in.push_back(std::move(s));
+  }
+  if (!in.empty()) ASSERT_TRUE(writer->WriteBatch(in).ok());
+  else ASSERT_TRUE(writer->CommitMeta().ok());
+  ASSERT_TRUE(writer->Seal().ok());
+}
+
+// 30 ids "s/0".."s/29" split into `n` shards by ShardOfId, written as shard stores; returns their paths.
+std::vector<std::string> WriteShards(const TempDir& dir, uint32_t n, std::vector<std::vector<std::string>>* parts) {
+  parts->assign(n, {});
+  for (int i = 0; i < 30; ++i) {
+    const std::string id = "s/" + std::to_string(i);
+    (*parts)[ShardOfId(id, n)].push_back(id);
+  }
+  std::vector<std::string> paths;
+  for (uint32_t i = 0; i < n; ++i) {
+    paths.push_back(dir / ("shard-" + std::to_string(i) + ".ps"));
+    WriteStore(paths.back(), (*parts)[i], std::to_string(i) + "/" + std::to_string(n));
+  }
+  return paths;
+}
+
+TEST(ShardOfId, IsXxh3Of64BitsModN) {
+  // XXH3_64bits("") = 0x2D06800538D394C2 (the xxHash reference value).
+  EXPECT_EQ(ShardOfId("", 1u << 20), 0x2D06800538D394C2ull % (1u << 20));
+  EXPECT_EQ(ShardOfId("", 7), 0x2D06800538D394C2ull % 7);
+  EXPECT_EQ(ShardOfId("anything", 1), 0u);
+  uint32_t i = 0, n = 0;
+  EXPECT_TRUE(ParseShardSpec("2/5", &i, &n).ok());
+  EXPECT_EQ(i, 2u);
+  EXPECT_EQ(n, 5u);
+  for (const char* bad : {"5/5", "0/0", "", "1", "a/3", "1/3x", "-1/3", "1/2000000"})
+    EXPECT_EQ(ParseShardSpec(bad, &i, &n).code(), Code::kInvalidArgument) << bad;
+}
+
+TEST(ShardSet, ReadsAsOneStoreInShardOrder) {
+  TempDir dir;
+  std::vector<std::vector<std::string>> parts;
+  auto paths = WriteShards(dir, 3, &parts);
+  // Given in any order: read in shard order.
+  auto set = Reader::OpenSet({paths[2], paths[0], paths[1]}).value();
+  ASSERT_EQ(set->size(), 30u);
+  ASSERT_EQ(set->store_count(), 3u);
+  EXPECT_TRUE(set->sealed());
+  EXPECT_TRUE(set->no_lock());
+  EXPECT_EQ(set->meta().sample_count, 30u);
+  uint64_t g = 0;
+  for (size_t s = 0; s < 3; ++s) {
+    EXPECT_EQ(set->store_path(s), paths[s]);
+    EXPECT_EQ(set->store_begin(s), g);
+    for (const std::string& id : parts[s]) {
+      EXPECT_EQ(set->id(g), id);
+      EXPECT_EQ(set->StoreOf(g), s);
+      EXPECT_EQ(set->Find(id).value(), g);
+      auto v = set->Patch(g, 0, 2, 3, 4, 5).value();
+      EXPECT_EQ(v.data_as<float>()[0], ValueOf(id));
+      ++g;
+    }
+  }
+  EXPECT_EQ(set->store_begin(3), 30u);
+  // Views outlive the reader (they own every store's snapshot).
+  auto view = set->Get(29, 0).value();
+  const float want = ValueOf(std::string(set->id(29)));
+  set.reset();
+  EXPECT_EQ(view.data_as<float>()[kH * kW - 1], want);
+  // Errors name the store of the sample.
+  auto again = Reader::OpenSet(paths).value();
+  EXPECT_NE(again->Describe(29, 0).find(paths[2]), std::string::npos);
+  EXPECT_EQ(again->Find("s/99").status().code(), Code::kNotFound);
+}
+
+TEST(ShardSet, RefusesIncompleteMixedOrDuplicatedSets) {
+  TempDir dir;
+  std::vector<std::vector<std::string>> parts;
+  auto paths = WriteShards(dir, 4, &parts);
+  auto missing = Reader::OpenSet({paths[0], paths[1], paths[3]});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("4 shards: 3 found"), std::string::npos) << missing.status().message();
+  EXPECT_NE(missing.status().message().find("shard 2 missing"), std::string::npos);
+  // Some shards on purpose (rank-local reading): in shard order, still each once.
+  ReaderOptions partial;
+  partial.partial_set = true;
+  auto some = Reader::OpenSet({paths[3], paths[0]}, partial).value();
+  ASSERT_EQ(some->size(), parts[0].size() + parts[3].size());
+  EXPECT_EQ(some->store_path(0), paths[0]);
+  EXPECT_EQ(some->id(some->store_begin(1)), parts[3].front());
+  EXPECT_FALSE(Reader::OpenSet({paths[0], paths[0]}, partial).ok());
+  auto twice = Reader::OpenSet({paths[0], paths[1], paths[1], paths[2], paths[3]});
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.status().message().find("are both shard 1/4"), std::string::npos) << twice.status().message();
+  std::vector<std::vector<std::string>> other_parts;
+  TempDir other;
+  auto three = WriteShards(other, 3, &other_parts);
+  auto mixed = Reader::OpenSet({paths[0], three[1]});
+  ASSERT_FALSE(mixed.ok());
+  EXPECT_NE(mixed.status().message().find("two different shard sets"), std::string::npos);
+  // Plain stores sharing an id: both named.
+  WriteStore(dir / "a.ps", {"s/1", "s/2"}, "");
+  WriteStore(dir / "b.ps", {"s/3", "s/2"}, "");
+  auto dup = Reader::OpenSet({dir / "a.ps", dir / "b.ps"});
+  ASSERT_FALSE(dup.ok());
+  EXPECT_EQ(dup.status().message(),
+            "opening a set of stores: sample id 's/2' is in '" + (dir / "a.ps") + "' (sample #1) and in '" +
+                (dir / "b.ps") + "' (sample #1); every id must be in one store of a set");
+  // Plain stores are read in the order given.
+  WriteStore(dir / "c.ps", {"s/7"}, "");
+  auto plain = Reader::OpenSet({dir / "c.ps", dir / "a.ps"}).value();
+  ASSERT_EQ(plain->size(), 3u);
+  EXPECT_EQ(plain->id(0), "s/7");
+  EXPECT_EQ(plain->id(2), "s/2");
+  // Different fields.
+  WriteStore(dir / "y.ps", {"s/8"}, "", "y");
+  auto fields = Reader::OpenSet({dir / "c.ps", dir / "y.ps"});
+  ASSERT_FALSE(fields.ok());
+  EXPECT_NE(fields.status().message().find("with fields x but"), std::string::npos) << fields.status().message();
+  EXPECT_FALSE(Reader::OpenSet({}).ok());
+  EXPECT_EQ(Reader::OpenSet({dir / "nothing.ps"}).status().code(), Code::kNotFound);
+}
+
+TEST(ShardSet, EmptyShardIsPartOfTheSet) {
+  TempDir dir;
+  WriteStore(dir / "0.ps", {"s/1"}, "0/2");
+  WriteStore(dir / "1.ps", {}, "1/2");
+  {
+    // A shard ingest that found no sample of its shard: sealed, no fields.
+    WriterOptions wo;
+    wo.durable = false;
+    auto w = Writer::Open(dir / "2.ps", wo).value();
+    w->mutable_meta().attributes[kShardAttribute] = "0/2";
+    ASSERT_TRUE(w->Seal().ok());
+    WriteStore(dir / "3.ps", {"s/5"}, "1/2");
+    auto set = Reader::OpenSet({dir / "3.ps", dir / "2.ps"}).value();
+    ASSERT_EQ(set->size(), 1u);
+    EXPECT_EQ(set->field_count(), 1);
+    EXPECT_EQ(set->FieldIndex("x").value(), 0);
+  }
+  auto set = Reader::OpenSet({dir / "1.ps", dir / "0.ps"}).value();
+  ASSERT_EQ(set->size(), 1u);
+  EXPECT_EQ(set->id(0), "s/1");
+  EXPECT_EQ(set->Patch(0, 0, 0, 0, 2, 2).value().data_as<float>()[0], 1.0f);
+}
+
+}  // namespace
+}  // namespace patchstore
