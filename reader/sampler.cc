@@ -229,11 +229,7 @@ std::shared_ptr<const std::vector<uint64_t>> PatchSampler::Permutation(uint64_t 
   std::lock_guard<std::mutex> lock(mu_);
   if (perm_ && perm_epoch_ == epoch) return perm_;
   auto perm = std::make_shared<std::vector<uint64_t>>(eligible_);
-  // Fisher-Yates with a counter-based generator keyed by (seed, epoch).
-  for (uint64_t i = perm->size(); i > 1; --i) {
-    uint64_t j = Below(Hash(options_.seed, epoch, 0x5045524dULL, i), i);
-    std::swap((*perm)[i - 1], (*perm)[j]);
-  }
+  splitmix::Shuffle(perm->data(), perm->size(), options_.seed, epoch, 0x5045524dULL);  // 'PERM'
   perm_ = perm;
   perm_epoch_ = epoch;
   return perm_;

@@ -62,6 +62,21 @@ constexpr uint64_t Below32(uint64_t h, uint64_t n) { return ((h >> 32) * n) >> 3
 // A uniform double in [0, 1) from the top 53 bits of h.
 constexpr double Unit(uint64_t h) { return static_cast<double>(h >> 11) * 0x1.0p-53; }
 
+// Shuffles values[0, n) in place (Fisher-Yates) with swap positions
+// Below(Key(seed, epoch, salt, i), i): the one epoch order of every sampler
+// (PatchSampler: salt 'PERM'; the resumable datasets' EpochBatchSampler:
+// salt 'EBS1'). The same (seed, epoch, salt, n) gives the same order on every
+// machine and in every process.
+template <typename T>
+void Shuffle(T* values, uint64_t n, uint64_t seed, uint64_t epoch, uint64_t salt) {
+  for (uint64_t i = n; i > 1; --i) {
+    const uint64_t j = Below(Key(seed, epoch, salt, i, 0), i);
+    T t = values[i - 1];
+    values[i - 1] = values[j];
+    values[j] = t;
+  }
+}
+
 }  // namespace splitmix
 
 // ---------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Sequence, Union
 
 import numpy as np
 
+from . import _patchstore as _C
 from ._store import Store, _resolve_stores
 
 __all__ = ["RankLocalShards"]
@@ -48,7 +49,8 @@ class RankLocalShards:
 
     def assignment(self, epoch: int) -> List[int]:
         """Indices (in shard order) of the shards this rank reads in `epoch`, sorted."""
-        perm = np.random.default_rng([self.seed, int(epoch)]).permutation(len(self._paths))
+        perm = np.arange(len(self._paths), dtype=np.int64)
+        _C.shuffle(perm, self.seed & 0xFFFFFFFFFFFFFFFF, int(epoch), 0x524E4B4C)  # 'RNKL', reader/transform.h
         return sorted(int(i) for i in perm[self.rank::self.world_size])
 
     def paths(self, epoch: int) -> List[str]:

@@ -23,7 +23,14 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
-STATE_VERSION = 1
+from . import _patchstore as _C
+
+# Version 2: the epoch order of EpochBatchSampler comes from the samplers' C++
+# generator (splitmix::Shuffle, salt 'EBS1'), no longer from NumPy's bit generator, and
+# PatchDataset's items are its eligible samples; a version-1 position would
+# resume into a different order, so it is refused.
+STATE_VERSION = 2
+_ORDER_SALT = 0x45425331  # 'EBS1'
 
 
 def _int(state: Dict[str, Any], key: str, what: str) -> int:
@@ -43,6 +50,10 @@ def check_state(state: Any, what: str, expect: Dict[str, Any]) -> Tuple[int, int
                         f"{type(state).__name__}")
     if state.get("type") != what:
         raise ValueError(f"{what}.load_state_dict: this state was saved by {state.get('type')!r}, not {what}")
+    if _int(state, "version", what) == 1:
+        raise ValueError(f"{what}.load_state_dict: this state (version 1) was saved by an older patchstore whose "
+                         f"epoch order differs; resuming from it would repeat or skip items. Start the epoch "
+                         f"again: set_epoch({state.get('epoch')!r}) without load_state_dict")
     if _int(state, "version", what) != STATE_VERSION:
         raise ValueError(f"{what}.load_state_dict: state version {state['version']} is not supported "
                          f"(this patchstore reads version {STATE_VERSION})")
@@ -163,9 +174,8 @@ class EpochBatchSampler:
         """The indices this rank reads in `epoch`, in order (before cutting into batches)."""
         n, w = len(self.dataset), self.world_size
         if self.shuffle:
-            rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(self.dataset.seed), epoch,
-                                                                                0x5EED])))
-            perm = rng.permutation(n).astype(np.int64)
+            perm = np.arange(n, dtype=np.int64)
+            _C.shuffle(perm, int(self.dataset.seed) & 0xFFFFFFFFFFFFFFFF, epoch, _ORDER_SALT)
         else:
             perm = np.arange(n, dtype=np.int64)
         total = self._mine() * w

@@ -29,6 +29,7 @@
 #include "buffer_py.h"
 #include "patchstore/reader/reader.h"
 #include "patchstore/reader/sampler.h"
+#include "patchstore/reader/transform.h"
 #include "status_py.h"
 
 namespace patchstore_py {
@@ -187,9 +188,23 @@ std::unique_ptr<PySampler> Create(std::shared_ptr<Reader> reader, const std::vec
   return ps;
 }
 
+// values (a writable int64 vector) shuffled in place by splitmix::Shuffle.
+void ShuffleInPlace(const py::object& values, uint64_t seed, uint64_t epoch, uint64_t salt) {
+  BufferHold probe;
+  int64_t n = 0;
+  if (probe.Get(values.ptr(), PyBUF_STRIDES | PyBUF_FORMAT)) n = static_cast<int64_t>(probe.view().len / 8);
+  auto hold = WritableBuffer(values, {n}, "qlQL", 8, "int64", "values", "shuffle");
+  int64_t* v = static_cast<int64_t*>(hold->view().buf);
+  py::gil_scoped_release nogil;
+  patchstore::splitmix::Shuffle(v, static_cast<uint64_t>(n), seed, epoch, salt);
+}
+
 }  // namespace
 
 void BindSampler(py::module_& m) {
+  m.def("shuffle", &ShuffleInPlace, py::arg("values"), py::arg("seed"), py::arg("epoch"), py::arg("salt"),
+        "Shuffles a writable int64 vector in place: Fisher-Yates keyed by (seed, epoch, salt) with the\n"
+        "samplers' counter-based generator (reader/transform.h splitmix::Shuffle).");
   py::class_<PySampler>(
       m, "Sampler",
       "patchstore::PatchSampler: exact mask-aware uniform windows, deterministic in (seed, epoch, position),\n"

@@ -130,3 +130,11 @@ def test_private_reader_handle_is_not_called_across_modules():
     # One documented handle (patchstore._store.reader_of), no `._r()` helper.
     for name, path in _modules().items():
         assert "._r()" not in path.read_text(), f"{path} calls ._r(); use _store.reader_of(store)"
+
+
+def test_no_sampling_code_in_python():
+    """Every draw (windows, slices, epoch orders, shard assignment) comes from the C++ generator."""
+    for name, path in _modules().items():
+        text = path.read_text()
+        for word in ("np.random", "PCG64", "random.Random", "import random"):
+            assert word not in text, f"{name} uses {word}: sampling belongs in reader/ (reader/transform.h)"

@@ -144,7 +144,7 @@ def test_batch_loader_state_follows_the_iteration(frameset):
     loader = BatchLoader(frameset.store, ["rgb"], patch_size=16, batch_size=4, seed=1)
     nb = len(loader)
     assert nb >= 3
-    base = {"type": "BatchLoader", "version": 1, "seed": 1, "world_size": 1, "batch_size": 4, "batches": nb}
+    base = {"type": "BatchLoader", "version": 2, "seed": 1, "world_size": 1, "batch_size": 4, "batches": nb}
     assert loader.state_dict() == dict(base, epoch=0, batch=0)
     it = iter(loader)
     next(it)
@@ -170,7 +170,8 @@ def test_states_that_do_not_match_are_refused(frameset, volume_store):
     good = loader.state_dict()
     for change, word in (({"seed": 2}, "seed=2"), ({"batch_size": 8}, "batch_size=8"),
                          ({"world_size": 2}, "world_size=2"), ({"type": "SliceDataset"}, "SliceDataset"),
-                         ({"version": 9}, "version 9"), ({"epoch": -1}, ">= 0"), ({"batch": "3"}, "int")):
+                         ({"version": 9}, "version 9"), ({"version": 1}, "older patchstore whose epoch order"),
+                         ({"epoch": -1}, ">= 0"), ({"batch": "3"}, "int")):
         with pytest.raises(ValueError, match=word):
             loader.load_state_dict(dict(good, **change))
     with pytest.raises(ValueError, match="worker 0 of 2"):
@@ -179,7 +180,7 @@ def test_states_that_do_not_match_are_refused(frameset, volume_store):
         loader.load_state_dict([1, 2])
     ds = SliceDataset(volume_store, ("MR",), seed=4)
     ds.set_epoch(3)
-    assert ds.state_dict(batch=5) == {"type": "SliceDataset", "version": 1, "seed": 4, "length": 9, "epoch": 3,
+    assert ds.state_dict(batch=5) == {"type": "SliceDataset", "version": 2, "seed": 4, "length": 9, "epoch": 3,
                                       "batch": 5}
     with pytest.raises(ValueError, match="length=20"):
         ds.load_state_dict(dict(ds.state_dict(), length=20))
@@ -207,3 +208,42 @@ def test_epoch_batch_sampler_splits_like_distributed_sampler(volume_store):
     ds.load_state_dict(ds.state_dict(batch=1))
     assert list(plain) == [[4, 5, 6, 7]]  # resumed once ...
     assert list(plain) == [[0, 1, 2, 3], [4, 5, 6, 7]]  # ... then whole epochs again
+
+
+def _splitmix_shuffle(n: int, seed: int, epoch: int, salt: int) -> List[int]:
+    """Reference for the C++ epoch order: Fisher-Yates with j = Below(Key(seed, epoch, salt, i, 0), i)."""
+    m = (1 << 64) - 1
+
+    def mix(z: int) -> int:
+        z = (z + 0x9E3779B97F4A7C15) & m
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & m
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m
+        return z ^ (z >> 31)
+
+    def key(*xs: int) -> int:
+        h = xs[0]
+        for x in xs[1:]:
+            h = mix(h) ^ x
+        return mix(h)
+
+    v = list(range(n))
+    for i in range(n, 1, -1):
+        j = (key(seed, epoch, salt, i, 0) * i) >> 64
+        v[i - 1], v[j] = v[j], v[i - 1]
+    return v
+
+
+def test_epoch_order_is_the_cpp_generators_shuffle(volume_store):
+    """EpochBatchSampler's order comes from splitmix::Shuffle (salt 'EBS1'), not NumPy: pinned by a reference."""
+    from patchstore import _patchstore as C
+    from patchstore._resume import EpochBatchSampler
+    ds = SliceDataset(volume_store, ("MR",), seed=4)
+    sampler = EpochBatchSampler(ds, batch_size=3, shuffle=True, rank=0, world_size=1)
+    for epoch in (0, 1, 7):
+        assert sampler.order(epoch).tolist() == _splitmix_shuffle(len(ds), 4, epoch, 0x45425331)
+    assert sampler.order(0).tolist() != sampler.order(1).tolist()
+    v = np.arange(10, dtype=np.int64)
+    C.shuffle(v, 3, 5, 7)
+    assert v.tolist() == _splitmix_shuffle(10, 3, 5, 7) and sorted(v.tolist()) == list(range(10))
+    with pytest.raises(ValueError, match="int64"):
+        C.shuffle(np.arange(4, dtype=np.float32), 0, 0, 0)

@@ -9,6 +9,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 import torch
 from torch.utils.data import IterableDataset
 
+from .._resume import STATE_VERSION
 from .._sampler import PatchSampler
 from .._store import Store
 from ._common import _EpochCounter, _Ring, _distributed_defaults, _empty
@@ -248,7 +249,7 @@ class BatchLoader(IterableDataset):
         if b >= nb and worker is None:  # that epoch is done: the start of the next one
             e, b = e + 1, 0
         # (A worker's state keeps its epoch: the DataLoader may not have ended that epoch yet.)
-        state: Dict[str, Any] = {"type": "BatchLoader", "version": 1, **self._state_options(), "epoch": e, "batch": b}
+        state: Dict[str, Any] = {"type": "BatchLoader", "version": STATE_VERSION, **self._state_options(), "epoch": e, "batch": b}
         if worker is not None:
             state["worker"], state["num_workers"] = worker
         return state
