@@ -347,6 +347,10 @@ int main(int argc, char** argv) {
     const ps::StoreMeta& m = reader->meta();
     // Shapes: per field, the shape shared by all samples or "varies".
     std::vector<std::string> shapes(m.fields.size());
+    // Per mask field: samples whose mask has no valid pixel (no sampler can
+    // draw a masked window from them; loaders skip and report them).
+    std::vector<uint64_t> empty_masks(m.fields.size(), 0);
+    std::vector<std::string> first_empty(m.fields.size());
     uint64_t payload = 0;
     for (int f = 0; f < reader->field_count(); ++f) {
       std::string shape;
@@ -355,6 +359,7 @@ int main(int argc, char** argv) {
         auto h = reader->Summary(s, f);  // the sample index: no record is read
         if (!h.ok()) continue;
         payload += h->payload_bytes();
+        if (h->has_valid_count && h->valid_count == 0 && ++empty_masks[f] == 1) first_empty[f] = std::string(reader->id(s));
         std::string sh;
         for (int d = 0; d < h->rank; ++d) sh += (d ? "x" : "") + std::to_string(h->shape[d]);
         if (shape.empty()) shape = sh;
@@ -375,8 +380,9 @@ int main(int argc, char** argv) {
            << JsonString(ps::SourceTypeName(fm.source_type)) << ", \"source_format\": "
            << JsonString(fm.source_format) << ", \"normalisation\": " << JsonString(fm.norm.ToString())
            << ", \"channel_names\": " << JsonList(fm.channel_names) << ", \"mask\": "
-           << (fm.is_mask ? "true" : "false")
-           << ", \"shape_range\": " << ps::cli::ShapeRangeJson(ps::cli::FieldShapeRange(*reader, static_cast<int>(f)))
+           << (fm.is_mask ? "true" : "false");
+        if (fm.is_mask) os << ", \"empty_masks\": " << empty_masks[f];
+        os << ", \"shape_range\": " << ps::cli::ShapeRangeJson(ps::cli::FieldShapeRange(*reader, static_cast<int>(f)))
            << "}";
       }
       os << "]";
@@ -413,6 +419,10 @@ int main(int argc, char** argv) {
           std::printf("  %-10s shapes: %s%s\n", "", ps::cli::ShapeRangeText(
                           ps::cli::FieldShapeRange(*reader, static_cast<int>(f)), m.kind == "volumes").c_str(),
                       info_all ? "" : "; --all lists each sample");
+        if (empty_masks[f] > 0)
+          std::printf("  %-10s %llu sample(s) with no valid pixel (first: '%s'): samplers with require=%s skip them\n",
+                      "", static_cast<unsigned long long>(empty_masks[f]), Printable(first_empty[f]).c_str(),
+                      fm.name.c_str());
       }
       if (info_all) {
         std::printf("samples (%s):\n", m.kind == "volumes" ? "S x H x W per field" : "C x H x W per field");

@@ -342,3 +342,15 @@ def test_min_valid_flips_and_borrowed_windows(frameset):
     assert flips == {0, 1, 2, 3}
     with pytest.raises(ValueError, match="square"):
         dataset(frameset.store, patch_size=(P, 12), rot90=True)
+
+
+def test_info_reports_samples_with_an_empty_mask(frameset):
+    """`patchstore info` names the mask field's empty samples (from the sample index), text and JSON."""
+    import json
+    import subprocess
+    cli = os.environ.get("PATCHSTORE_CLI") or patchstore.cli_path()
+    text = subprocess.run([cli, "info", frameset.store], capture_output=True, text=True, check=True).stdout
+    assert f"1 sample(s) with no valid pixel (first: '{EMPTY_MASK_ID}')" in text
+    fields = {f["name"]: f for f in json.loads(subprocess.run([cli, "info", "--json", frameset.store],
+                                                              capture_output=True, text=True, check=True).stdout)["fields"]}
+    assert fields["mask"]["empty_masks"] == 1 and "empty_masks" not in fields["rgb"]
