@@ -176,6 +176,17 @@ Status FinalizeHeader(RecordHeader* h) {
       return Status::InvalidArgument("record larger than the 64 GiB limit");
     bytes *= h->shape[i];
   }
+  if (!ValidTileSize(h->tile)) return Status::InvalidArgument("tile edge must be 0 or a multiple of 8 in 8..4096");
+  if (h->tiled()) {
+    if (h->layout != Layout::kCHW || h->rank != 3)
+      return Status::InvalidArgument("only (C,H,W) image records can be tiled");
+    const TileGrid g = h->grid();
+    const uint64_t ty = static_cast<uint64_t>(g.tiles_y()), tx = static_cast<uint64_t>(g.tiles_x());
+    const uint64_t tile_bytes = es * h->shape[0] * h->tile * h->tile;
+    if (tile_bytes > kMaxPayloadBytes || ty * tx > kMaxPayloadBytes / tile_bytes)
+      return Status::InvalidArgument("record larger than the 64 GiB limit");
+    bytes = ty * tx * tile_bytes;
+  }
   h->payload_bytes = bytes;
   h->body_bytes = BodyBytesFor(bytes);
   return Status::OK();
@@ -192,7 +203,7 @@ void EncodeRecordHeader(const RecordHeader& h, uint8_t* out) {
   out[11] = static_cast<uint8_t>(h.norm.kind);
   out[12] = static_cast<uint8_t>(h.source_type);
   out[13] = h.norm.clamp ? 1 : 0;  // flags
-  // 14..15 reserved (zero)
+  PutU16(out + 14, h.tile);
   for (int i = 0; i < kMaxRank; ++i) PutU64(out + 16 + 8 * i, h.shape[i]);
   PutU64(out + 48, h.payload_bytes);
   PutU64(out + 56, h.body_bytes);
@@ -226,8 +237,10 @@ Result<RecordHeader> ParseRecordHeader(const void* data, size_t size) {
   h.norm.kind = static_cast<NormKind>(p[11]);
   if (!ValidSource(p[12])) return Status::Corruption("bad record source type");
   h.source_type = static_cast<SourceType>(p[12]);
-  if (p[13] > 1 || p[14] != 0 || p[15] != 0) return Status::Corruption("bad record flags");
+  if (p[13] > 1) return Status::Corruption("bad record flags");
   h.norm.clamp = p[13] == 1;
+  h.tile = GetU16(p + 14);
+  if (!ValidTileSize(h.tile)) return Status::Corruption("bad record tile size " + std::to_string(h.tile));
   uint64_t bytes = DTypeSize(h.dtype);
   for (int i = 0; i < kMaxRank; ++i) {
     h.shape[i] = GetU64(p + 16 + 8 * i);
@@ -238,6 +251,15 @@ Result<RecordHeader> ParseRecordHeader(const void* data, size_t size) {
     if (h.shape[i] == 0 || h.shape[i] > kMaxPayloadBytes || bytes > kMaxPayloadBytes / h.shape[i])
       return Status::Corruption("bad record shape");
     bytes *= h.shape[i];
+  }
+  if (h.tiled()) {
+    if (h.layout != Layout::kCHW || h.rank != 3) return Status::Corruption("tiled record that is not (C,H,W)");
+    const uint64_t tile_bytes = DTypeSize(h.dtype) * h.shape[0] * h.tile * h.tile;  // < 2^36 * 2^24: no overflow
+    const TileGrid g = h.grid();
+    const uint64_t tiles = static_cast<uint64_t>(g.tiles_y()) * static_cast<uint64_t>(g.tiles_x());
+    if (tile_bytes > kMaxPayloadBytes || tiles > kMaxPayloadBytes / tile_bytes)
+      return Status::Corruption("bad record shape");
+    bytes = tiles * tile_bytes;
   }
   h.payload_bytes = GetU64(p + 48);
   h.body_bytes = GetU64(p + 56);
@@ -266,6 +288,36 @@ Status VerifyRecordBody(const RecordHeader& h, const void* record_data) {
 }
 
 uint64_t Checksum64(const void* data, size_t size) { return XXH3_64bits(data, size); }
+
+namespace {
+// Calls fn(tile_byte_offset_of_row, row_major_byte_offset, bytes) for every
+// row segment of every plane of every tile: the one walk of the tile grid.
+template <class Fn>
+void ForEachTileRow(size_t es, const TileGrid& g, Fn fn) {
+  for (int64_t ty = 0; ty < g.tiles_y(); ++ty)
+    for (int64_t tx = 0; tx < g.tiles_x(); ++tx) {
+      const int64_t y0 = ty * g.T, x0 = tx * g.T;
+      const int64_t rows = std::min(g.T, g.H - y0), cols = std::min(g.T, g.W - x0);
+      for (int64_t c = 0; c < g.C; ++c)
+        for (int64_t r = 0; r < rows; ++r)
+          fn(static_cast<size_t>(g.TileOffset(ty, tx) + c * g.T * g.T + r * g.T) * es,
+             static_cast<size_t>((c * g.H + y0 + r) * g.W + x0) * es, static_cast<size_t>(cols) * es);
+    }
+}
+}  // namespace
+
+void TileCHW(const void* src, size_t es, const TileGrid& g, void* dst) {
+  std::memset(dst, 0, static_cast<size_t>(g.elements()) * es);
+  const auto* s = static_cast<const uint8_t*>(src);
+  auto* d = static_cast<uint8_t*>(dst);
+  ForEachTileRow(es, g, [&](size_t tile_off, size_t row_off, size_t n) { std::memcpy(d + tile_off, s + row_off, n); });
+}
+
+void UntileCHW(const void* src, size_t es, const TileGrid& g, void* dst) {
+  const auto* s = static_cast<const uint8_t*>(src);
+  auto* d = static_cast<uint8_t*>(dst);
+  ForEachTileRow(es, g, [&](size_t tile_off, size_t row_off, size_t n) { std::memcpy(d + row_off, s + tile_off, n); });
+}
 
 std::array<uint8_t, kRecordKeySize> RecordKey(uint64_t sample, uint16_t field) {
   std::array<uint8_t, kRecordKeySize> k{};
@@ -396,6 +448,7 @@ std::string StoreMeta::Encode() const {
     os << p << "channels=" << f.channels << "\n";
     os << p << "layout=" << static_cast<int>(f.layout) << "\n";
     os << p << "dtype=" << static_cast<int>(f.dtype) << "\n";
+    if (f.tile != 0) os << p << "tile=" << f.tile << "\n";
     os << p << "source_type=" << static_cast<int>(f.source_type) << "\n";
     os << p << "norm.kind=" << static_cast<int>(f.norm.kind) << "\n";
     os << p << "norm.scale=" << FormatDouble(f.norm.scale) << "\n";
@@ -438,12 +491,17 @@ uint64_t SummaryChecksum(uint64_t sample, const uint8_t* bytes, size_t n) {
 uint64_t RecordSummary::payload_bytes() const {
   if (!present || rank == 0) return 0;
   uint64_t n = DTypeSize(dtype);
+  if (tile != 0 && rank == 3) {
+    const TileGrid g{static_cast<int64_t>(shape[0]), static_cast<int64_t>(shape[1]), static_cast<int64_t>(shape[2]), tile};
+    return n * static_cast<uint64_t>(g.elements());
+  }
   for (int i = 0; i < rank; ++i) n *= shape[i];
   return n;
 }
 
 bool RecordSummary::operator==(const RecordSummary& o) const {
   return present == o.present && dtype == o.dtype && layout == o.layout && rank == o.rank && shape == o.shape &&
+         tile == o.tile &&
          has_valid_count == o.has_valid_count && valid_count == o.valid_count;
 }
 
@@ -454,6 +512,7 @@ RecordSummary SummaryOf(const RecordHeader& h) {
   r.layout = h.layout;
   r.rank = h.rank;
   r.shape = h.shape;
+  r.tile = h.tile;
   return r;
 }
 
@@ -461,7 +520,7 @@ RecordSummary SummarizeRecord(const RecordHeader& h, const void* record, bool is
   RecordSummary r = SummaryOf(h);
   if (is_mask) {
     r.has_valid_count = true;
-    r.valid_count = CountValid(h.dtype, static_cast<const uint8_t*>(record) + kRecordHeaderSize, h.elements());
+    r.valid_count = CountValid(h, static_cast<const uint8_t*>(record) + kRecordHeaderSize);
   }
   return r;
 }
@@ -477,6 +536,49 @@ uint64_t CountValid(DType dtype, const void* data, uint64_t n) {
       for (uint64_t i = 0; i < n; ++i) c += IsValidMaskValue(p[i]);
       return c;
     }
+  });
+}
+
+uint64_t CountValid(const RecordHeader& h, const void* payload) {
+  return VisitDType(h.dtype, [&](auto tag) -> uint64_t {
+    using T = typename decltype(tag)::type;
+    // Raw-source dtypes: a value is valid when its normalised value is.
+    auto valid = [&](T v) -> bool {
+      if constexpr (std::is_integral_v<T>) {
+        if (StoresRawSource(h.dtype) && h.norm.kind != NormKind::kNone)
+          return IsValidMaskValue(h.norm.Apply(static_cast<double>(v)));
+      }
+      return IsValidMaskValue(v);
+    };
+    std::vector<uint8_t> table;  // 8/16-bit integers: one decision per value
+    if constexpr (std::is_integral_v<T> && sizeof(T) <= 2) {
+      table.resize(size_t{1} << (8 * sizeof(T)));
+      for (size_t i = 0; i < table.size(); ++i) {
+        T v;
+        const auto u = static_cast<std::make_unsigned_t<T>>(i);
+        std::memcpy(&v, &u, sizeof v);
+        table[i] = valid(v);
+      }
+    }
+    auto count_run = [&](const T* p, uint64_t n) -> uint64_t {
+      if constexpr (std::is_same_v<T, float>) {
+        if (!(StoresRawSource(h.dtype))) return CountValid(p, n);
+      }
+      uint64_t c = 0;
+      if constexpr (std::is_integral_v<T> && sizeof(T) <= 2) {
+        for (uint64_t i = 0; i < n; ++i) c += table[static_cast<std::make_unsigned_t<T>>(p[i])];
+      } else {
+        for (uint64_t i = 0; i < n; ++i) c += valid(p[i]);
+      }
+      return c;
+    };
+    const T* data = static_cast<const T*>(payload);
+    if (!h.tiled()) return count_run(data, h.elements());
+    uint64_t c = 0;
+    ForEachTileRow(sizeof(T), h.grid(), [&](size_t tile_off, size_t, size_t n) {
+      c += count_run(data + tile_off / sizeof(T), n / sizeof(T));
+    });
+    return c;
   });
 }
 
@@ -501,6 +603,7 @@ std::string EncodeSampleSummary(uint64_t sample, const SampleSummary& summary) {
       e[1] = static_cast<uint8_t>(r.dtype);
       e[2] = static_cast<uint8_t>(r.layout);
       e[3] = r.rank;
+      PutU16(e + 4, r.tile);
       for (int d = 0; d < kMaxRank; ++d) PutU64(e + 8 + 8 * d, r.shape[d]);
       PutU64(e + 40, r.has_valid_count ? r.valid_count : 0);
     }
@@ -533,6 +636,9 @@ Result<SampleSummary> DecodeSampleSummary(uint64_t sample, const void* data, siz
     r.dtype = static_cast<DType>(e[1]);
     r.layout = static_cast<Layout>(e[2]);
     r.rank = e[3];
+    r.tile = GetU16(e + 4);
+    if (!ValidTileSize(r.tile) || (r.tile != 0 && (r.layout != Layout::kCHW || r.rank != 3)))
+      return Status::Corruption("bad sample summary tile size");
     uint64_t bytes = DTypeSize(r.dtype);
     for (int d = 0; d < kMaxRank; ++d) {
       r.shape[d] = GetU64(e + 8 + 8 * d);
@@ -691,6 +797,12 @@ Result<StoreMeta> StoreMeta::Decode(std::string_view text) {
       if (!IsKnownDType(static_cast<uint8_t>(dt)))
         return Status::Corruption("store metadata: field '" + f.name + "' has unknown dtype " + std::to_string(dt));
       f.dtype = static_cast<DType>(dt);
+    }
+    if (kv.count(p + "tile")) {
+      PS_ASSIGN_OR_RETURN(uint64_t t, need_u64(p + "tile", kMaxTileSize));
+      if (!ValidTileSize(static_cast<uint32_t>(t)) || (t != 0 && f.layout != Layout::kCHW))
+        return Status::Corruption("store metadata: field '" + f.name + "' has a bad tile size " + std::to_string(t));
+      f.tile = static_cast<uint16_t>(t);
     }
     PS_ASSIGN_OR_RETURN(uint64_t st, need_u64(p + "source_type", 255));
     if (!ValidSource(static_cast<uint8_t>(st))) return Status::Corruption("store metadata: bad source type");

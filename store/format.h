@@ -41,6 +41,12 @@ inline constexpr int kMaxRank = 4;
 // Hard limit on one record's payload, checked before any allocation:
 // 2^36 bytes = 64 GiB.
 inline constexpr uint64_t kMaxPayloadBytes = uint64_t{1} << 36;
+// Tiled records (FORMAT.md "Tiled records"): the tile edge T is a multiple
+// of 8 in [kMinTileSize, kMaxTileSize], so every tile starts 64-byte aligned.
+inline constexpr uint32_t kMinTileSize = 8;
+inline constexpr uint32_t kMaxTileSize = 4096;
+// 0 (rows) or a valid tile edge.
+constexpr bool ValidTileSize(uint32_t t) { return t == 0 || (t >= kMinTileSize && t <= kMaxTileSize && t % 8 == 0); }
 
 // DType, DTypeSize, DTypeName and VisitDType: see dtype.h.
 
@@ -101,6 +107,34 @@ struct Normalization {
   bool operator==(const Normalization& o) const;
 };
 
+// Integer record dtypes (uint8, uint16, int16: compact encodings) hold the
+// values of the source file unchanged, and readers apply the record's
+// normalisation when they convert to float32 (Normalization::Apply, so the
+// result is bit-identical to a float32 record of the same source). Float
+// dtypes (float32, float16) hold values already normalised at ingest; their
+// normalisation only records how. (FORMAT.md "Encodings".)
+constexpr bool StoresRawSource(DType d) {
+  return d == DType::kUInt8 || d == DType::kUInt16 || d == DType::kInt16;
+}
+
+// The tile grid of a tiled (C,H,W) record: tiles of T x T pixels in
+// row-major tile order, each holding its C planes one after the other
+// ([c][row][col], T*T elements per plane); edge tiles are padded with zeros
+// to T x T. Element (c, y, x) lives at ElementOffset(c, y, x).
+struct TileGrid {
+  int64_t C = 0, H = 0, W = 0, T = 0;
+  int64_t tiles_y() const { return (H + T - 1) / T; }
+  int64_t tiles_x() const { return (W + T - 1) / T; }
+  int64_t plane_elements() const { return T * T; }
+  int64_t tile_elements() const { return C * T * T; }
+  int64_t elements() const { return tiles_y() * tiles_x() * tile_elements(); }
+  // Element offset of the first element of tile (ty, tx).
+  int64_t TileOffset(int64_t ty, int64_t tx) const { return (ty * tiles_x() + tx) * tile_elements(); }
+  int64_t ElementOffset(int64_t c, int64_t y, int64_t x) const {
+    return TileOffset(y / T, x / T) + c * T * T + (y % T) * T + (x % T);
+  }
+};
+
 // The decoded, validated header of one record.
 struct RecordHeader {
   uint16_t version = kFormatVersion;
@@ -109,12 +143,20 @@ struct RecordHeader {
   SourceType source_type = SourceType::kUnknown;
   uint8_t rank = 3;
   std::array<uint64_t, kMaxRank> shape{};  // dims beyond rank are 0
-  uint64_t payload_bytes = 0;              // product(shape) * DTypeSize(dtype)
+  // 0: the payload is row-major in `shape` order. T > 0: a tiled (C,H,W)
+  // record (layout CHW, rank 3), payload laid out as TileGrid{C,H,W,T}.
+  uint16_t tile = 0;
+  uint64_t payload_bytes = 0;              // elements() (or the tile grid's) * DTypeSize(dtype)
   uint64_t body_bytes = 0;                 // payload + zero padding
   Normalization norm;
   uint64_t body_checksum = 0;              // XXH3-64 of the body
 
-  uint64_t elements() const;
+  uint64_t elements() const;  // product(shape): the logical elements
+  bool tiled() const { return tile != 0; }
+  // REQUIRES: tiled().
+  TileGrid grid() const {
+    return TileGrid{static_cast<int64_t>(shape[0]), static_cast<int64_t>(shape[1]), static_cast<int64_t>(shape[2]), tile};
+  }
   // Byte length of the whole record value: header + body.
   uint64_t record_bytes() const { return kRecordHeaderSize + body_bytes; }
 };
@@ -123,8 +165,9 @@ struct RecordHeader {
 // so that the record is at least kMinRecordSize long and a multiple of 16.
 uint64_t BodyBytesFor(uint64_t payload_bytes);
 
-// Fills `header.payload_bytes` and `header.body_bytes` from shape and dtype
-// and checks the limits. Call before EncodeRecordHeader.
+// Fills `header.payload_bytes` and `header.body_bytes` from shape, dtype and
+// tile and checks the limits (a tiled record must be CHW of rank 3 with a
+// valid tile edge). Call before EncodeRecordHeader.
 Status FinalizeHeader(RecordHeader* header);
 
 // Writes the 112-byte header (with its own checksum) to `out`.
@@ -143,6 +186,12 @@ Status VerifyRecordBody(const RecordHeader& header, const void* record_data);
 
 // XXH3-64 of `size` bytes.
 uint64_t Checksum64(const void* data, size_t size);
+
+// Rearranges a row-major (C,H,W) array of `elem_size`-byte elements at `src`
+// into the tile layout of `grid` at `dst` (grid.elements() * elem_size bytes,
+// padding written as zeros), and back. Pure byte moves: any dtype.
+void TileCHW(const void* src, size_t elem_size, const TileGrid& grid, void* dst);
+void UntileCHW(const void* src, size_t elem_size, const TileGrid& grid, void* dst);
 
 // ---------------------------------------------------------------------------
 // Keys.
@@ -177,6 +226,9 @@ struct FieldMeta {
   // in stores written before it existed, which hold float32). Readers refuse
   // a record whose header says otherwise.
   DType dtype = DType::kFloat32;
+  // The tile edge of every record of the field ("field.N.tile"; absent or 0:
+  // rows).
+  uint16_t tile = 0;
   SourceType source_type = SourceType::kUnknown;
   Normalization norm;
   std::string channel_names;    // comma-separated, e.g. "R,G,B" or "Z"
@@ -213,10 +265,11 @@ struct RecordSummary {
   Layout layout = Layout::kCHW;
   uint8_t rank = 0;
   std::array<uint64_t, kMaxRank> shape{};
+  uint16_t tile = 0;             // as in the record header
   bool has_valid_count = false;  // set for mask fields
   uint64_t valid_count = 0;      // non-zero, non-NaN values of a mask record
 
-  uint64_t payload_bytes() const;  // product(shape) * dtype size
+  uint64_t payload_bytes() const;  // the record's payload bytes (tile padding included)
   bool operator==(const RecordSummary& o) const;
 };
 
@@ -228,6 +281,11 @@ struct SampleSummary {
 RecordSummary SummaryOf(const RecordHeader& header);
 // Counts the values of a float32 mask payload that are non-zero and not NaN.
 uint64_t CountValid(const float* data, uint64_t n);
+// The valid values of a record as readers see them: of its logical elements
+// (not tile padding), after its normalisation for raw-source dtypes
+// (StoresRawSource), i.e. exactly the count of the float32 record of the
+// same source. `payload` is the record's payload.
+uint64_t CountValid(const RecordHeader& header, const void* payload);
 // The same for `n` elements of type `dtype` at `data` (IsValidMaskValue).
 // REQUIRES: dtype is a known DType.
 uint64_t CountValid(DType dtype, const void* data, uint64_t n);

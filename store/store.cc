@@ -718,6 +718,12 @@ Result<uint16_t> Writer::EnsureField(const FieldMeta& field) {
     if (f.dtype != field.dtype)
       return Status::InvalidArgument("field '" + field.name + "' holds " + DTypeName(f.dtype) +
                                      " in the store but " + DTypeName(field.dtype) + " here");
+    if (f.tile != field.tile)
+      return Status::InvalidArgument("field '" + field.name + "' is stored " +
+                                     (f.tile ? "in " + std::to_string(f.tile) + "-pixel tiles" : std::string("in rows")) +
+                                     " in the store but " +
+                                     (field.tile ? "in " + std::to_string(field.tile) + "-pixel tiles" : std::string("in rows")) +
+                                     " here");
     return static_cast<uint16_t>(i);
   }
   if (field.name.empty()) return Status::InvalidArgument("empty field name");
@@ -796,6 +802,11 @@ Status Writer::TryWrite(const std::vector<SampleInput>& samples, bool* map_full)
                                             meta_.fields[r.field].name + "' holds " +
                                             DTypeName(meta_.fields[r.field].dtype) + ", the record " +
                                             DTypeName(h.dtype)));
+      if (r.field < meta_.fields.size() && h.tile != meta_.fields[r.field].tile)
+        return fail(Status::InvalidArgument("writing sample '" + s.id + "' to '" + path + "': field '" +
+                                            meta_.fields[r.field].name + "' has tile size " +
+                                            std::to_string(meta_.fields[r.field].tile) + ", the record " +
+                                            std::to_string(h.tile)));
       auto rkey = RecordKey(index, r.field);
       MDB_val rk = Val(rkey.data(), rkey.size());
       MDB_val rv{h.record_bytes(), nullptr};

@@ -309,3 +309,104 @@ TEST(Normalization, RangeMapsOntoMinusOneOneExactlyAndClamps) {
 
 }  // namespace
 }  // namespace patchstore
+
+namespace patchstore {
+namespace {
+
+TEST(TiledRecord, HeaderRoundTripsAndPayloadCoversThePaddedGrid) {
+  RecordHeader h;
+  h.rank = 3;
+  h.shape = {3, 70, 45, 0};  // 3 x 2 tiles of 32, the last row and column padded
+  h.dtype = DType::kUInt8;
+  h.tile = 32;
+  ASSERT_TRUE(FinalizeHeader(&h).ok());
+  EXPECT_EQ(h.payload_bytes, uint64_t{3 * 2} * 3 * 32 * 32);
+  std::vector<uint8_t> rec(h.record_bytes(), 0);
+  h.body_checksum = Checksum64(rec.data() + kRecordHeaderSize, h.body_bytes);
+  EncodeRecordHeader(h, rec.data());
+  auto p = ParseRecordHeader(rec.data(), rec.size());
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->tile, 32);
+  EXPECT_EQ(p->payload_bytes, h.payload_bytes);
+  EXPECT_EQ(SummaryOf(*p).payload_bytes(), h.payload_bytes);
+  // Only (C,H,W) records tile, with an edge that is a multiple of 8.
+  RecordHeader v = h;
+  v.layout = Layout::kSHW;
+  EXPECT_FALSE(FinalizeHeader(&v).ok());
+  v = h;
+  v.tile = 12;
+  EXPECT_FALSE(FinalizeHeader(&v).ok());
+  v = h;
+  v.tile = 8192;
+  EXPECT_FALSE(FinalizeHeader(&v).ok());
+}
+
+TEST(TiledRecord, TileAndUntileAreInverseAndPadWithZeros) {
+  const TileGrid g{2, 19, 13, 8};  // 3 x 2 tiles
+  std::vector<uint16_t> rows(2 * 19 * 13);
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<uint16_t>(i + 1);  // no zero
+  std::vector<uint16_t> tiles(static_cast<size_t>(g.elements()), 0xffff);
+  TileCHW(rows.data(), sizeof(uint16_t), g, tiles.data());
+  size_t zeros = 0;
+  for (uint16_t v : tiles) zeros += v == 0;
+  EXPECT_EQ(zeros, static_cast<size_t>(g.elements()) - rows.size());
+  for (int64_t c = 0; c < 2; ++c)
+    for (int64_t y = 0; y < 19; ++y)
+      for (int64_t x = 0; x < 13; ++x)
+        ASSERT_EQ(tiles[g.ElementOffset(c, y, x)], rows[(c * 19 + y) * 13 + x]) << c << "," << y << "," << x;
+  std::vector<uint16_t> back(rows.size(), 0);
+  UntileCHW(tiles.data(), sizeof(uint16_t), g, back.data());
+  EXPECT_EQ(back, rows);
+}
+
+TEST(CountValidOfRecord, CountsNormalisedLogicalValuesOnly) {
+  // A uint8 mask of raw source values 0 / 7 with a 0 -> -1 normalisation
+  // ("symmetric"): every value is valid once normalised, tile padding is not.
+  RecordHeader h;
+  h.rank = 3;
+  h.shape = {1, 9, 10, 0};
+  h.dtype = DType::kUInt8;
+  h.norm.kind = NormKind::kSymmetric;
+  h.norm.scale = 255;
+  std::vector<uint8_t> rows(90, 0);
+  for (size_t i = 0; i < rows.size(); i += 3) rows[i] = 7;
+  EXPECT_EQ(CountValid(h, rows.data()), 90u);
+  h.norm.kind = NormKind::kNone;
+  EXPECT_EQ(CountValid(h, rows.data()), 30u);
+  h.norm.kind = NormKind::kBinary;
+  EXPECT_EQ(CountValid(h, rows.data()), 30u);
+  h.tile = 8;
+  ASSERT_TRUE(FinalizeHeader(&h).ok());
+  std::vector<uint8_t> tiles(static_cast<size_t>(h.grid().elements()));
+  TileCHW(rows.data(), 1, h.grid(), tiles.data());
+  EXPECT_EQ(CountValid(h, tiles.data()), 30u);
+  h.norm.kind = NormKind::kSymmetric;
+  EXPECT_EQ(CountValid(h, tiles.data()), 90u);  // not the 256 elements of the padded grid
+  // Float records hold normalised values: counted as stored.
+  RecordHeader f;
+  f.rank = 3;
+  f.shape = {1, 2, 2, 0};
+  f.norm.kind = NormKind::kSymmetric;
+  const float v[4] = {0.0f, -1.0f, NAN, 0.5f};
+  EXPECT_EQ(CountValid(f, v), 2u);
+}
+
+TEST(StoreMeta, FieldTileRoundTripsAndIsChecked) {
+  StoreMeta m;
+  FieldMeta f;
+  f.name = "rgb";
+  f.channels = 3;
+  f.tile = 64;
+  m.fields.push_back(f);
+  auto d = StoreMeta::Decode(m.Encode());
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->fields[0].tile, 64);
+  m.fields[0].tile = 0;
+  d = StoreMeta::Decode(m.Encode());
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->fields[0].tile, 0);
+  EXPECT_EQ(m.Encode().find("tile="), std::string::npos);  // rows: stores written as before
+}
+
+}  // namespace
+}  // namespace patchstore
