@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Runs the Python test suite with another NumPy first on PYTHONPATH (CTest: python_tests_numpy126).
 
-    run_with_numpy.py TARGET_DIR VERSION TESTS_DIR [pytest args...]
+    run_with_numpy.py TARGET_DIR VERSION TESTS_DIR [test_x.py ...] [pytest args...]
+
+Test files named after TESTS_DIR (relative to it) run instead of the whole
+folder.
 
 TARGET_DIR holds a NumPy installed apart from the virtual environment, e.g.
     .venv/bin/python -m pip install --no-deps --target .venv/numpy126 numpy==1.26.4
@@ -27,7 +30,10 @@ def main() -> int:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([target] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     env["PATCHSTORE_EXPECT_NUMPY"] = version
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", tests] + sys.argv[4:]
+    rest = sys.argv[4:]
+    files = [os.path.join(tests, a) for a in rest if a.endswith(".py") and not a.startswith("-")]
+    args = [a for a in rest if not (a.endswith(".py") and not a.startswith("-"))]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"] + (files or [tests]) + args
     return subprocess.call(cmd, env=env)
 
 
