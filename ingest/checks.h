@@ -2,12 +2,17 @@
 // (internal to ingest/; not installed).
 #pragma once
 
+#include <cstdint>
+#include <memory>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "patchstore/store/format.h"
 #include "patchstore/store/shard.h"
 #include "patchstore/store/status.h"
+#include "patchstore/store/store.h"
 
 namespace patchstore {
 
@@ -42,6 +47,31 @@ Status CheckShard(StoreMeta* meta, const std::string& store, uint32_t shard_inde
 
 // Keeps the elements whose id falls into shard `shard_index` of
 // `shard_count` (ShardOfId); all of them when shard_count is 0.
+// The position of every id in the whole input of a shard ingest (before
+// KeepShard), recorded at seal as the shard's input order so that a shard
+// set is numbered as one ingest of the same input (Writer::Seal). Empty
+// without shards.
+template <class T, class IdOf>
+std::shared_ptr<std::unordered_map<std::string, uint64_t>> InputOrdinals(const std::vector<T>& items,
+                                                                         uint32_t shard_count, IdOf id_of) {
+  if (shard_count == 0) return nullptr;
+  auto out = std::make_shared<std::unordered_map<std::string, uint64_t>>();
+  out->reserve(items.size());
+  for (size_t i = 0; i < items.size(); ++i) out->emplace(std::string(id_of(items[i])), i);
+  return out;
+}
+
+// The Writer::Seal argument for InputOrdinals' map (null: none).
+inline Writer::OrdinalOf OrdinalLookup(std::shared_ptr<std::unordered_map<std::string, uint64_t>> ordinals) {
+  if (!ordinals) return nullptr;
+  return [ordinals](std::string_view id, uint64_t* ordinal) {
+    auto it = ordinals->find(std::string(id));
+    if (it == ordinals->end()) return false;
+    *ordinal = it->second;
+    return true;
+  };
+}
+
 template <typename T, typename IdOf>
 void KeepShard(std::vector<T>* items, uint32_t shard_index, uint32_t shard_count, IdOf id_of) {
   if (shard_count == 0) return;

@@ -247,6 +247,8 @@ class Hdf5Ingest {
   ElinkGuard guard_;
 
   std::unique_ptr<Writer> writer_;
+  // Shard ingests: every id's position in the whole input (checks.h InputOrdinals).
+  std::shared_ptr<std::unordered_map<std::string, uint64_t>> input_ordinals_;
   std::vector<Item> items_;
   std::vector<size_t> todo_;
   IngestSummary summary_;
@@ -848,6 +850,7 @@ Result<IngestSummary> Hdf5Ingest::Run() {
   CheckSliceAxis();
   // This shard's volumes (ids were assigned and checked over all files);
   // unreadable files (no name) stay: every shard must report them.
+  input_ordinals_ = InputOrdinals(items_, o_.shard_count, [](const Item& it) -> std::string_view { return it.id; });
   if (o_.shard_count > 0) {
     std::vector<Item> kept;
     for (Item& it : items_)
@@ -1005,7 +1008,8 @@ Result<IngestSummary> Hdf5Ingest::Run() {
   if (!failure.ok())
     return failure.WithContext("ingest into '" + o_.store + "' stopped after " +
                                std::to_string(summary_.samples_written) + " new volumes");
-  if (summary_.samples_failed == 0 && !writer_->meta().sealed) PS_RETURN_IF_ERROR(writer_->Seal());
+  if (summary_.samples_failed == 0 && !writer_->meta().sealed)
+    PS_RETURN_IF_ERROR(writer_->Seal(OrdinalLookup(input_ordinals_)));
   return summary_;
 }
 

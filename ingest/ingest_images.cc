@@ -202,6 +202,8 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
     StoreMeta probe;
     PS_RETURN_IF_ERROR(CheckShard(&probe, o.store, o.shard_index, o.shard_count));
   }
+  auto input_ordinals =
+      InputOrdinals(list.samples, o.shard_count, [](const SampleSource& s) -> std::string_view { return s.id; });
   KeepShard(&list.samples, o.shard_index, o.shard_count, [](const SampleSource& s) -> std::string_view { return s.id; });
   std::vector<FieldPlan> plans;
   for (const std::string& f : list.fields) {
@@ -453,7 +455,7 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
   if (!failure.ok()) return failure.WithContext("ingest into '" + o.store + "' stopped after " +
                                                 std::to_string(summary.samples_written) + " new samples");
   if (summary.samples_failed == 0 && !writer->meta().sealed) {
-    PS_RETURN_IF_ERROR(writer->Seal());
+    PS_RETURN_IF_ERROR(writer->Seal(OrdinalLookup(input_ordinals)));
   } else if (summary.samples_failed == 0 && summary.samples_written == 0) {
     // Nothing to do: already complete and sealed.
   }

@@ -159,6 +159,7 @@ Result<std::shared_ptr<Reader>> Reader::OpenSet(const std::vector<std::string>& 
   r->path_ = r->stores_.size() == 1 ? r->stores_[0].path
                                     : r->stores_[0].path + " (+" + std::to_string(r->stores_.size() - 1) + " more stores)";
   PS_RETURN_IF_ERROR(r->Index());
+  if (r->stores_.size() > 1) PS_RETURN_IF_ERROR(r->OrderByInput());
   // Ids are unique across the set: build the lookup table now and name
   // both stores of an id found twice.
   std::call_once(r->find_once_, [&] {
@@ -182,14 +183,62 @@ Result<std::shared_ptr<Reader>> Reader::OpenSet(const std::vector<std::string>& 
   return r;
 }
 
+Status Reader::OrderByInput() {
+  const uint64_t n = ids_.size();
+  std::vector<std::pair<uint64_t, uint64_t>> by_ordinal;  // (ordinal, global index in store order)
+  by_ordinal.reserve(n);
+  for (const StoreRef& s : stores_) {
+    const uint64_t count = s.snapshot->id_count();
+    if (count == 0) continue;
+    auto order = s.snapshot->InputOrder();
+    if (!order.ok()) {
+      if (order.status().code() == Code::kNotFound) return Status::OK();  // shard order
+      return order.status().WithContext("opening a set of stores (run `patchstore verify`)");
+    }
+    for (uint64_t i = 0; i < count; ++i) by_ordinal.emplace_back((*order)[i], s.begin + i);
+  }
+  std::sort(by_ordinal.begin(), by_ordinal.end());
+  for (uint64_t g = 1; g < n; ++g)
+    if (by_ordinal[g].first == by_ordinal[g - 1].first) return Status::OK();  // different inputs: shard order
+  const size_t nf = meta().fields.size();
+  std::vector<std::string_view> ids(n);
+  std::vector<RecordSummary> summaries(summaries_.size());
+  std::vector<uint32_t> store_of(n);
+  std::vector<uint64_t> local_of(n);
+  for (uint64_t g = 0; g < n; ++g) {
+    const uint64_t old = by_ordinal[g].second;
+    ids[g] = ids_[old];
+    for (size_t f = 0; f < nf; ++f) summaries[g * nf + f] = summaries_[old * nf + f];
+    const size_t s = StoreOf(old);
+    store_of[g] = static_cast<uint32_t>(s);
+    local_of[g] = old - stores_[s].begin;
+  }
+  ids_.swap(ids);
+  summaries_.swap(summaries);
+  order_store_.swap(store_of);
+  order_local_.swap(local_of);
+  return Status::OK();
+}
+
+uint64_t Reader::LocalIndex(uint64_t sample) const {
+  uint64_t local = 0;
+  Locate(sample, &local);
+  return local;
+}
+
 size_t Reader::StoreOf(uint64_t sample) const {
   if (stores_.size() == 1) return 0;
+  if (!order_store_.empty()) return order_store_[sample];
   auto it = std::upper_bound(stores_.begin(), stores_.end(), sample,
                              [](uint64_t s, const StoreRef& ref) { return s < ref.begin; });
   return static_cast<size_t>(it - stores_.begin()) - 1;
 }
 
 const Reader::StoreRef& Reader::Locate(uint64_t sample, uint64_t* local) const {
+  if (!order_store_.empty()) {
+    *local = order_local_[sample];
+    return stores_[order_store_[sample]];
+  }
   const StoreRef& s = stores_[StoreOf(sample)];
   *local = sample - s.begin;
   return s;

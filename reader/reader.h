@@ -70,9 +70,13 @@ class Reader {
   // Opens several stores as one (README "Shards"): a shard set written by
   // `ingest --shard I/N` (every store records I/N: the same N, each I once,
   // in any order given) or stores that are not shards (read in the order
-  // given). Global sample order: the stores in shard order (I = 0..N-1,
-  // else as given), each in its own index order: sample g is sample
-  // g - store_begin(s) of store s. Every store must have the same kind and
+  // given). Global sample order: when every store of the set records an
+  // input order (shards sealed by `ingest --shard`, FORMAT.md "Shards") and
+  // the ordinals are distinct, the order of that one input — the order a
+  // single ingest of the same input gives, so samplers with the same seed
+  // serve the same windows from the set as from that store (input_ordered()).
+  // Otherwise the stores in shard order (I = 0..N-1, else as given), each in
+  // its own index order: sample g is sample g - store_begin(s) of store s. Every store must have the same kind and
   // fields. Errors: InvalidArgument naming the stores for a mix of shard
   // sets, a missing or repeated shard, different fields, or an id held by
   // two stores (naming both); as Open for each store. The meta() of a set is
@@ -89,10 +93,18 @@ class Reader {
   // The stores read (1 for Open), in global order.
   size_t store_count() const { return stores_.size(); }
   const std::string& store_path(size_t s) const { return stores_[s].path; }
-  // The global index of store s's first sample; store_begin(store_count()) is size().
+  // The global index of store s's first sample; store_begin(store_count())
+  // is size(). Meaningful only when !input_ordered() (else the stores'
+  // samples interleave): use StoreOf / LocalIndex.
   uint64_t store_begin(size_t s) const { return s < stores_.size() ? stores_[s].begin : ids_.size(); }
+  // Samples in store s.
+  uint64_t store_size(size_t s) const { return store_begin(s + 1) - store_begin(s); }
+  // Whether a set is numbered by its input order (see OpenSet).
+  bool input_ordered() const { return !order_store_.empty(); }
   // The store holding global sample `sample`. REQUIRES: sample < size().
   size_t StoreOf(uint64_t sample) const;
+  // Its index in that store. REQUIRES: sample < size().
+  uint64_t LocalIndex(uint64_t sample) const;
   bool InOpeningProcess() const;
 
   // Samples.
@@ -195,6 +207,9 @@ class Reader {
   Status Index();
   Status CheckFieldDTypes() const;
   Status IndexStore(size_t store);
+  // OpenSet: renumbers the samples by the stores' input orders when all
+  // have one (order_store_/order_local_); a no-op otherwise.
+  Status OrderByInput();
   // The store of `sample` and the sample's index in it.
   const StoreRef& Locate(uint64_t sample, uint64_t* local) const;
   // UnlessChanged over the store of `sample` (every store when sample is out of range).
@@ -208,6 +223,8 @@ class Reader {
   ReaderOptions options_;
   std::shared_ptr<Snapshot> snapshot_;
   std::vector<StoreRef> stores_;           // one for Open
+  std::vector<uint32_t> order_store_;      // input-ordered sets: the store of each global sample
+  std::vector<uint64_t> order_local_;      // and its index in that store
   const StoreMeta* meta_ = nullptr;        // snapshot_->meta(), or set_meta_
   StoreMeta set_meta_;
   std::shared_ptr<const void> owner_;      // what views hold: snapshot_, or all the snapshots of a set

@@ -829,6 +829,31 @@ Result<StoreMeta> StoreMeta::Decode(std::string_view text) {
   return m;
 }
 
+std::string EncodeInputOrder(const std::vector<uint64_t>& ordinals) {
+  std::string out(4 + 4 + 8 + 8 * ordinals.size() + 8, '\0');
+  auto* p = reinterpret_cast<uint8_t*>(out.data());
+  std::memcpy(p, "PSIO", 4);
+  PutU32(p + 4, 1);
+  PutU64(p + 8, ordinals.size());
+  for (size_t i = 0; i < ordinals.size(); ++i) PutU64(p + 16 + 8 * i, ordinals[i]);
+  const size_t body = out.size() - 8;
+  PutU64(p + body, Checksum64(p, body));
+  return out;
+}
+
+Result<std::vector<uint64_t>> DecodeInputOrder(const void* data, size_t size) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  if (data == nullptr || size < 24 || std::memcmp(p, "PSIO", 4) != 0)
+    return Status::Corruption("bad input order (magic or length)");
+  if (GetU32(p + 4) != 1) return Status::Corruption("unknown input order version " + std::to_string(GetU32(p + 4)));
+  const uint64_t n = GetU64(p + 8);
+  if (n > (size - 24) / 8 || 24 + 8 * n != size) return Status::Corruption("input order has the wrong length");
+  if (GetU64(p + size - 8) != Checksum64(p, size - 8)) return Status::Corruption("input order checksum mismatch");
+  std::vector<uint64_t> out(n);
+  for (uint64_t i = 0; i < n; ++i) out[i] = GetU64(p + 16 + 8 * i);
+  return out;
+}
+
 uint32_t ShardOfId(std::string_view id, uint32_t count) {
   return static_cast<uint32_t>(XXH3_64bits(id.data(), id.size()) % count);
 }

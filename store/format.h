@@ -318,6 +318,16 @@ void FinishSealedIndex(std::string* blob);
 // Checks magic, version, lengths and the checksum; entries point into `data`.
 Result<std::vector<SealedIndexEntry>> DecodeSealedIndex(const void* data, size_t size);
 
+// The input order of a shard (meta key "input_order", FORMAT.md "Shards"):
+// for each sample in index order, its position in the whole input of the
+// ingest (all shards' samples), so a reader of the shard set can number the
+// samples as one ingest of that input did.
+//   blob := "PSIO" u32le version=1 u64le count u64le ordinal{count}
+//           u64le xxh3_64(all before)
+std::string EncodeInputOrder(const std::vector<uint64_t>& ordinals);
+// Checks magic, version, length and the checksum.
+Result<std::vector<uint64_t>> DecodeInputOrder(const void* data, size_t size);
+
 // Parses a normalisation spec as the command line takes it:
 //   "none" | "symmetric" | "unit" | "binary" | "affine:SCALE,OFFSET"
 // optionally followed by "+clamp:LO,HI" ("clamp:LO,HI" alone means none+clamp),

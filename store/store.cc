@@ -61,6 +61,7 @@ constexpr unsigned kMaxReaders = 1024;  // fixed by the first opener; keep it la
 constexpr unsigned kMaxDbs = 8;
 constexpr char kMetaKey[] = "store";
 constexpr char kSealedIndexKey[] = "sealed_index";
+constexpr char kInputOrderKey[] = "input_order";
 
 MDB_val Val(const void* p, size_t n) { return MDB_val{n, const_cast<void*>(p)}; }
 
@@ -110,8 +111,13 @@ Result<StoreMeta> ReadMeta(MDB_txn* txn, MDB_dbi dbi, const std::string& path) {
 }
 
 // Builds the sealed index (FORMAT.md) from the ids and index databases.
-Status PutSealedIndex(Env* env, MDB_txn* txn, uint64_t count, bool* map_full = nullptr) {
+// With `input_ordinal`, also writes the input order (kInputOrderKey) when
+// every id has an ordinal.
+Status PutSealedIndex(Env* env, MDB_txn* txn, uint64_t count, bool* map_full = nullptr,
+                      const Writer::OrdinalOf& input_ordinal = nullptr) {
   std::string blob = BeginSealedIndex(count);
+  std::vector<uint64_t> ordinals;
+  bool all_ordinals = static_cast<bool>(input_ordinal);
   MDB_cursor* ic = nullptr;
   int rc = mdb_cursor_open(txn, env->ids_dbi, &ic);
   if (rc != 0) return LmdbError("sealing: reading ids of", env->path(), rc);
@@ -139,6 +145,9 @@ Status PutSealedIndex(Env* env, MDB_txn* txn, uint64_t count, bool* map_full = n
       break;
     }
     AppendSealedIndexEntry(&blob, *id, std::string_view(static_cast<const char*>(sv.mv_data), sv.mv_size));
+    uint64_t ordinal = 0;
+    if (all_ordinals && input_ordinal(*id, &ordinal)) ordinals.push_back(ordinal);
+    else all_ordinals = false;
   }
   mdb_cursor_close(ic);
   if (!st.ok()) return st;
@@ -151,6 +160,13 @@ Status PutSealedIndex(Env* env, MDB_txn* txn, uint64_t count, bool* map_full = n
   rc = mdb_put(txn, env->meta_dbi, &bk, &bv, 0);
   if (rc == MDB_MAP_FULL && map_full != nullptr) *map_full = true;
   if (rc != 0) return LmdbError("sealing: writing the sealed index of", env->path(), rc);
+  if (all_ordinals) {
+    const std::string order = EncodeInputOrder(ordinals);
+    MDB_val ok = Val(kInputOrderKey, sizeof(kInputOrderKey) - 1), ov = Val(order.data(), order.size());
+    rc = mdb_put(txn, env->meta_dbi, &ok, &ov, 0);
+    if (rc == MDB_MAP_FULL && map_full != nullptr) *map_full = true;
+    if (rc != 0) return LmdbError("sealing: writing the input order of", env->path(), rc);
+  }
   return Status::OK();
 }
 
@@ -498,6 +514,20 @@ Result<std::string_view> Snapshot::GetRecord(uint64_t sample, uint16_t field) co
   return std::string_view(static_cast<const char*>(v.mv_data), v.mv_size);
 }
 
+Result<std::vector<uint64_t>> Snapshot::InputOrder() const {
+  if (empty_ || !meta_.sealed) return Status::NotFound("store '" + path() + "' records no input order");
+  MDB_val k = Val(kInputOrderKey, sizeof(kInputOrderKey) - 1), v;
+  int rc = mdb_get(static_cast<MDB_txn*>(txn_), env_->meta_dbi, &k, &v);
+  if (rc == MDB_NOTFOUND) return Status::NotFound("store '" + path() + "' records no input order");
+  if (rc != 0) return LmdbError("reading the input order of", path(), rc);
+  auto order = DecodeInputOrder(v.mv_data, v.mv_size);
+  if (!order.ok()) return order.status().WithContext("store '" + path() + "'");
+  if (order->size() != id_count_)
+    return Status::Corruption("store '" + path() + "': the input order lists " + std::to_string(order->size()) +
+                              " samples, the store holds " + std::to_string(id_count_));
+  return order;
+}
+
 Result<std::string_view> Snapshot::SealedIndex() const {
   if (empty_ || !meta_.sealed) return Status::NotFound("store '" + path() + "' is not sealed");
   MDB_val k = Val(kSealedIndexKey, sizeof(kSealedIndexKey) - 1), v;
@@ -780,6 +810,10 @@ Status Writer::TryWrite(const std::vector<SampleInput>& samples, bool* map_full)
     MDB_val bk = Val(kSealedIndexKey, sizeof(kSealedIndexKey) - 1);
     rc = mdb_del(txn, env_->meta_dbi, &bk, nullptr);
     if (rc != 0 && rc != MDB_NOTFOUND) return lmdb_fail("removing the sealed index of", rc);
+    // So does the input order of a shard: the next seal writes it again.
+    MDB_val ok = Val(kInputOrderKey, sizeof(kInputOrderKey) - 1);
+    rc = mdb_del(txn, env_->meta_dbi, &ok, nullptr);
+    if (rc != 0 && rc != MDB_NOTFOUND) return lmdb_fail("removing the input order of", rc);
   }
   uint64_t index = meta_.sample_count;
   std::unordered_set<std::string> batch_ids;
@@ -935,19 +969,19 @@ Status Writer::WriteBatch(const std::vector<SampleInput>& samples) {
 
 Status Writer::CommitMeta() { return WriteBatch({}); }
 
-Status Writer::Seal() {
+Status Writer::Seal(const OrdinalOf& input_ordinal) {
   // The sealed index is one value as large as all ids and summaries: after
   // a long ingest the map may be full; grow and try again, as WriteBatch does.
   for (int attempt = 0; attempt < 40; ++attempt) {
     bool map_full = false;
-    Status st = TrySeal(&map_full);
+    Status st = TrySeal(&map_full, input_ordinal);
     if (!map_full) return st;
     PS_RETURN_IF_ERROR(Grow());
   }
   return Status::IOError("sealing '" + env_->path() + "': map could not grow enough");
 }
 
-Status Writer::TrySeal(bool* map_full) {
+Status Writer::TrySeal(bool* map_full, const OrdinalOf& input_ordinal) {
   *map_full = false;
   MDB_txn* txn = nullptr;
   int rc = mdb_txn_begin(env_->raw(), nullptr, 0, &txn);
@@ -962,7 +996,7 @@ Status Writer::TrySeal(bool* map_full) {
     *map_full = rc == MDB_MAP_FULL;
     return LmdbError("sealing", env_->path(), rc);
   }
-  if (Status st = PutSealedIndex(env_.get(), txn, next.sample_count, map_full); !st.ok()) {
+  if (Status st = PutSealedIndex(env_.get(), txn, next.sample_count, map_full, input_ordinal); !st.ok()) {
     mdb_txn_abort(txn);
     return st;
   }

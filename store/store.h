@@ -95,6 +95,11 @@ class Snapshot {
   // The sealed index blob (FORMAT.md) of a sealed store, unvalidated
   // (DecodeSealedIndex checks it); NotFound when unsealed or absent.
   Result<std::string_view> SealedIndex() const;
+  // The input order of a shard sealed by a shard ingest (FORMAT.md
+  // "Shards"): one ordinal per sample, in index order. NotFound when the
+  // store has none; Corruption when it is damaged or does not list every
+  // sample.
+  Result<std::vector<uint64_t>> InputOrder() const;
 
   // Advice for the pages of [data, data + size) (rounded out to pages; for
   // kDontNeed, in to whole pages). REQUIRES: the range lies inside values
@@ -181,15 +186,19 @@ class Writer {
 
   // Writes the metadata alone (e.g. after EnsureField) and commits.
   Status CommitMeta();
-  // Marks the store sealed (ingest finished) and commits.
-  Status Seal();
+  // Marks the store sealed (ingest finished) and commits. With
+  // `input_ordinal` (a shard ingest: the position of an id in the whole
+  // input), also records every sample's ordinal as the store's input order,
+  // unless some id has none (then no order is recorded).
+  using OrdinalOf = std::function<bool(std::string_view id, uint64_t* ordinal)>;
+  Status Seal(const OrdinalOf& input_ordinal = nullptr);
 
  private:
   Writer() = default;
   Status TryWrite(const std::vector<SampleInput>& samples, bool* map_full);
   Status Grow();
   Status Upgrade(void* txn);  // in the given LMDB write transaction
-  Status TrySeal(bool* map_full);
+  Status TrySeal(bool* map_full, const OrdinalOf& input_ordinal);
   std::shared_ptr<Env> env_;
   uint16_t upgraded_from_ = 0;
   StoreMeta meta_;

@@ -245,7 +245,7 @@ class Store:
         r = reader_of(self)
         i = self._index(r, key)
         s = r.store_of(i)
-        return r.store_path(s), i - r.store_begin(s)
+        return r.store_path(s), r.local_index(i)
 
     @property
     def options(self) -> Dict[str, bool]:

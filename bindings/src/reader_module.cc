@@ -275,6 +275,11 @@ PYBIND11_MODULE(_patchstore, m) {
         if (sample >= r.size()) throw py::index_error("sample index out of range");
         return r.StoreOf(sample);
       })
+      .def("local_index", [](const Reader& r, uint64_t sample) {
+        if (sample >= r.size()) throw py::index_error("sample index out of range");
+        return r.LocalIndex(sample);
+      })
+      .def_property_readonly("input_ordered", &Reader::input_ordered)
       .def_property_readonly("path", &Reader::path)
       .def_property_readonly("sealed", &Reader::sealed)
       .def_property_readonly("no_lock", &Reader::no_lock)

@@ -21,7 +21,7 @@ float ValueOf(const std::string& id) { return static_cast<float>(std::stoi(id.su
 
 // Writes the ids into a store of one 1-channel field "x", recording shard `spec` ("" for none).
 void WriteStore(const std::string& path, const std::vector<std::string>& ids, const std::string& spec,
-                const char* field = "x") {
+                const char* field = "x", const Writer::OrdinalOf& ordinal = nullptr) {
   WriterOptions wo;
   wo.durable = false;
   auto writer = Writer::Open(path, wo).value();
@@ -48,7 +48,7 @@ void WriteStore(const std::string& path, const std::vector<std::string>& ids, co
   }
   if (!in.empty()) ASSERT_TRUE(writer->WriteBatch(in).ok());
   else ASSERT_TRUE(writer->CommitMeta().ok());
-  ASSERT_TRUE(writer->Seal().ok());
+  ASSERT_TRUE(writer->Seal(ordinal).ok());
 }
 
 // 30 ids "s/0".."s/29" split into `n` shards by ShardOfId, written as shard stores; returns their paths.
@@ -184,6 +184,87 @@ TEST(ShardSet, EmptyShardIsPartOfTheSet) {
   ASSERT_EQ(set->size(), 1u);
   EXPECT_EQ(set->id(0), "s/1");
   EXPECT_EQ(set->Patch(0, 0, 0, 0, 2, 2).value().data_as<float>()[0], 1.0f);
+}
+
+// The ordinal of "s/<n>" in an input listing ids by number.
+bool OrdinalOfNumber(std::string_view id, uint64_t* ordinal) {
+  *ordinal = static_cast<uint64_t>(std::stoi(std::string(id.substr(2))));
+  return true;
+}
+
+TEST(ShardSet, ShardsSealedWithTheirInputOrderReadInThatOrder) {
+  TempDir dir;
+  const uint32_t n = 3;
+  std::vector<std::vector<std::string>> parts(n);
+  for (int i = 0; i < 30; ++i) {
+    const std::string id = "s/" + std::to_string(i);
+    parts[ShardOfId(id, n)].push_back(id);
+  }
+  std::vector<std::string> paths;
+  for (uint32_t i = 0; i < n; ++i) {
+    paths.push_back(dir.path() + "/o" + std::to_string(i) + ".ps");
+    WriteStore(paths.back(), parts[i], std::to_string(i) + "/" + std::to_string(n), "x", OrdinalOfNumber);
+    auto order = Snapshot::Open(paths.back()).value()->InputOrder();
+    ASSERT_TRUE(order.ok()) << order.status().ToString();
+    ASSERT_EQ(order->size(), parts[i].size());
+    for (size_t k = 0; k < parts[i].size(); ++k) EXPECT_EQ((*order)[k], std::stoul(parts[i][k].substr(2)));
+  }
+  auto set = Reader::OpenSet({paths[2], paths[0], paths[1]});
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  const auto& r = *set;
+  EXPECT_TRUE(r->input_ordered());
+  ASSERT_EQ(r->size(), 30u);
+  for (uint64_t g = 0; g < 30; ++g) {
+    // The single ingest's order: s/0, s/1, ...
+    ASSERT_EQ(std::string(r->id(g)), "s/" + std::to_string(g));
+    const size_t s = r->StoreOf(g);
+    EXPECT_EQ(std::string(r->store_path(s)), paths[s]);
+    EXPECT_EQ(parts[s][r->LocalIndex(g)], "s/" + std::to_string(g));
+    EXPECT_EQ(r->Find("s/" + std::to_string(g)).value(), g);
+    auto v = r->Get(g, 0);
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    EXPECT_EQ(v->data_as<float>()[kH * kW - 1], static_cast<float>(g));
+    EXPECT_EQ(r->summary(g, 0).shape[1], static_cast<uint64_t>(kH));
+  }
+  for (uint32_t i = 0; i < n; ++i) EXPECT_EQ(r->store_size(i), parts[i].size());
+  // Without an order in every store (one written without): shard order, as before.
+  WriteStore(paths[1] + ".plain", parts[1], "1/3");
+  auto mixed = Reader::OpenSet({paths[0], paths[1] + ".plain", paths[2]}).value();
+  EXPECT_FALSE(mixed->input_ordered());
+  EXPECT_EQ(std::string(mixed->id(0)), parts[0][0]);
+  EXPECT_EQ(std::string(mixed->id(parts[0].size())), parts[1][0]);
+}
+
+TEST(ShardSet, AppendingToAShardDropsItsInputOrderUntilTheNextSeal) {
+  TempDir dir;
+  const std::string path = dir.path() + "/a.ps";
+  WriteStore(path, {"s/4", "s/9"}, "", "x", OrdinalOfNumber);
+  EXPECT_TRUE(Snapshot::Open(path).value()->InputOrder().ok());
+  {
+    WriterOptions wo;
+    wo.durable = false;
+    auto w = Writer::Open(path, wo).value();
+    std::vector<float> data(kH * kW, 1.0f);
+    SampleInput s;
+    s.id = "s/1";
+    RecordInput rec;
+    rec.field = 0;
+    rec.header.rank = 3;
+    rec.header.shape = {1, kH, kW, 0};
+    rec.data = data.data();
+    s.records.push_back(rec);
+    ASSERT_TRUE(w->WriteBatch({s}).ok());
+    EXPECT_EQ(Snapshot::Open(path).value()->InputOrder().status().code(), Code::kNotFound);
+    ASSERT_TRUE(w->Seal(OrdinalOfNumber).ok());
+  }
+  auto order = Snapshot::Open(path).value()->InputOrder();
+  ASSERT_TRUE(order.ok());
+  EXPECT_EQ(*order, (std::vector<uint64_t>{4, 9, 1}));
+  // Damage is reported, not taken as "no order".
+  std::string blob = EncodeInputOrder({4, 9, 1});
+  blob[20] ^= 1;
+  EXPECT_EQ(DecodeInputOrder(blob.data(), blob.size()).status().code(), Code::kCorruption);
+  EXPECT_EQ(DecodeInputOrder(blob.data(), blob.size() - 8).status().code(), Code::kCorruption);
 }
 
 }  // namespace
