@@ -643,6 +643,48 @@ void Reader::PrefetchWindow(const TensorView& v) const {
   snapshot_->WillNeed(rows);
 }
 
+void Reader::WindowRanges(uint64_t sample, int field, int64_t y, int64_t x, int64_t h, int64_t w,
+                          std::vector<std::pair<const void*, size_t>>* out) const {
+  out->clear();
+  if (sample >= ids_.size() || field < 0 || field >= field_count()) return;
+  const RecordSummary& sum = summary(sample, field);
+  if (!sum.present || sum.rank != 3) return;
+  const int64_t C = static_cast<int64_t>(sum.shape[0]), H = static_cast<int64_t>(sum.shape[1]),
+                W = static_cast<int64_t>(sum.shape[2]);
+  if (h <= 0 || w <= 0 || y < 0 || x < 0 || C <= 0 || y > H - h || x > W - w) return;
+  auto ref = Ref(sample, field);
+  if (!ref.ok() || ref->data == nullptr) return;
+  const int64_t item = static_cast<int64_t>(DTypeSize(sum.dtype));
+  // A record shorter than its summary says is damaged: Patch() reports it; no hint here.
+  const __int128 need = static_cast<__int128>(kRecordHeaderSize) + static_cast<__int128>(C) * H * W * item;
+  if (item <= 0 || static_cast<__int128>(ref->size) < need) return;
+  const uint8_t* payload = ref->data + kRecordHeaderSize;
+  // Rows layout (kCHW images, kSHW volumes: C or S planes of H rows of W
+  // elements): the window is h rows of w elements per plane. Tiled records:
+  // see the tiled branch to be added here (the tiles of each plane that the
+  // window meets).
+  const size_t row = static_cast<size_t>(w * item);
+  out->reserve(static_cast<size_t>(w == W ? C : C * h));
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t r = y; r < y + h; ++r) {
+      const uint8_t* p = payload + ((c * H + r) * W + x) * item;
+      if (!out->empty() && static_cast<const uint8_t*>(out->back().first) + out->back().second == p)
+        out->back().second += row;  // adjacent in memory (full-width rows, or planes)
+      else
+        out->emplace_back(p, row);
+    }
+}
+
+void Reader::PrefetchPatch(uint64_t sample, int field, int64_t y, int64_t x, int64_t h, int64_t w) const {
+  if (!InOpeningProcess()) return;
+  std::vector<std::pair<const void*, size_t>> ranges;
+  WindowRanges(sample, field, y, x, h, w, &ranges);
+  if (ranges.empty()) return;
+  uint64_t local = 0;
+  // WillNeed pays one mincore() and stops when the first byte is resident.
+  Locate(sample, &local).snapshot->WillNeed(ranges);
+}
+
 void Reader::PrefetchBytes(const void* data, size_t size) const {
   if (data != nullptr && size != 0) snapshot_->WillNeed({{data, size}});
 }

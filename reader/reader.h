@@ -177,6 +177,15 @@ class Reader {
   void Prefetch(uint64_t sample, int field) const;
   void PrefetchWindow(const TensorView& window) const;
   void PrefetchBytes(const void* data, size_t size) const;
+  // PrefetchPatch: the bytes the window [y, y+h) x [x, x+w) of a record
+  // will be read from, computed from the record's location and the sample
+  // index's shape alone (no Patch(), no header read, no view): one
+  // madvise(WILLNEED) per run of adjacent rows, nothing when the first byte
+  // is already resident (one mincore). For read-ahead of windows that will
+  // be gathered later (the sampler's next batch). Never fails: a bad
+  // sample, field or window, a missing record or a Reader used in a forked
+  // child is ignored.
+  void PrefetchPatch(uint64_t sample, int field, int64_t y, int64_t x, int64_t h, int64_t w) const;
 
   // Recomputes the checksum of one record (VerifyRecordBody).
   Status Verify(uint64_t sample, int field) const;
@@ -189,6 +198,7 @@ class Reader {
   std::shared_ptr<const Snapshot> snapshot() const { return snapshot_; }
 
  private:
+  friend struct ReaderTestAccess;  // tests/reader/prefetch_order_test.cc: WindowRanges
   struct RecordRef {
     const uint8_t* data = nullptr;  // null: record missing
     uint64_t size = 0;
@@ -218,6 +228,13 @@ class Reader {
   Result<RecordRef> Ref(uint64_t sample, int field) const;
   Result<RecordHeader> CheckedHeader(uint64_t sample, int field, const uint8_t** data_out = nullptr) const;
   bool field_has_sat(int f) const { return meta().fields[f].has_sat; }
+  // The byte ranges a window of a record occupies in the map, in read
+  // order, adjacent ones merged (PrefetchPatch); empty for anything
+  // invalid. Rows layout: one range per channel row, (c, y..y+h). Tiled
+  // records: see the tiled branch (the only place a layout's window bytes are
+  // computed for read-ahead; add a layout here).
+  void WindowRanges(uint64_t sample, int field, int64_t y, int64_t x, int64_t h, int64_t w,
+                    std::vector<std::pair<const void*, size_t>>* out) const;
 
   std::string path_;
   ReaderOptions options_;

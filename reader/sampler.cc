@@ -65,6 +65,9 @@ Result<std::unique_ptr<PatchSampler>> PatchSampler::Create(std::shared_ptr<const
     return Status::InvalidArgument(where + ": need 0 <= rank < world_size");
   if (o.num_threads <= 0) return Status::InvalidArgument(where + ": num_threads must be positive");
   if (o.positive_fraction > 1) return Status::InvalidArgument(where + ": positive_fraction must be in [0, 1]");
+  if (o.order == SampleOrder::kLocality && o.locality_budget_bytes == 0)
+    return Status::InvalidArgument(where + ": order 'locality' needs a page-cache budget (locality_budget_bytes, "
+                                   "Python cache_budget=, e.g. '8GB')");
   for (const std::string& f : o.fields) {
     auto fi = reader->FieldIndex(f);
     if (!fi.ok()) return fi.status().WithContext(where);
@@ -156,6 +159,7 @@ Result<std::unique_ptr<PatchSampler>> PatchSampler::Create(std::shared_ptr<const
     s->is_eligible_[i] = ok;
     if (ok) {
       s->eligible_.push_back(i);
+      if (o.order == SampleOrder::kLocality) s->eligible_bytes_.push_back(s->SampleBytes(i));
     } else {
       ++s->skipped_count_;
       if (s->skipped_ids_.size() < 1000) s->skipped_ids_.emplace_back(reader->id(i));
@@ -229,7 +233,16 @@ std::shared_ptr<const std::vector<uint64_t>> PatchSampler::Permutation(uint64_t 
   std::lock_guard<std::mutex> lock(mu_);
   if (perm_ && perm_epoch_ == epoch) return perm_;
   auto perm = std::make_shared<std::vector<uint64_t>>(eligible_);
-  splitmix::Shuffle(perm->data(), perm->size(), options_.seed, epoch, 0x5045524dULL);  // 'PERM'
+  if (options_.order == SampleOrder::kLocality) {
+    // Blocks of storage order (eligible_ is ascending: store order) within the budget.
+    std::vector<uint64_t> order;
+    Status st = LocalityOrder(eligible_bytes_.data(), eligible_bytes_.size(), options_.locality_budget_bytes,
+                              options_.seed, epoch, &order);
+    if (st.ok())  // Create checked the budget
+      for (size_t i = 0; i < order.size(); ++i) (*perm)[i] = eligible_[order[i]];
+  } else {
+    splitmix::Shuffle(perm->data(), perm->size(), options_.seed, epoch, 0x5045524dULL);  // 'PERM'
+  }
   perm_ = perm;
   perm_epoch_ = epoch;
   return perm_;
@@ -370,13 +383,7 @@ Status PatchSampler::Gather(uint64_t epoch, uint64_t first, int64_t n, const std
     std::vector<uint64_t> visit;
     if (n > 0 && !eligible_.empty())
       for (uint64_t p = first / k; p <= (first + static_cast<uint64_t>(n) - 1) / k; ++p) visit.push_back(SampleAt(epoch, p));
-    std::vector<uint64_t> fresh;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (uint64_t s : visit)
-        if (!sets_.count(s)) fresh.push_back(s);
-    }
-    for (uint64_t s : fresh) reader_->Prefetch(s, mask_field_);
+    PrefetchMasks(visit);
   }
   for (int64_t i = 0; i < n; ++i) {
     const uint64_t w = first + static_cast<uint64_t>(i);
@@ -423,6 +430,64 @@ Status PatchSampler::GatherWindows(const std::vector<Window>& wins, const std::v
   return Status::OK();
 }
 
+uint64_t PatchSampler::SampleBytes(uint64_t sample) const {
+  uint64_t total = 0;
+  auto add = [&](int f) {
+    const RecordSummary& s = reader_->summary(sample, f);
+    if (!s.present) return;
+    uint64_t b = DTypeSize(s.dtype);
+    for (int d = 0; d < s.rank && d < 3; ++d) b *= s.shape[d];
+    total += b + kRecordHeaderSize;
+  };
+  for (int f : fields_) add(f);
+  if (mask_field_ >= 0 && std::find(fields_.begin(), fields_.end(), mask_field_) == fields_.end()) add(mask_field_);
+  return total;
+}
+
+void PatchSampler::PrefetchMasks(const std::vector<uint64_t>& samples) const {
+  if (mask_field_ < 0 || samples.empty()) return;
+  std::vector<uint64_t> fresh;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (uint64_t s : samples)
+      if (!sets_.count(s)) fresh.push_back(s);
+  }
+  for (uint64_t s : fresh) reader_->Prefetch(s, mask_field_);
+}
+
+void PatchSampler::PrefetchAhead(uint64_t epoch, uint64_t first, int64_t n) const {
+  const uint64_t per = windows_per_epoch();
+  if (n <= 0 || per == 0) return;
+  const uint64_t k = static_cast<uint64_t>(options_.patches_per_sample);
+  epoch += first / per;
+  first %= per;
+  // The visits of windows [first, first + 2n): this batch's and the next one's.
+  std::vector<uint64_t> now, later;
+  std::vector<std::pair<uint64_t, uint64_t>> wins;  // (epoch, window) of the first n
+  wins.reserve(static_cast<size_t>(n));
+  uint64_t e = epoch, w = first, last_visit = UINT64_MAX, last_epoch = UINT64_MAX;
+  for (int64_t i = 0; i < 2 * n; ++i) {
+    if (i < n) wins.emplace_back(e, w);
+    if (w / k != last_visit || e != last_epoch) {
+      last_visit = w / k;
+      last_epoch = e;
+      (i < n ? now : later).push_back(SampleAt(e, w / k));
+    }
+    if (++w == per) {
+      ++e;
+      w = 0;
+    }
+  }
+  PrefetchMasks(now);
+  const int64_t ph = options_.height(), pw = options_.width();
+  for (const auto& [we, ww] : wins) {
+    auto win = WindowAt(we, ww / k, static_cast<int>(ww % k));
+    if (!win.ok()) break;  // the gather will report it
+    for (int f : fields_) reader_->PrefetchPatch(win->sample, f, win->y, win->x, ph, pw);
+  }
+  PrefetchMasks(later);
+}
+
 Status PatchSampler::Next(int64_t n, const std::vector<float*>& outs, std::vector<Window>* windows) {
   const uint64_t per_epoch = windows_per_epoch();
   if (per_epoch == 0)
@@ -443,6 +508,7 @@ Status PatchSampler::Next(int64_t n, const std::vector<float*>& outs, std::vecto
       cursor_ = 0;
     }
   }
+  if (options_.prefetch_next) PrefetchAhead(epoch_, cursor_, n);
   return Status::OK();
 }
 

@@ -49,6 +49,21 @@
 //   (PatchDataset: item i = the i-th eligible sample, window j of it from
 //   WindowOfSample). ServedWindows gives the windows a loader serves, so
 //   montage and `export --boxes` show exactly those.
+// * Order (`order`, reader/order.h): kRandom (default) permutes the eligible
+//   samples uniformly per epoch; kLocality visits them in shuffled blocks of
+//   storage order whose record bytes (of the gathered fields and the mask)
+//   fit locality_budget_bytes / 2, for stores larger than the page cache.
+//   Eligibility and the windows drawn from a visit do not depend on it.
+// * Batch prefetch (`prefetch_next`, on by default): Next() — and the
+//   Python binding's next(), and BatchLoader through PrefetchAhead — after
+//   copying batch n computes the windows of batch n+1 (deterministic, so
+//   the same ones it will serve) and requests exactly their byte ranges
+//   from the disk (madvise WILLNEED, Reader::PrefetchPatch), plus the masks
+//   of the samples batch n+2 visits first (their window lists need them).
+//   Memory: no buffer of its own — page-cache pages of the next batch's
+//   windows (n x sum_f C_f x h x w x 4 bytes, rounded out to pages) and of
+//   the following batch's fresh masks, plus the window list (n Windows)
+//   while it runs. The windows served are identical with it on or off.
 //
 // Adding a sampling policy: one enum value below (and its name in
 // reader/sampling_policy.cc), one class deriving from WindowPolicy in
@@ -67,6 +82,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "patchstore/reader/order.h"
 #include "patchstore/reader/reader.h"
 #include "patchstore/reader/transform.h"
 
@@ -109,6 +125,13 @@ struct SamplerOptions {
   // sampler (each process keeps its own); the oldest lists are dropped and
   // rebuilt on demand (about 1 ms for a 1920x1080 frame) beyond this.
   uint64_t index_cache_bytes = uint64_t{256} << 20;
+  // Read-ahead of the next batch's windows after each Next() (see above).
+  bool prefetch_next = true;
+  // The per-epoch order of the visits (reader/order.h); kLocality needs
+  // locality_budget_bytes > 0 (InvalidArgument otherwise): the page cache
+  // the epoch may count on, e.g. half of the RAM left to the page cache.
+  SampleOrder order = SampleOrder::kRandom;
+  uint64_t locality_budget_bytes = 0;
 
   int64_t height() const { return patch_h > 0 ? patch_h : patch_size; }
   int64_t width() const { return patch_w > 0 ? patch_w : patch_size; }
@@ -211,8 +234,24 @@ class PatchSampler {
   Status Gather(uint64_t epoch, uint64_t first, int64_t n, const std::vector<float*>& outs,
                 std::vector<Window>* windows = nullptr) const;
 
+  // Read-ahead for a loader that will gather windows [first, first + n) of
+  // `epoch` next (continuing into later epochs): the masks of the samples
+  // those windows visit first, then the byte ranges of those windows in
+  // every field (Reader::PrefetchPatch), then the masks of the visits of
+  // windows [first + n, first + 2n). Draws the windows (building window
+  // lists as Gather would; the same windows). Never fails: an error is left
+  // for the gather to report. Only starts reads and returns.
+  void PrefetchAhead(uint64_t epoch, uint64_t first, int64_t n) const;
+  // Read-ahead of the masks of those samples whose window lists are not
+  // built yet (their first draw reads the whole mask). No-op without a mask.
+  void PrefetchMasks(const std::vector<uint64_t>& samples) const;
+  // The record bytes a visit of sample `sample` reads (the gathered fields
+  // and the mask, headers included): what the locality order counts.
+  uint64_t SampleBytes(uint64_t sample) const;
+
   // Stateful form: the next n windows, continuing into the next epoch when
-  // one ends (so a batch may span two epochs).
+  // one ends (so a batch may span two epochs); then, with prefetch_next,
+  // PrefetchAhead for the n windows after them.
   Status Next(int64_t n, const std::vector<float*>& outs, std::vector<Window>* windows = nullptr);
   void SetEpoch(uint64_t epoch) {
     epoch_ = epoch;
@@ -248,6 +287,7 @@ class PatchSampler {
   uint64_t threshold_ = 0;
   std::shared_ptr<const WindowPolicy> policy_;
   std::vector<uint64_t> eligible_;
+  std::vector<uint64_t> eligible_bytes_;  // SampleBytes of eligible_[i], for kLocality
   std::vector<bool> is_eligible_, is_considered_;
   uint64_t skipped_count_ = 0;
   std::vector<std::string> skipped_ids_;

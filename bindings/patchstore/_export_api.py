@@ -172,6 +172,9 @@ def montage(
     else:
         # The loader's own options: exactly the windows it serves.
         kind, pub = _loader_options(loader)
+        if pub.get("order", "random") != "random":
+            raise ValueError("montage: this loader uses order='locality'; montage shows the windows of the random "
+                             "order only (build the loader with order='random' to see them)")
         require_overlay = False
         o = _sampler_options([field or "-"], pub["patch_size"], pub["patches_per_sample"], pub["require"],
                              pub["min_valid"], pub["positive_fraction"], pub["seed"], pub["rank"],

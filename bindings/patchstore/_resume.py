@@ -31,6 +31,16 @@ from . import _patchstore as _C
 # resume into a different order, so it is refused.
 STATE_VERSION = 2
 _ORDER_SALT = 0x45425331  # 'EBS1'
+# Keys added to version-2 states later, with the value a state saved before them stands for.
+# A state holds them only when they differ from these (so random-order states are unchanged).
+_STATE_DEFAULTS: Dict[str, Any] = {"order": "random", "cache_budget": 0}
+
+
+def order_keys(order: str, cache_budget: int) -> Dict[str, Any]:
+    """The order settings a state records: {} for the random order, else {order, cache_budget}."""
+    if (order, int(cache_budget or 0)) == (_STATE_DEFAULTS["order"], _STATE_DEFAULTS["cache_budget"]):
+        return {}
+    return {"order": order, "cache_budget": int(cache_budget or 0)}
 
 
 def _int(state: Dict[str, Any], key: str, what: str) -> int:
@@ -58,7 +68,7 @@ def check_state(state: Any, what: str, expect: Dict[str, Any]) -> Tuple[int, int
         raise ValueError(f"{what}.load_state_dict: state version {state['version']} is not supported "
                          f"(this patchstore reads version {STATE_VERSION})")
     for key, want in expect.items():
-        got = state.get(key)
+        got = state.get(key, _STATE_DEFAULTS.get(key))
         if got != want:
             raise ValueError(f"{what}.load_state_dict: the state was saved with {key}={got!r}, this {what} has "
                              f"{key}={want!r}; build it with the options of the run being resumed")
@@ -98,38 +108,54 @@ class ResumableDataset:
     @property
     def _state_type(self) -> str:
         return type(self).__name__
-    # (epoch, first batch) restored by load_state_dict, for the next epoch `epoch` of batch_sampler().
-    _resume_at: Optional[Tuple[int, int]] = None
+    # (epoch, first batch, order, cache_budget) restored by load_state_dict, for the next epoch
+    # `epoch` of batch_sampler() (which checks that its order is the state's).
+    _resume_at: Optional[Tuple[int, int, str, int]] = None
+    # (order, cache_budget) of the last batch_sampler() made: what state_dict() records.
+    _batch_order: Tuple[str, int] = ("random", 0)
+
+    def _locality_items(self) -> Tuple[np.ndarray, np.ndarray]:
+        """(items in storage order, the record bytes each reads): what order='locality' cuts into blocks."""
+        raise NotImplementedError(f"{type(self).__name__} has no locality order")
 
     def state_dict(self, batch: int = 0) -> Dict[str, Any]:
-        """The position to resume from: {type, version, seed, length, epoch, batch}.
+        """The position to resume from: {type, version, seed, length, epoch, batch} (and order,
+        cache_budget for order="locality").
 
         `batch`: how many batches of the current epoch (``self.epoch``) the
         training loop has consumed (its step within the epoch; 0 at an epoch
         start). The dataset cannot count them itself: a DataLoader fetches
         ahead of the loop. (torchdata's StatefulDataLoader calls state_dict()
         in its workers for the epoch, and keeps the batch count itself.)
+        order / cache_budget: those of the last ``batch_sampler()`` made
+        (the order the batch count refers to).
         """
         b = operator.index(batch)
         if b < 0:
             raise ValueError(f"{self._state_type}.state_dict: batch must be >= 0, got {batch!r}")
+        order, budget = self._batch_order
         return {"type": self._state_type, "version": STATE_VERSION, "seed": int(self.seed),
-                "length": len(self), "epoch": int(self.epoch), "batch": b}
+                "length": len(self), **order_keys(order, budget), "epoch": int(self.epoch), "batch": b}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Restores a state_dict(): sets the epoch, and makes the next epoch of ``batch_sampler()``
         (if it is that epoch) start after the consumed batches."""
         epoch, batch = check_state(state, self._state_type, {"seed": int(self.seed), "length": len(self)})
         self.set_epoch(epoch)
-        self._resume_at = (epoch, batch) if batch else None
+        order = state.get("order", _STATE_DEFAULTS["order"])
+        budget = state.get("cache_budget", _STATE_DEFAULTS["cache_budget"])
+        self._batch_order = (order, budget)
+        self._resume_at = (epoch, batch, order, budget) if batch else None
 
     def batch_sampler(self, batch_size: int, shuffle: bool = True, drop_last: bool = False,
-                      rank: Optional[int] = None, world_size: Optional[int] = None) -> "EpochBatchSampler":
+                      rank: Optional[int] = None, world_size: Optional[int] = None, *, order: str = "random",
+                      cache_budget: Any = None) -> "EpochBatchSampler":
         """A batch sampler for ``DataLoader(dataset, batch_sampler=...)`` that resumes mid-epoch.
 
-        See :class:`EpochBatchSampler`.
+        See :class:`EpochBatchSampler` (order="locality" with cache_budget: blocks of storage order).
         """
-        return EpochBatchSampler(self, batch_size, shuffle, drop_last, rank, world_size)
+        return EpochBatchSampler(self, batch_size, shuffle, drop_last, rank, world_size, order=order,
+                                 cache_budget=cache_budget)
 
 
 class EpochBatchSampler:
@@ -145,6 +171,13 @@ class EpochBatchSampler:
     smaller unless ``drop_last``). rank / world_size: None takes them from
     torch.distributed when initialised, else 0 / 1.
 
+    order="locality" with cache_budget (bytes or "8GB"), for stores larger
+    than the page cache: the permutation visits the items in shuffled blocks
+    of storage order whose record bytes fit cache_budget / 2, shuffled
+    inside each block (C++ reader/order.h, the same engine as PatchSampler's
+    order="locality"); split over ranks as above, so every item is still
+    read once per epoch across ranks. Needs shuffle=True.
+
     After ``dataset.load_state_dict(state)``, the first iter() over the
     state's epoch starts at its batch ``state["batch"]``; later epochs start
     at 0. It runs in the training process (DataLoader iterates the sampler
@@ -153,7 +186,14 @@ class EpochBatchSampler:
     """
 
     def __init__(self, dataset: ResumableDataset, batch_size: int, shuffle: bool = True, drop_last: bool = False,
-                 rank: Optional[int] = None, world_size: Optional[int] = None) -> None:
+                 rank: Optional[int] = None, world_size: Optional[int] = None, *, order: str = "random",
+                 cache_budget: Any = None) -> None:
+        from ._sampler_options import _order_options
+
+        self.order_name, self.cache_budget = _order_options(order, cache_budget, "batch_sampler")
+        if self.order_name == "locality" and not shuffle:
+            raise ValueError("batch_sampler: order='locality' shuffles; it needs shuffle=True")
+        dataset._batch_order = (self.order_name, self.cache_budget)
         self.dataset = dataset
         self.batch_size = operator.index(batch_size)
         if self.batch_size < 1:
@@ -173,7 +213,13 @@ class EpochBatchSampler:
     def order(self, epoch: int) -> np.ndarray:
         """The indices this rank reads in `epoch`, in order (before cutting into batches)."""
         n, w = len(self.dataset), self.world_size
-        if self.shuffle:
+        if self.shuffle and self.order_name == "locality":
+            items, nbytes = self.dataset._locality_items()
+            pos = np.frombuffer(_C.locality_order(np.ascontiguousarray(nbytes, dtype=np.uint64), self.cache_budget,
+                                                  int(self.dataset.seed) & 0xFFFFFFFFFFFFFFFF, epoch),
+                                dtype=np.uint64).astype(np.int64)
+            perm = np.asarray(items, dtype=np.int64)[pos]
+        elif self.shuffle:
             perm = np.arange(n, dtype=np.int64)
             _C.shuffle(perm, int(self.dataset.seed) & 0xFFFFFFFFFFFFFFFF, epoch, _ORDER_SALT)
         else:
@@ -200,9 +246,14 @@ class EpochBatchSampler:
         if at is not None:
             ds._resume_at = None  # once: later passes over the epoch start at 0
             if at[0] == epoch:
+                if (at[2], int(at[3] or 0)) != (self.order_name, self.cache_budget):
+                    raise ValueError(f"{type(ds).__name__}.batch_sampler: the loaded state was saved with "
+                                     f"order={at[2]!r}, cache_budget={at[3]!r}; this batch sampler has "
+                                     f"order={self.order_name!r}, cache_budget={self.cache_budget!r}: its "
+                                     f"batches would not continue that epoch")
                 start = at[1]
         yield from self.batches(epoch, start)
 
     def __repr__(self) -> str:
-        return (f"EpochBatchSampler(batch_size={self.batch_size}, shuffle={self.shuffle}, "
+        return (f"EpochBatchSampler(batch_size={self.batch_size}, shuffle={self.shuffle}, order={self.order_name!r}, "
                 f"drop_last={self.drop_last}, rank={self.rank}, world_size={self.world_size}, batches={len(self)})")

@@ -208,6 +208,22 @@ class PatchSampler:
     flip / rot90: random flips (each axis with probability 1/2) and quarter
     turns, applied inside the copy; :class:`Window` says which.
 
+    prefetch (default True): after each :meth:`batch`, the byte ranges of
+    the next batch's windows (the same n; they are known in advance) are
+    requested from the disk (madvise WILLNEED), and the masks of the batch
+    after, so a store that is not in the page cache is read with many
+    requests in flight while you use the batch. It holds no memory of its
+    own (page cache only: about one batch of window bytes ahead) and changes
+    no window. Off: ``prefetch=False``.
+
+    order: "random" (default: a uniform permutation per epoch) or
+    "locality" with ``cache_budget`` (bytes, or "8GB"): for stores larger
+    than the page cache, each epoch visits the samples in shuffled blocks of
+    storage order whose records fit cache_budget / 2, shuffled inside each
+    block (reader/order.h); every sample still once per epoch (across
+    ranks), the same eligibility and windows per visit, deterministic in
+    (seed, epoch, rank, world_size).
+
     Returned buffers (``batch(n)`` without ``out``): fresh-looking NumPy
     arrays that are yours; their memory is recycled for a later batch only
     after you have dropped every reference to them (array, view, torch
@@ -241,12 +257,16 @@ class PatchSampler:
         rot90: bool = False,
         ids: Optional[Sequence[Union[str, int]]] = None,
         policy: str = "auto",
+        prefetch: bool = True,
+        order: str = "random",
+        cache_budget: Union[int, str, None] = None,
         _who: str = "patchstore.PatchSampler",
     ) -> None:
         self._store = store if isinstance(store, Store) else Store(store)
         self._options = _sampler_options(fields, patch_size, patches_per_sample, require, min_valid,
                                          positive_fraction, seed, rank, world_size, num_threads, flip, rot90,
-                                         ids=ids, policy=policy)
+                                         ids=ids, policy=policy, prefetch=prefetch, order=order,
+                                         cache_budget=cache_budget)
         self._native: Optional[_C.Sampler] = None
         self._pid = -1
         self._position: Tuple[int, int] = (0, 0)

@@ -92,15 +92,45 @@ def _subset(ids: Any, what: str) -> Tuple[List[str], List[int]]:
     return names, indices
 
 
+def _cache_budget(cache_budget: Any, what: str) -> int:
+    """cache_budget= of a loader: None (0: none), bytes (int), or a size such as "8GB" / "512MiB"."""
+    if cache_budget is None:
+        return 0
+    if isinstance(cache_budget, str):
+        try:
+            return int(_C.parse_byte_size(cache_budget))
+        except ValueError as e:
+            raise ValueError(f"{what}: cache_budget: {e}") from None
+    if isinstance(cache_budget, bool):
+        raise TypeError(f"{what}: cache_budget must be bytes (int) or a size such as '8GB', got {cache_budget!r}")
+    b = operator.index(cache_budget)
+    if not 0 < b < 2 ** 64:
+        raise ValueError(f"{what}: cache_budget must be a positive number of bytes, got {cache_budget!r}")
+    return b
+
+
+def _order_options(order: Any, cache_budget: Any, what: str) -> Tuple[str, int]:
+    """(order, budget bytes) of order= / cache_budget=: 'random', or 'locality' with a budget."""
+    if order not in ("random", "locality"):
+        raise ValueError(f"{what}: order must be 'random' or 'locality', got {order!r}")
+    budget = _cache_budget(cache_budget, what)
+    if order == "locality" and budget == 0:
+        raise ValueError(f"{what}: order='locality' needs cache_budget= (bytes, or a size such as '8GB'): the "
+                         f"page cache an epoch may count on, e.g. half of the RAM free for it")
+    return order, budget
+
+
 def _sampler_options(fields, patch_size, patches_per_sample, require, min_valid, positive_fraction, seed, rank,
                      world_size, num_threads, flip, rot90, what="PatchSampler", *, ids=None,
-                     policy="auto") -> Dict[str, Any]:
+                     policy="auto", prefetch=True, order="random", cache_budget=None) -> Dict[str, Any]:
     """The checked options of the C++ sampler, as keyword arguments of _C.Sampler.
 
     One set of options and meanings for PatchSampler, BatchLoader and
     PatchDataset: patch_size P or (h, w); ids: a subset (sample ids or
     indices); policy: "auto" (from require / positive_fraction), "uniform",
-    "min_valid" or "positive_fraction" (reader/sampler.h).
+    "min_valid" or "positive_fraction" (reader/sampler.h); prefetch: read
+    ahead the next batch's windows; order: "random" or "locality" (with
+    cache_budget, reader/order.h).
     """
     fields = _field_list(fields, what)
     if isinstance(patch_size, (tuple, list)):
@@ -150,9 +180,11 @@ def _sampler_options(fields, patch_size, patches_per_sample, require, min_valid,
         t = os.cpu_count() or 1
     if not 1 <= t <= 4096:
         raise ValueError(f"{what}: num_threads must be in [1, 4096] (or 0 for all cores), got {num_threads!r}")
+    order, budget = _order_options(order, cache_budget, what)
     return dict(fields=list(fields), patch_size=max(ph, pw), patch_h=ph, patch_w=pw, patches_per_sample=k,
                 require=require or "", min_valid=mv, positive_fraction=pf, seed=s, rank=r, world_size=w,
-                num_threads=t, flip=bool(flip), rot90=bool(rot90), policy=policy, ids=names, samples=indices)
+                num_threads=t, flip=bool(flip), rot90=bool(rot90), policy=policy, ids=names, samples=indices,
+                prefetch=bool(prefetch), order=order, cache_budget=budget)
 
 
 def _public_options(options: Mapping[str, Any]) -> Dict[str, Any]:
@@ -165,6 +197,7 @@ def _public_options(options: Mapping[str, Any]) -> Dict[str, Any]:
     o["fields"] = tuple(o["fields"])
     names, indices = o.pop("ids"), o.pop("samples")
     o["ids"] = (list(names) + list(indices)) or None
+    o["cache_budget"] = o.get("cache_budget") or None
     return o
 
 

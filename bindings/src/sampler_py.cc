@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "buffer_py.h"
+#include "patchstore/reader/order.h"
 #include "patchstore/reader/reader.h"
 #include "patchstore/reader/sampler.h"
 #include "patchstore/reader/transform.h"
@@ -154,7 +155,8 @@ std::unique_ptr<PySampler> Create(std::shared_ptr<Reader> reader, const std::vec
                                   double min_valid, double positive_fraction, uint64_t seed, int rank,
                                   int world_size, int num_threads, bool flip, bool rot90, int64_t patch_h,
                                   int64_t patch_w, const std::string& policy, const std::vector<std::string>& ids,
-                                  const std::vector<uint64_t>& samples) {
+                                  const std::vector<uint64_t>& samples, bool prefetch, const std::string& order,
+                                  uint64_t cache_budget) {
   SamplerOptions o;
   o.fields = fields;
   o.patch_size = patch_size;
@@ -167,6 +169,13 @@ std::unique_ptr<PySampler> Create(std::shared_ptr<Reader> reader, const std::vec
     if (!p.ok()) throw py::value_error("PatchSampler: " + p.status().message());
     o.policy = *p;
   }
+  {
+    auto ord = patchstore::ParseSampleOrder(order);
+    if (!ord.ok()) throw py::value_error("PatchSampler: " + ord.status().message());
+    o.order = *ord;
+  }
+  o.prefetch_next = prefetch;
+  o.locality_budget_bytes = cache_budget;
   o.patches_per_sample = patches_per_sample;
   o.require = require;
   o.min_valid = min_valid;
@@ -199,12 +208,44 @@ void ShuffleInPlace(const py::object& values, uint64_t seed, uint64_t epoch, uin
   patchstore::splitmix::Shuffle(v, static_cast<uint64_t>(n), seed, epoch, salt);
 }
 
+// The locality order (reader/order.h) of items with the given record bytes
+// (a uint64/int64 vector, storage order) as an int64 vector of positions.
+py::bytes LocalityOrderOf(const py::object& bytes_obj, uint64_t budget, uint64_t seed, uint64_t epoch) {
+  BufferHold b;
+  if (!b.Get(bytes_obj.ptr(), PyBUF_ND | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) || b.view().itemsize != 8 ||
+      !FormatIs(b.view().format, "qlQL") || b.view().ndim != 1)
+    throw py::value_error("locality_order: item_bytes must be a contiguous 1-D 64-bit integer buffer");
+  const uint64_t n = static_cast<uint64_t>(b.view().shape[0]);
+  std::vector<uint64_t> bytes(static_cast<const uint64_t*>(b.view().buf),
+                              static_cast<const uint64_t*>(b.view().buf) + n);
+  std::vector<uint64_t> order;
+  Status st;
+  {
+    py::gil_scoped_release nogil;
+    st = patchstore::LocalityOrder(bytes.data(), n, budget, seed, epoch, &order);
+  }
+  Check(st);
+  return py::bytes(reinterpret_cast<const char*>(order.data()), order.size() * sizeof(uint64_t));
+}
+
 }  // namespace
 
 void BindSampler(py::module_& m) {
   m.def("shuffle", &ShuffleInPlace, py::arg("values"), py::arg("seed"), py::arg("epoch"), py::arg("salt"),
         "Shuffles a writable int64 vector in place: Fisher-Yates keyed by (seed, epoch, salt) with the\n"
         "samplers' counter-based generator (reader/transform.h splitmix::Shuffle).");
+  m.def("locality_order", &LocalityOrderOf, py::arg("item_bytes"), py::arg("budget"), py::arg("seed"),
+        py::arg("epoch"),
+        "The locality-aware epoch order (reader/order.h LocalityOrder) of items in storage order with the\n"
+        "given record bytes: a permutation of range(n) as uint64 bytes. ValueError for a budget of 0.");
+  m.def(
+      "parse_byte_size",
+      [](const std::string& text) {
+        auto r = patchstore::ParseByteSize(text);
+        if (!r.ok()) throw py::value_error(r.status().message());
+        return *r;
+      },
+      py::arg("text"), "'8GB', '512MiB', '1.5G', '1000000': bytes (reader/order.h ParseByteSize).");
   py::class_<PySampler>(
       m, "Sampler",
       "patchstore::PatchSampler: exact mask-aware uniform windows, deterministic in (seed, epoch, position),\n"
@@ -215,6 +256,7 @@ void BindSampler(py::module_& m) {
            py::arg("world_size") = 1, py::arg("num_threads") = 1, py::arg("flip") = false,
            py::arg("rot90") = false, py::arg("patch_h") = 0, py::arg("patch_w") = 0, py::arg("policy") = "auto",
            py::arg("ids") = std::vector<std::string>(), py::arg("samples") = std::vector<uint64_t>(),
+           py::arg("prefetch") = true, py::arg("order") = "random", py::arg("cache_budget") = 0,
            "PatchSampler::Create. KeyError for an unknown field, ValueError for bad options.")
       .def_property_readonly("fields", [](const PySampler& ps) { return ps.s->options().fields; })
       .def_property_readonly("channels", [](const PySampler& ps) { return ps.s->channels(); })
@@ -320,6 +362,8 @@ void BindSampler(py::module_& m) {
               if (st.ok()) {  // the cursor moves only when the whole batch is there
                 ps.epoch = epoch;
                 ps.cursor = cursor;
+                // Batch prefetch: the next n windows' bytes, requested while the caller uses these.
+                if (ps.s->options().prefetch_next) ps.s->PrefetchAhead(epoch, cursor, n);
               }
               new_epoch = ps.epoch;
               new_cursor = ps.cursor;
@@ -350,6 +394,25 @@ void BindSampler(py::module_& m) {
           },
           py::arg("epoch"), py::arg("first"), py::arg("n"), py::arg("outs"), py::arg("windows") = py::none(),
           "Windows [first, first+n) of `epoch` on this rank (stateless).")
+      .def(
+          "prefetch_ahead",
+          [](const PySampler& ps, uint64_t epoch, uint64_t first, int64_t n) {
+            py::gil_scoped_release nogil;
+            ps.s->PrefetchAhead(epoch, first, n);
+          },
+          py::arg("epoch"), py::arg("first"), py::arg("n"),
+          "PatchSampler::PrefetchAhead: start reading windows [first, first+n) of `epoch` (and the masks\n"
+          "of the n after them); returns at once, never fails.")
+      .def_property_readonly("prefetch", [](const PySampler& ps) { return ps.s->options().prefetch_next; })
+      .def(
+          "sample_bytes",
+          [](const PySampler& ps) {
+            const auto& e = ps.s->eligible_list();
+            std::vector<uint64_t> out(e.size());
+            for (size_t i = 0; i < e.size(); ++i) out[i] = ps.s->SampleBytes(e[i]);
+            return py::bytes(reinterpret_cast<const char*>(out.data()), out.size() * sizeof(uint64_t));
+          },
+          "SampleBytes of each eligible sample (eligible_list order) as uint64 bytes.")
       .def(
           "gather_windows",
           [](const PySampler& ps, const py::object& windows, const py::sequence& outs) {
@@ -427,6 +490,8 @@ void BindSampler(py::module_& m) {
             Status st;
             {
               py::gil_scoped_release nogil;  // the first draw from a sample finds its windows
+              // Read every new sample's mask at once, not one after the other in the draws.
+              ps.s->PrefetchMasks(std::vector<uint64_t>(samples.begin(), samples.end()));
               std::vector<Window> wins(static_cast<size_t>(B * k));
               for (int64_t i = 0; i < B && st.ok(); ++i)
                 for (int j = 0; j < k && st.ok(); ++j) {

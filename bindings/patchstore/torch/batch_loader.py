@@ -9,7 +9,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 import torch
 from torch.utils.data import IterableDataset
 
-from .._resume import STATE_VERSION
+from .._resume import STATE_VERSION, order_keys
 from .._sampler import PatchSampler
 from .._store import Store
 from ._common import _EpochCounter, _Ring, _distributed_defaults, _empty
@@ -60,6 +60,11 @@ class BatchLoader(IterableDataset):
     identical to iterating in the training process. Use the DataLoader's
     pin_memory there. Each worker reopens the store (pickled as path and
     options).
+
+    prefetch, order, cache_budget: as PatchSampler. With prefetch (the
+    default), after gathering a batch the loader requests the byte ranges of
+    the next batch it will gather (the next one of this worker), so the disk
+    reads it while this one is used.
     """
 
     def __init__(
@@ -84,12 +89,16 @@ class BatchLoader(IterableDataset):
         *,
         ids: Optional[Sequence[Union[str, int]]] = None,
         policy: str = "auto",
+        prefetch: bool = True,
+        order: str = "random",
+        cache_budget: Union[int, str, None] = None,
     ) -> None:
         super().__init__()
         rank, world_size = _distributed_defaults(rank, world_size)
         self.sampler = PatchSampler(path, fields, patch_size, patches_per_sample, require, min_valid,
                                     positive_fraction, seed, rank, world_size, num_threads, flip=flip, rot90=rot90,
-                                    ids=ids, policy=policy, _who="patchstore.torch.BatchLoader")
+                                    ids=ids, policy=policy, prefetch=prefetch, order=order,
+                                    cache_budget=cache_budget, _who="patchstore.torch.BatchLoader")
         self.batch_size = operator.index(batch_size)
         if self.batch_size < 1:
             raise ValueError(f"BatchLoader: batch_size must be >= 1, got {batch_size!r}")
@@ -186,6 +195,14 @@ class BatchLoader(IterableDataset):
         shapes = self.sampler.shapes(B)
         fields = self.fields
         pos = self._position if track else None
+        prefetch = bool(self.sampler._options.get("prefetch", True))
+        last = which[-1] if len(which) else -1
+
+        def ahead(b: int) -> None:  # batch prefetch: the next batch this iterator gathers
+            if prefetch and b != last:
+                nxt = (b + which.step) * B
+                s.prefetch_ahead(epoch, nxt, min(B, total - nxt))
+
         for b in which:
             if pos is not None:
                 pos[1] = b + which.step  # counted when handed out: the caller has it
@@ -194,10 +211,12 @@ class BatchLoader(IterableDataset):
             if shared:
                 out = {f: _empty((n,) + shape[1:], True) for f, shape in shapes.items()}
                 s.gather(epoch, first, n, [out[f].numpy() for f in fields])
+                ahead(b)
                 yield out
                 continue
             slot = self._ring_for(shapes).acquire()
             s.gather(epoch, first, n, [slot.arrays[f][:n] for f in fields])
+            ahead(b)
             yield {f: slot.tensors[f][:n] for f in fields}  # new views: they keep the slot busy
 
     # -- resuming ----------------------------------------------------------------------
@@ -211,10 +230,11 @@ class BatchLoader(IterableDataset):
     def _state_options(self) -> Dict[str, Any]:
         o = self.sampler.options
         return {"seed": int(o["seed"]), "world_size": int(o["world_size"]), "batch_size": self.batch_size,
-                "batches": len(self)}
+                "batches": len(self), "order": o["order"], "cache_budget": int(o["cache_budget"] or 0)}
 
     def state_dict(self, epoch: Optional[int] = None, batch: Optional[int] = None) -> Dict[str, Any]:
-        """Where this process stands: {type, version, seed, world_size, batch_size, batches, epoch, batch}.
+        """Where this process stands: {type, version, seed, world_size, batch_size, batches, epoch, batch}
+        (and order, cache_budget with order="locality").
 
         Iterated directly (``for batch in loader``), the loader counts the
         batches it handed out: ``epoch`` is the epoch in progress and
@@ -249,7 +269,9 @@ class BatchLoader(IterableDataset):
         if b >= nb and worker is None:  # that epoch is done: the start of the next one
             e, b = e + 1, 0
         # (A worker's state keeps its epoch: the DataLoader may not have ended that epoch yet.)
-        state: Dict[str, Any] = {"type": "BatchLoader", "version": STATE_VERSION, **self._state_options(), "epoch": e, "batch": b}
+        options = self._state_options()
+        options.update(order_keys(options.pop("order"), options.pop("cache_budget")))  # only when not random
+        state: Dict[str, Any] = {"type": "BatchLoader", "version": STATE_VERSION, **options, "epoch": e, "batch": b}
         if worker is not None:
             state["worker"], state["num_workers"] = worker
         return state
@@ -259,8 +281,8 @@ class BatchLoader(IterableDataset):
         batches after the ones consumed), and later iter() calls the epochs after it, exactly as the
         uninterrupted run would have, here and in DataLoader workers started afterwards (fork or spawn).
 
-        ValueError if the state was saved with another seed, world_size, batch_size or number of
-        batches per epoch. Calling ``set_epoch`` with the saved epoch afterwards keeps the position;
+        ValueError if the state was saved with another seed, world_size, batch_size, number of
+        batches per epoch, order or cache_budget (a state without order is order='random'). Calling ``set_epoch`` with the saved epoch afterwards keeps the position;
         another epoch drops it.
         """
         from .._resume import check_state

@@ -187,6 +187,12 @@ class PatchDataset(ResumableDataset, Dataset):
             raise IndexError(f"PatchDataset index {i} out of range [0, {n})")
         return i
 
+    def _locality_items(self) -> Tuple[np.ndarray, np.ndarray]:
+        """Items in storage order (item i is the i-th eligible sample, ascending) and the record bytes of
+        their fields and mask (batch_sampler(order="locality"))."""
+        s = self._native()
+        return np.arange(self._n, dtype=np.int64), np.frombuffer(s.sample_bytes(), dtype=np.uint64)
+
     def _no_sample(self) -> ValueError:
         ph, pw = self.patch_size
         return ValueError(f"PatchDataset: no sample of '{self.store.path}' has a valid {ph}x{pw} patch position"

@@ -8,6 +8,7 @@
 #include "patchstore/ingest/ingest_hdf5.h"
 #include "patchstore/ingest/montage.h"
 #include "patchstore/ingest/volume_montage.h"
+#include "patchstore/reader/order.h"
 #include "patchstore/reader/reader.h"
 #include "patchstore/reader/sampler.h"
 #include "patchstore/reader/sat.h"
