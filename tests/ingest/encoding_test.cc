@@ -21,6 +21,7 @@
 #include <map>
 #include <random>
 
+#include "encoding_test_util.h"
 #include "hdf5_test_util.h"
 #include "patchstore/ingest/encoding.h"
 #include "patchstore/ingest/ingest.h"
@@ -33,6 +34,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::TempDir;
+using testing::MakeFrames;
+using testing::Options;
 
 // ---------------------------------------------------------------------------
 // Raw records through the store API.
@@ -128,68 +131,6 @@ std::string SameAsFloat32(const RawRecord& got, const RawRecord& want) {
       return "element " + std::to_string(i) + ": " + std::to_string(a) + " vs " + std::to_string(b);
   }
   return "";
-}
-
-// ---------------------------------------------------------------------------
-// Inputs.
-
-void WriteExr(const std::string& path, const cv::Mat& plane, Imf::PixelType type) {
-  const int H = plane.rows, W = plane.cols;
-  Imf::Header header(W, H);
-  header.channels().insert("Z", Imf::Channel(type));
-  std::vector<half> halves;
-  Imf::FrameBuffer fb;
-  if (type == Imf::HALF) {
-    halves.resize(static_cast<size_t>(H) * W);
-    for (int i = 0; i < H * W; ++i) halves[i] = half(plane.ptr<float>()[i]);
-    fb.insert("Z", Imf::Slice(Imf::HALF, reinterpret_cast<char*>(halves.data()), sizeof(half), sizeof(half) * W));
-  } else {
-    fb.insert("Z", Imf::Slice(Imf::FLOAT, reinterpret_cast<char*>(const_cast<float*>(plane.ptr<float>())), 4,
-                              4 * static_cast<size_t>(W)));
-  }
-  Imf::OutputFile out(path.c_str(), header);
-  out.setFrameBuffer(fb);
-  out.writePixels(H);
-}
-
-// A manifest of `n` frames of 37 x 50 (not a multiple of any tile edge):
-// rgb8 (8-bit RGB PNG), rgb16 (16-bit RGB PNG), mask (8-bit, some empty
-// frames), depth (float32 EXR with a NaN), zh (half EXR).
-std::string MakeFrames(const fs::path& dir, int n) {
-  fs::create_directories(dir);
-  std::ofstream m(dir / "manifest.csv");
-  m << "id,rgb8,rgb16,mask,depth,zh\n";
-  cv::RNG rng(7);
-  for (int i = 0; i < n; ++i) {
-    const int H = 37, W = 50;
-    cv::Mat a(H, W, CV_8UC3), b(H, W, CV_16UC3), mask(H, W, CV_8UC1, cv::Scalar(0)), depth(H, W, CV_32F),
-        zh(H, W, CV_32F);
-    rng.fill(a, cv::RNG::UNIFORM, 0, 256);
-    rng.fill(b, cv::RNG::UNIFORM, 0, 65536);
-    if (i != 1) rng.fill(mask, cv::RNG::UNIFORM, 0, 3);  // values 0,1,2; frame 1 empty
-    rng.fill(depth, cv::RNG::UNIFORM, -50.f, 5000.f);
-    depth.at<float>(3, 4) = NAN;
-    rng.fill(zh, cv::RNG::UNIFORM, -3.f, 3.f);
-    const std::string s = std::to_string(i);
-    EXPECT_TRUE(cv::imwrite((dir / ("a" + s + ".png")), a));
-    EXPECT_TRUE(cv::imwrite((dir / ("b" + s + ".png")), b));
-    EXPECT_TRUE(cv::imwrite((dir / ("m" + s + ".png")), mask));
-    WriteExr((dir / ("d" + s + ".exr")), depth, Imf::FLOAT);
-    WriteExr((dir / ("h" + s + ".exr")), zh, Imf::HALF);
-    m << "f/" << s << ",a" << s << ".png,b" << s << ".png,m" << s << ".png,d" << s << ".exr,h" << s << ".exr\n";
-  }
-  return (dir / "manifest.csv");
-}
-
-ImageIngestOptions Options(const std::string& manifest, const std::string& store) {
-  ImageIngestOptions o;
-  o.manifest = manifest;
-  o.store = store;
-  o.isolate_decoders = false;
-  o.durable = false;
-  o.threads = 2;
-  o.batch_samples = 2;
-  return o;
 }
 
 // ---------------------------------------------------------------------------
