@@ -175,7 +175,8 @@ DecodedSample DecodeSample(const SampleSource& src, const std::vector<FieldPlan>
     // store): the writer records each mask's valid count in the sample index,
     // and the sampler computes a frame's table from the mask on its first
     // visit, reading the same number of bytes the table would have taken.
-    out.bytes += bytes;
+    // The payload as stored: tile padding included.
+    out.bytes += d.header.tiled() ? static_cast<size_t>(d.header.grid().elements()) * DTypeSize(d.header.dtype) : bytes;
     out.fields.push_back(std::move(d));
   }
   return out;
