@@ -4,7 +4,8 @@
 // never need it.
 //
 // Image ingest: every sample is a set of named fields (rgb, mask, depth),
-// each decoded from one file into a float32 (C,H,W) record:
+// each decoded from one file into a (C,H,W) record (float32 normalised by
+// default; rows or tiles, compact or float16 dtypes on request: encoding.h):
 //   * PNG, JPEG, TIFF through OpenCV: 8- and 16-bit; gray, RGB (stored in RGB
 //     order), RGBA.
 //   * OpenEXR through the OpenEXR library: half/float/uint channels,
