@@ -142,7 +142,7 @@ int main(int argc, char** argv) {
                      "cache) or tiles (every C,H,W field in TxT tiles: a random window of a store larger than RAM "
                      "reads a few contiguous ranges, at most (1+T/h)(1+T/w) of its bytes)")
       ->check(CLI::IsMember({"rows", "tiles"}));
-  images->add_option("--tile-size", io.tile_size,
+  auto* tile_size_opt = images->add_option("--tile-size", io.tile_size,
                      "T for --layout tiles: a multiple of 8 in 8..4096 (default 32: a 256x256 window reads at most "
                      "1.27x its bytes)")
       ->check(CLI::Range(8, 4096));
@@ -307,6 +307,10 @@ int main(int argc, char** argv) {
     }
     if (!io.root.empty() && io.field_templates.empty()) {
       std::cerr << "patchstore: error: --root needs at least one --field NAME=TEMPLATE\n";
+      return 2;
+    }
+    if (tile_size_opt->count() > 0 && io.layout != "tiles") {
+      std::cerr << "patchstore: error: --tile-size is for --layout tiles (the layout is " << io.layout << ")\n";
       return 2;
     }
     if (!image_shard.empty()) {

@@ -306,6 +306,8 @@ def ingest_images(
     if shard is not None:
         args.append(f"shard={shard_pair!r}")
     layout, tile_size = _layout_arg(layout, tile_size, "ingest_images")
+    if layout == "rows" and tile_size != 32:
+        raise ValueError(f"ingest_images: tile_size={tile_size} is for layout='tiles' (the layout is 'rows')")
     encoding_specs = _encoding_specs(encoding, "ingest_images")
     if layout != "rows":
         args.append(f"layout={layout!r}, tile_size={tile_size}")

@@ -58,6 +58,8 @@ def test_bad_options_are_errors_naming_them(tmp_path, frames_root):
         ingest(tmp_path / "a.ps", frames_root, layout="tiles", tile_size=12)
     with pytest.raises(ValueError, match="layout must be 'rows' or 'tiles'"):
         ingest(tmp_path / "a.ps", frames_root, layout="columns")
+    with pytest.raises(ValueError, match="tile_size=64 is for layout='tiles'"):
+        ingest(tmp_path / "a.ps", frames_root, tile_size=64)
     with pytest.raises(TypeError, match="encoding= list items are strings"):
         ingest(tmp_path / "a.ps", frames_root, encoding=["compact", 3])
     assert not (tmp_path / "a.ps").exists()
@@ -112,6 +114,8 @@ def test_cli_flags_reach_the_ingest(tmp_path, frames_root, cli):
     assert " of records in " in out.stdout, out.stdout
     bad = run(tmp_path / "d.ps", "--encoding", "depth=bfloat16")
     assert bad.returncode == 1 and "unknown encoding 'bfloat16'" in bad.stderr, bad.stderr
+    bad = run(tmp_path / "d.ps", "--tile-size", "64")
+    assert bad.returncode == 2 and "--tile-size is for --layout tiles" in bad.stderr, bad.stderr
     bad = run(tmp_path / "d.ps", "--layout", "tiles", "--tile-size", "20")
     assert bad.returncode == 1 and "--tile-size must be a multiple of 8" in bad.stderr, bad.stderr
     resume = run(tmp_path / "c.ps", "--layout", "tiles", "--tile-size", "8")  # float32
