@@ -503,6 +503,24 @@ TEST(Hdf5EncodingTest, CompactKeepsIntegerDatasetsAndConvertsBitForBit) {
         ASSERT_EQ(hv.bits, ToFloat16(f32[src]).bits);
       }
   EXPECT_EQ(Summaries(c.store).at("p1")[5].valid_count, Summaries((dir / "f32.ps")).at("p1")[5].valid_count);
+  // float16 of normalised (range, binary) and plain integer volumes: the float32 record rounded to nearest.
+  auto hf = opts("half.ps");
+  hf.encoding = {"I16=float16", "MASK=float16", "U16=float16"};
+  ASSERT_TRUE(IngestHdf5(hf).ok());
+  const auto half = ReadRaw(hf.store);
+  for (const char* field : {"I16", "MASK", "U16"}) {
+    const RawRecord& rec = half.at("p1").at(field);
+    const RawRecord& f = ref.at("p1").at(field);
+    ASSERT_EQ(rec.header.dtype, DType::kFloat16) << field;
+    for (size_t i = 0; i < n; ++i) {
+      float v;
+      std::memcpy(&v, f.rows.data() + 4 * i, 4);
+      Float16 h;
+      std::memcpy(&h, rec.rows.data() + 2 * i, 2);
+      ASSERT_EQ(h.bits, ToFloat16(v).bits) << field << " " << i;
+    }
+  }
+  EXPECT_EQ(half.at("p1").at("U8").header.dtype, DType::kFloat32);
   // A resume with another encoding is refused before anything is read.
   auto again = opts("compact.ps");
   auto e = IngestHdf5(again);

@@ -5,6 +5,8 @@ slices), equals the float32 row store bit for bit; float16 fields equal its valu
 Needs the reader that understands tiled records and compact dtypes; without it these tests fail (the store
 refuses to open, or tiles read as rows)."""
 import csv
+import json
+import subprocess
 
 import h5py
 import numpy as np
@@ -138,3 +140,19 @@ def test_volumes_read_back_as_the_float32_rows(tmp_path, encoding, halves):
         a = got.read_patches("p1", g, [0, 2], [0, 1], 5, 4)
         b = ref.read_patches("p1", g, [0, 2], [0, 1], 5, 4)
         np.testing.assert_array_equal(a.view(np.uint32), expect(b, half).view(np.uint32))
+
+
+def test_info_shows_compact_tiled_fields(tmp_path, sources, cli):
+    if cli is None:
+        pytest.skip("the patchstore program is not built")
+    base, _, _ = sources
+    store = tmp_path / "s.ps"
+    patchstore.ingest_images(store, manifest=base / "manifest.csv", layout="tiles", tile_size=16,
+                             encoding={"*": "compact", "zh": "float32"}, durable=False, progress=False)
+    out = subprocess.run([cli, "info", str(store), "--json"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    got = {f["name"]: (f["dtype"], f["layout"], f["tile_size"]) for f in json.loads(out.stdout)["fields"]}
+    assert got == {"rgb": ("uint8", "tiles", 16), "mask": ("uint8", "tiles", 16), "depth": ("float32", "tiles", 16),
+                   "g16": ("uint16", "tiles", 16), "zh": ("float32", "tiles", 16)}
+    text = subprocess.run([cli, "info", str(store)], capture_output=True, text=True, timeout=60).stdout
+    assert "dtype=uint16 layout=tiles 16" in text, text
