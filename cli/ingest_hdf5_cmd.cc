@@ -63,6 +63,15 @@ Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet) {
   cmd->add_flag("--allow-external", o.allow_external,
                 "Follow HDF5 external links and read external/virtual storage (refused by default: they can read "
                 "arbitrary files)");
+  cmd->add_option("--encoding", o.encoding,
+                  "Record dtype (repeat): float32 (default) | compact (uint8/uint16 datasets kept as they are, "
+                  "int8/int16 as int16, others float32; readers still return the same float32, bit for bit) | "
+                  "FIELD=float32|compact|float16 for one field (float16: normalised values rounded to nearest, "
+                  "relative error <= 2^-11, beyond 65504 inf), e.g. --encoding compact --encoding MR=float16");
+  cmd->add_option("--layout", o.layout,
+                  "rows only: a slice is read whole, one contiguous range of its (S,H,W) record, so tiles (see "
+                  "'ingest images --layout') would not help and are refused")
+      ->check(CLI::IsMember({"rows", "tiles"}));
   cmd->add_option("--on-error", args->on_error,
                   "stop (default): stop at the first bad volume, keeping what was committed; skip: record failures "
                   "in the report and go on")
@@ -74,7 +83,7 @@ Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet) {
                   "N), into a store of their own; run N such ingests (any machines, at once) and read the N stores "
                   "as one");
   cmd->footer(
-      "Every (volume, group) becomes one float32 record of shape (S,H,W), slice axis first, so a slice or a stack\n"
+      "Every (volume, group) becomes one record (float32, or --encoding) of shape (S,H,W), slice axis first, so a slice or a stack\n"
       "of neighbouring slices is one contiguous zero-copy view. Chunked and compressed (gzip, shuffle) datasets\n"
       "are streamed chunk by chunk; memory stays bounded.\n"
       "\n"
@@ -142,7 +151,7 @@ Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet) {
                 static_cast<unsigned long long>(s.samples_written), static_cast<unsigned long long>(s.samples_present),
                 static_cast<unsigned long long>(s.samples_failed), static_cast<unsigned long long>(s.samples_total),
                 o.store.c_str());
-    std::printf("wrote %s of float32 in %.2f s (%.0f MB/s)\n", HumanBytes(static_cast<double>(s.bytes_written)).c_str(),
+    std::printf("wrote %s of records in %.2f s (%.0f MB/s)\n", HumanBytes(static_cast<double>(s.bytes_written)).c_str(),
                 s.seconds, s.seconds > 0 ? s.bytes_decoded / s.seconds / 1e6 : 0.0);
     if (s.samples_failed && !s.report_error.empty()) {
       // Never claim a report that was not written: list what failed, exit 1.

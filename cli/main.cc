@@ -137,6 +137,22 @@ int main(int argc, char** argv) {
   images->add_option("--norm", norm_specs,
                      "FIELD=SPEC: none | symmetric (x/max*2-1, default for 8/16-bit) | unit (x/max) | binary | "
                      "affine:SCALE,OFFSET, optionally +clamp:LO,HI | range:LO,HI ([LO,HI] onto [-1,1], clamped)");
+  images->add_option("--layout", io.layout,
+                     "rows (default: row-major records, zero-copy views of whole frames; best for stores in the page "
+                     "cache) or tiles (every C,H,W field in TxT tiles: a random window of a store larger than RAM "
+                     "reads a few contiguous ranges, at most (1+T/h)(1+T/w) of its bytes)")
+      ->check(CLI::IsMember({"rows", "tiles"}));
+  auto* tile_size_opt = images->add_option("--tile-size", io.tile_size,
+                     "T for --layout tiles: a multiple of 8 in 8..4096 (default 32: a 256x256 window reads at most "
+                     "1.27x its bytes)")
+      ->check(CLI::Range(8, 4096));
+  images->add_option("--encoding", io.encoding,
+                     "Record dtype (repeat): float32 (default: normalised float32) | compact (every field in the "
+                     "smallest type holding its source exactly: uint8 for 8-bit PNG/JPEG/TIFF and masks, uint16 for "
+                     "16-bit, float32 for EXR; readers still return the same float32, bit for bit) | FIELD=float32|"
+                     "compact|float16 for one field (float16: normalised values rounded to nearest, relative error "
+                     "<= 2^-11, absolute <= 2^-25 below 2^-14, beyond 65504 inf), e.g. --encoding compact "
+                     "--encoding depth=float16");
   images->add_option("-j,--threads", io.threads, "Decoder threads (default: all cores)")
       ->check(ps::cli::NonNegative());
   images->add_option("--on-error", on_error, "stop (default): stop at the first bad file, keeping what was "
@@ -169,7 +185,11 @@ int main(int argc, char** argv) {
       "      --field depth='{video}/render/depth/{frame}.exr'\n"
       "  for i in 0 1 2; do patchstore ingest images shards/frames-$i.ps --manifest data/manifest.csv \\\n"
       "      --shard $i/3 & done; wait                   # 3 shards in parallel\n"
-      "Running the same command again resumes: complete samples are skipped.");
+      "  patchstore ingest images big.ps --manifest data/manifest.csv --layout tiles --encoding compact\n"
+      "                                                   # a store larger than RAM: ~1/3 of the bytes, windows\n"
+      "                                                   # read as a few contiguous ranges\n"
+      "Running the same command again resumes: complete samples are skipped (with the same --encoding and\n"
+      "--layout: a store keeps those of its first ingest).");
 
   auto run_hdf5 = ps::cli::RegisterIngestHdf5(ingest, &quiet);
   auto run_bench = ps::cli::RegisterBench(&app, &quiet);
@@ -289,6 +309,10 @@ int main(int argc, char** argv) {
       std::cerr << "patchstore: error: --root needs at least one --field NAME=TEMPLATE\n";
       return 2;
     }
+    if (tile_size_opt->count() > 0 && io.layout != "tiles") {
+      std::cerr << "patchstore: error: --tile-size is for --layout tiles (the layout is " << io.layout << ")\n";
+      return 2;
+    }
     if (!image_shard.empty()) {
       ps::Status st = ps::ParseShardSpec(image_shard, &io.shard_index, &io.shard_count);
       if (!st.ok()) {
@@ -321,7 +345,7 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(s.samples_present),
                 static_cast<unsigned long long>(s.samples_failed),
                 static_cast<unsigned long long>(s.samples_total), io.store.c_str());
-    std::printf("wrote %s of float32 in %.2f s (%.0f MB/s decoded)\n", ps::cli::HumanBytes(s.bytes_written).c_str(),
+    std::printf("wrote %s of records in %.2f s (%.0f MB/s decoded)\n", ps::cli::HumanBytes(s.bytes_written).c_str(),
                 s.seconds, s.seconds > 0 ? s.bytes_decoded / s.seconds / 1e6 : 0.0);
     if (s.samples_failed && !s.report_error.empty()) {
       // Never claim a report that was not written: list what failed, exit 1.
@@ -380,7 +404,8 @@ int main(int argc, char** argv) {
            << JsonString(ps::SourceTypeName(fm.source_type)) << ", \"source_format\": "
            << JsonString(fm.source_format) << ", \"normalisation\": " << JsonString(fm.norm.ToString())
            << ", \"channel_names\": " << JsonList(fm.channel_names) << ", \"mask\": "
-           << (fm.is_mask ? "true" : "false");
+           << (fm.is_mask ? "true" : "false") << ", \"dtype\": " << JsonString(ps::DTypeName(fm.dtype))
+           << ", \"layout\": " << JsonString(fm.tile ? "tiles" : "rows") << ", \"tile_size\": " << fm.tile;
         if (fm.is_mask) os << ", \"empty_masks\": " << empty_masks[f];
         os << ", \"shape_range\": " << ps::cli::ShapeRangeJson(ps::cli::FieldShapeRange(*reader, static_cast<int>(f)))
            << "}";
@@ -408,13 +433,15 @@ int main(int argc, char** argv) {
           std::printf("  %s: %llu samples\n", reader->store_path(i).c_str(), static_cast<unsigned long long>(snap_meta));
         }
       }
-      std::printf("float32 bytes:  %s\n", ps::cli::HumanBytes(static_cast<double>(payload)).c_str());
+      std::printf("record bytes:   %s\n", ps::cli::HumanBytes(static_cast<double>(payload)).c_str());
       std::printf("fields:\n");
       for (size_t f = 0; f < m.fields.size(); ++f) {
         const auto& fm = m.fields[f];
-        std::printf("  %-10s C=%u shape=%s source=%s %s norm=%s channels=%s%s\n", fm.name.c_str(), fm.channels,
-                    shapes[f].c_str(), fm.source_format.c_str(), ps::SourceTypeName(fm.source_type),
-                    fm.norm.ToString().c_str(), fm.channel_names.c_str(), fm.is_mask ? " (mask)" : "");
+        const std::string layout = fm.tile ? "tiles " + std::to_string(fm.tile) : std::string("rows");
+        std::printf("  %-10s C=%u shape=%s dtype=%s layout=%s source=%s %s norm=%s channels=%s%s\n", fm.name.c_str(),
+                    fm.channels, shapes[f].c_str(), ps::DTypeName(fm.dtype), layout.c_str(),
+                    fm.source_format.c_str(), ps::SourceTypeName(fm.source_type), fm.norm.ToString().c_str(),
+                    fm.channel_names.c_str(), fm.is_mask ? " (mask)" : "");
         if (shapes[f] == "varies")
           std::printf("  %-10s shapes: %s%s\n", "", ps::cli::ShapeRangeText(
                           ps::cli::FieldShapeRange(*reader, static_cast<int>(f)), m.kind == "volumes").c_str(),

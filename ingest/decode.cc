@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "patchstore/ingest/checks.h"
+#include "patchstore/ingest/encoding.h"
 
 namespace patchstore {
 namespace {
@@ -293,6 +294,21 @@ void Deinterleave(const DecodedImage& image, const Normalization& norm, float* d
   }
 }
 
+// The raw source values of an image, de-interleaved into (C,H,W) of Out
+// (compact encodings: Out holds every value of T exactly).
+template <typename T, typename Out>
+void DeinterleaveRaw(const DecodedImage& image, Out* dst) {
+  const int H = image.height(), W = image.width(), C = image.channels();
+  const size_t plane = static_cast<size_t>(H) * W;
+  for (int y = 0; y < H; ++y) {
+    const T* row = image.pixels.ptr<T>(y);
+    for (int c = 0; c < C; ++c) {
+      Out* out = dst + c * plane + static_cast<size_t>(y) * W;
+      for (int x = 0; x < W; ++x) out[x] = static_cast<Out>(row[x * C + c]);
+    }
+  }
+}
+
 }  // namespace
 
 Result<DecodedImage> DecodeFile(const std::string& path, const std::string& channel, uint64_t max_pixels) {
@@ -329,6 +345,36 @@ void ToCHWFloat(const DecodedImage& image, const Normalization& norm, float* dst
     case CV_8U: Deinterleave<uint8_t>(image, norm, dst); break;
     case CV_16U: Deinterleave<uint16_t>(image, norm, dst); break;
     default: Deinterleave<float>(image, norm, dst); break;
+  }
+}
+
+void ToCHW(const DecodedImage& image, const Normalization& norm, DType dtype, void* dst) {
+  const int depth = image.pixels.depth();
+  switch (dtype) {
+    case DType::kUInt8:
+      DeinterleaveRaw<uint8_t>(image, static_cast<uint8_t*>(dst));
+      return;
+    case DType::kUInt16:
+      if (depth == CV_8U) DeinterleaveRaw<uint8_t>(image, static_cast<uint16_t*>(dst));
+      else DeinterleaveRaw<uint16_t>(image, static_cast<uint16_t*>(dst));
+      return;
+    case DType::kInt16:
+      // int8/int16 sources reach here as CV_32F holding integers (decode
+      // converts them), so the conversion back is exact.
+      if (depth == CV_8U) DeinterleaveRaw<uint8_t>(image, static_cast<int16_t*>(dst));
+      else DeinterleaveRaw<float>(image, static_cast<int16_t*>(dst));
+      return;
+    case DType::kFloat16: {
+      const size_t n = image.pixels.total() * static_cast<size_t>(image.channels());
+      std::vector<float> tmp(n);
+      ToCHWFloat(image, norm, tmp.data());
+      Float16* out = static_cast<Float16*>(dst);
+      for (size_t i = 0; i < n; ++i) out[i] = ToFloat16(tmp[i]);
+      return;
+    }
+    default:
+      ToCHWFloat(image, norm, static_cast<float*>(dst));
+      return;
   }
 }
 

@@ -37,4 +37,11 @@ void FiniteRange(const float* data, int64_t n, double* lo, double* hi);
 // Writes the image as a (C,H,W) float32 array at `dst` applying `norm`.
 void ToCHWFloat(const DecodedImage& image, const Normalization& norm, float* dst);
 
+// Writes the image as a row-major (C,H,W) array of `dtype` at `dst` (the
+// record dtype RecordDType chose, ingest/encoding.h): float32 / float16 hold
+// the values normalised by `norm`; uint8 / uint16 / int16 hold the source
+// values unchanged (REQUIRES: they fit, which RecordDType guarantees for the
+// image's source type).
+void ToCHW(const DecodedImage& image, const Normalization& norm, DType dtype, void* dst);
+
 }  // namespace patchstore

@@ -4,7 +4,8 @@
 // never need it.
 //
 // Image ingest: every sample is a set of named fields (rgb, mask, depth),
-// each decoded from one file into a float32 (C,H,W) record:
+// each decoded from one file into a (C,H,W) record (float32 normalised by
+// default; rows or tiles, compact or float16 dtypes on request: encoding.h):
 //   * PNG, JPEG, TIFF through OpenCV: 8- and 16-bit; gray, RGB (stored in RGB
 //     order), RGBA.
 //   * OpenEXR through the OpenEXR library: half/float/uint channels,
@@ -41,7 +42,7 @@ namespace patchstore {
 // Progress reported by long operations: `done` of `total` items, plus bytes.
 struct Progress {
   uint64_t done = 0, total = 0, failed = 0, skipped = 0;
-  uint64_t bytes = 0;  // float32 bytes written so far
+  uint64_t bytes = 0;  // record payload bytes written so far
   double seconds = 0;
 };
 using ProgressCallback = std::function<void(const Progress&)>;
@@ -64,6 +65,17 @@ struct ImageIngestOptions {
   std::vector<std::string> mask_fields;
   // Per-field normalisation spec (see ParseNormalization), overriding defaults.
   std::map<std::string, std::string> norm;
+
+  // Record layout of every (C,H,W) field: "rows" (row-major, zero-copy
+  // views of whole records) or "tiles" (tile_size x tile_size tiles: a
+  // window of a store larger than RAM reads a few contiguous ranges; see
+  // store/FORMAT.md "Tiled records"). tile_size: a multiple of 8 in 8..4096.
+  std::string layout = "rows";
+  uint32_t tile_size = 32;
+  // Record dtype per field, as --encoding: "float32" (default) or "compact"
+  // for every field, "FIELD=float32|compact|float16" for one (later specs
+  // win). See ingest/encoding.h and store/FORMAT.md "Encodings".
+  std::vector<std::string> encoding;
 
   int threads = 0;            // decoder threads; 0 = all cores
   bool skip_errors = false;   // --on-error skip
@@ -92,7 +104,7 @@ struct IngestSummary {
   uint64_t samples_written = 0;  // newly committed
   uint64_t samples_present = 0;  // already in the store (resume)
   uint64_t samples_failed = 0;   // skipped because of errors
-  uint64_t bytes_written = 0;    // float32 payload bytes committed
+  uint64_t bytes_written = 0;    // record payload bytes committed (in the records' dtypes)
   uint64_t bytes_decoded = 0;    // same, counted at decode time
   double seconds = 0;
   std::string report_path;       // where failures were written, if any

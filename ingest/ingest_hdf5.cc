@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "patchstore/ingest/checks.h"
+#include "patchstore/ingest/encoding.h"
 #include "patchstore/ingest/hdf5_internal.h"
 #include "patchstore/ingest/ingest_hdf5.h"
 #include "patchstore/reader/reader.h"
@@ -188,7 +189,8 @@ struct Item {
   std::array<uint64_t, 3> shw{};
   std::vector<DatasetInfo> fields;  // one per group
   std::vector<Normalization> norms;
-  uint64_t bytes = 0;  // float32 payload of all fields
+  std::vector<DType> dtypes;  // record dtype per field (RecordDType)
+  uint64_t bytes = 0;  // record payload of all fields
 };
 
 class Hdf5Ingest {
@@ -215,6 +217,7 @@ class Hdf5Ingest {
     std::array<hsize_t, 3> dims{}, chunk{};
     int axis = 2;
     Normalization norm;
+    DType dtype = DType::kFloat32;  // of the record
     std::string describe;
   };
   struct PendingState {
@@ -227,7 +230,7 @@ class Hdf5Ingest {
     std::shared_ptr<PendingState> state;
   };
   Result<std::vector<std::shared_ptr<VolumeSource>>> OpenVolume(const Item& item);
-  Status ReadVolume(const VolumeSource& v, float* dst);
+  Status ReadVolume(const VolumeSource& v, void* dst);
   Status Flush();
   void RecordFailure(const Item& item, const Status& st);
   // Issue-17 checks on the listed volumes, before anything is written.
@@ -239,6 +242,7 @@ class Hdf5Ingest {
   void ReportProgress();
 
   const Hdf5IngestOptions& o_;
+  EncodingPlan encoding_;
   std::vector<GroupSpec> groups_;
   int axis_ = 2;
   bool prefix_ids_ = false;
@@ -320,6 +324,18 @@ Status Hdf5Ingest::ParseOptions() {
     if (!has_field(f)) return Status::InvalidArgument("ingest: --norm names field '" + f + "', which no --group gives");
     auto check = ParseNormalization(spec, 255.0);
     if (!check.ok()) return check.status().WithContext("ingest: --norm for field '" + f + "'");
+  }
+  {
+    std::vector<std::string> fields;
+    for (const GroupSpec& g : groups_) fields.push_back(g.field);
+    PS_ASSIGN_OR_RETURN(encoding_, ParseEncodings(o_.encoding));
+    Status st = CheckEncodingFields(encoding_, fields);
+    if (!st.ok()) return Status::InvalidArgument(st.message() + " (fields come from --group)");
+    if (o_.layout == "tiles")
+      return Status::InvalidArgument("ingest hdf5: --layout tiles is for image frames; a volume slice is read whole, "
+                                     "as one contiguous range of its (S,H,W) record, so tiles would not help "
+                                     "(use the default --layout rows)");
+    PS_RETURN_IF_ERROR(ParseLayout(o_.layout, o_.tile_size).status());
   }
   if (o_.slab_bytes == 0 || o_.batch_bytes == 0)
     return Status::InvalidArgument("ingest: slab_bytes and batch_bytes must be positive");
@@ -580,7 +596,11 @@ void Hdf5Ingest::ScanFile(size_t file, std::vector<Item>* items) {
       for (int i = 0; i < 3; ++i)
         if (i != axis_) other[k++] = i;
       it.shw = {d[axis_], d[other[0]], d[other[1]]};
-      it.bytes = it.shw[0] * it.shw[1] * it.shw[2] * sizeof(float) * groups_.size();
+      it.bytes = 0;
+      for (size_t g = 0; g < groups_.size(); ++g) {
+        it.dtypes.push_back(RecordDType(encoding_.For(groups_[g].field), it.fields[g].source, it.norms[g]));
+        it.bytes += it.shw[0] * it.shw[1] * it.shw[2] * DTypeSize(it.dtypes[g]);
+      }
     }
     items->push_back(std::move(it));
   }
@@ -613,14 +633,14 @@ Status Hdf5Ingest::ResolveNorms(Item* item) {
 
 // Writes a slab of `ns` slices into dst (ns, H, W). The source element of
 // (slice k, row h, column w) is src[k*sk + h*sh + w*sw].
-template <typename T, typename F>
+template <typename T, typename F, typename Out>
 void ScatterSlab(const T* src, int64_t ns, int64_t H, int64_t W, int64_t sk, int64_t sh, int64_t sw, F conv,
-                 float* dst) {
+                 Out* dst) {
   if (sw == 1) {
     for (int64_t k = 0; k < ns; ++k)
       for (int64_t h = 0; h < H; ++h) {
         const T* s = src + k * sk + h * sh;
-        float* d = dst + (k * H + h) * W;
+        Out* d = dst + (k * H + h) * W;
         for (int64_t w = 0; w < W; ++w) d[w] = conv(s[w]);
       }
     return;
@@ -633,24 +653,50 @@ void ScatterSlab(const T* src, int64_t ns, int64_t H, int64_t W, int64_t sk, int
       const int64_t wn = std::min(kBlock, W - w0);
       for (int64_t k = 0; k < ns; ++k) {
         const T* s = src + h * sh + w0 * sw + k * sk;
-        float* d = dst + (k * H + h) * W + w0;
+        Out* d = dst + (k * H + h) * W + w0;
         for (int64_t w = 0; w < wn; ++w) d[w] = conv(s[w * sw]);
       }
     }
 }
 
+// Converts a slab into the record's dtype: float32 / float16 normalised,
+// or (compact encodings, StoresRawSource) the source values unchanged.
 template <typename T>
 void ConvertSlab(const void* src, int64_t ns, int64_t H, int64_t W, int64_t sk, int64_t sh, int64_t sw,
-                 const Normalization& norm, float* dst) {
+                 const Normalization& norm, DType dtype, void* dst) {
   const T* s = static_cast<const T*>(src);
-  if (norm.kind == NormKind::kNone && !norm.clamp) {
-    ScatterSlab(s, ns, H, W, sk, sh, sw, [](T x) { return static_cast<float>(x); }, dst);
-  } else {
-    ScatterSlab(s, ns, H, W, sk, sh, sw, [&norm](T x) { return norm.Apply(static_cast<double>(x)); }, dst);
+  const bool identity = norm.kind == NormKind::kNone && !norm.clamp;
+  auto normalised = [&norm](T x) { return norm.Apply(static_cast<double>(x)); };
+  auto plain = [](T x) { return static_cast<float>(x); };
+  switch (dtype) {
+    case DType::kFloat16:
+      if (identity)
+        ScatterSlab(s, ns, H, W, sk, sh, sw, [&](T x) { return ToFloat16(plain(x)); }, static_cast<Float16*>(dst));
+      else
+        ScatterSlab(s, ns, H, W, sk, sh, sw, [&](T x) { return ToFloat16(normalised(x)); },
+                    static_cast<Float16*>(dst));
+      return;
+    case DType::kUInt8:
+    case DType::kUInt16:
+    case DType::kInt16:
+      if constexpr (std::is_integral_v<T> && sizeof(T) <= 2) {
+        // RecordDType chose a type that holds every value of T.
+        if (dtype == DType::kUInt8)
+          ScatterSlab(s, ns, H, W, sk, sh, sw, [](T x) { return static_cast<uint8_t>(x); }, static_cast<uint8_t*>(dst));
+        else if (dtype == DType::kUInt16)
+          ScatterSlab(s, ns, H, W, sk, sh, sw, [](T x) { return static_cast<uint16_t>(x); },
+                      static_cast<uint16_t*>(dst));
+        else
+          ScatterSlab(s, ns, H, W, sk, sh, sw, [](T x) { return static_cast<int16_t>(x); }, static_cast<int16_t*>(dst));
+      }
+      return;
+    default:
+      if (identity) ScatterSlab(s, ns, H, W, sk, sh, sw, plain, static_cast<float*>(dst));
+      else ScatterSlab(s, ns, H, W, sk, sh, sw, normalised, static_cast<float*>(dst));
   }
 }
 
-Status Hdf5Ingest::ReadVolume(const VolumeSource& v, float* dst) {
+Status Hdf5Ingest::ReadVolume(const VolumeSource& v, void* dst) {
   const int a = v.axis;
   int o1 = -1, o2 = -1;
   for (int i = 0; i < 3; ++i)
@@ -685,20 +731,20 @@ Status Hdf5Ingest::ReadVolume(const VolumeSource& v, float* dst) {
     // Element strides of the slab (C order over `count`).
     std::array<int64_t, 3> stride{static_cast<int64_t>(count[1] * count[2]), static_cast<int64_t>(count[2]), 1};
     const int64_t sk = stride[a], sh = stride[o1], sw = stride[o2];
-    float* out = dst + s0 * H * W;
+    void* out = static_cast<uint8_t*>(dst) + s0 * H * W * DTypeSize(v.dtype);
     const int64_t nsi = static_cast<int64_t>(ns), Hi = static_cast<int64_t>(H), Wi = static_cast<int64_t>(W);
     using M = NumericType::Mem;
     switch (v.type.mem) {
-      case M::kInt8: ConvertSlab<int8_t>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, out); break;
-      case M::kUInt8: ConvertSlab<uint8_t>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, out); break;
-      case M::kInt16: ConvertSlab<int16_t>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, out); break;
-      case M::kUInt16: ConvertSlab<uint16_t>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, out); break;
-      case M::kInt32: ConvertSlab<int32_t>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, out); break;
-      case M::kUInt32: ConvertSlab<uint32_t>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, out); break;
-      case M::kInt64: ConvertSlab<int64_t>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, out); break;
-      case M::kUInt64: ConvertSlab<uint64_t>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, out); break;
-      case M::kFloat: ConvertSlab<float>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, out); break;
-      case M::kDouble: ConvertSlab<double>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, out); break;
+      case M::kInt8: ConvertSlab<int8_t>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, v.dtype, out); break;
+      case M::kUInt8: ConvertSlab<uint8_t>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, v.dtype, out); break;
+      case M::kInt16: ConvertSlab<int16_t>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, v.dtype, out); break;
+      case M::kUInt16: ConvertSlab<uint16_t>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, v.dtype, out); break;
+      case M::kInt32: ConvertSlab<int32_t>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, v.dtype, out); break;
+      case M::kUInt32: ConvertSlab<uint32_t>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, v.dtype, out); break;
+      case M::kInt64: ConvertSlab<int64_t>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, v.dtype, out); break;
+      case M::kUInt64: ConvertSlab<uint64_t>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, v.dtype, out); break;
+      case M::kFloat: ConvertSlab<float>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, v.dtype, out); break;
+      case M::kDouble: ConvertSlab<double>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, v.dtype, out); break;
     }
   }
   return Status::OK();
@@ -733,6 +779,7 @@ Result<std::vector<std::shared_ptr<Hdf5Ingest::VolumeSource>>> Hdf5Ingest::OpenV
     v->chunk = now.chunk;
     v->axis = axis_;
     v->norm = item.norms[g];
+    v->dtype = item.dtypes[g];
     out.push_back(std::move(v));
   }
   return out;
@@ -893,6 +940,8 @@ Result<IngestSummary> Hdf5Ingest::Run() {
                                           n != o_.norm.end() ? n->second : mask ? "default (mask: binary)" : "default",
                                           "--norm of field '" + g.field + "'"));
   }
+  // ... and store each field in the same dtype.
+  PS_RETURN_IF_ERROR(CheckResumeEncoding(meta, o_.store, encoding_, 0));
   report_path_ = o_.report_path.empty() ? o_.store + "/ingest-errors.tsv" : o_.report_path;
   if (o_.skip_errors) PS_RETURN_IF_ERROR(CheckReportPath(report_path_));
   meta.attributes["slice_axis"] = std::to_string(axis_);
@@ -932,6 +981,7 @@ Result<IngestSummary> Hdf5Ingest::Run() {
       fm.layout = Layout::kSHW;
       fm.source_type = item.fields[g].source;
       fm.norm = item.norms[g];
+      fm.dtype = item.dtypes[g];
       fm.is_mask = std::find(o_.mask_fields.begin(), o_.mask_fields.end(), fm.name) != o_.mask_fields.end();
       fm.source_format = "hdf5";
       auto fi = writer_->EnsureField(fm);
@@ -958,6 +1008,7 @@ Result<IngestSummary> Hdf5Ingest::Run() {
       r.header.shape = {item.shw[0], item.shw[1], item.shw[2], 0};
       r.header.norm = item.norms[g];
       r.header.source_type = item.fields[g].source;
+      r.header.dtype = item.dtypes[g];
       const bool last = g + 1 == groups_.size();
       std::shared_ptr<VolumeSource> src = sources[g];
       std::shared_ptr<PendingState> state = p.state;
@@ -970,15 +1021,16 @@ Result<IngestSummary> Hdf5Ingest::Run() {
       const uint64_t elements = item.shw[0] * item.shw[1] * item.shw[2];
       const std::string what = "volume '" + item.id + "': field '" + groups_[g].field + "' (" +
                                DescribeDataset(item.file, g, item.name) + ")";
-      r.fill = [this, src, state, last, bytes, mask_like, elements, what](void* dst) -> Status {
-        Status s = ReadVolume(*src, static_cast<float*>(dst));
+      RecordHeader hdr = r.header;  // for the all-zero check: the payload as readers see it
+      hdr.payload_bytes = elements * DTypeSize(hdr.dtype);
+      r.fill = [this, src, state, last, bytes, mask_like, hdr, what](void* dst) -> Status {
+        Status s = ReadVolume(*src, dst);
         if (!s.ok()) {
           state->fill_error = s;
           return s;
         }
         if (mask_like) {
-          const float* v = static_cast<const float*>(dst);
-          if (std::all_of(v, v + elements, [](float x) { return x == 0; }))
+          if (AllZeroAfterNorm(hdr, dst))
             Warn(what + " is all zero: an empty mask (require= and --overlay find nothing in it)");
         }
         if (last && !state->counted) {

@@ -9,7 +9,7 @@
 // sample (a "volume"); every group becomes a field.
 //
 // Output: a store of kind "volumes". Each (volume, field) is ONE contiguous
-// float32 record of layout kSHW, shape (S, H, W): the slice axis first, so
+// record (float32, or the dtype --encoding gives) of layout kSHW, shape (S, H, W): the slice axis first, so
 // any slice and any stack of neighbouring slices is a contiguous zero-copy
 // view (see reader/volume.h). The slice axis of the source is --slice-axis
 // (default -1, the last one, as in the seed's (H, W, S)); the two other axes
@@ -109,6 +109,17 @@ struct Hdf5IngestOptions {
 
   // Follow external links and read external/virtual storage.
   bool allow_external = false;
+
+  // Record dtype per field, as --encoding: "float32" (default) or "compact"
+  // for every field, "FIELD=float32|compact|float16" for one. compact keeps
+  // uint8 / uint16 datasets as they are, int8 / int16 as int16, float16 ones
+  // with norm none as float16, others float32 (ingest/encoding.h).
+  std::vector<std::string> encoding;
+  // Only "rows": volume slices are read whole, each one contiguous range of
+  // its (S,H,W) record, so tiles would not help; "tiles" is refused with a
+  // message saying so. tile_size as for images (unused).
+  std::string layout = "rows";
+  uint32_t tile_size = 32;
 
   bool skip_errors = false;   // --on-error skip
   std::string report_path;    // failures as TSV; default <store>/ingest-errors.tsv

@@ -16,6 +16,7 @@
 
 #include "patchstore/ingest/decode.h"
 #include "patchstore/ingest/decode_pool.h"
+#include "patchstore/ingest/encoding.h"
 #include "patchstore/ingest/ingest.h"
 #include "patchstore/ingest/sources.h"
 #include "patchstore/reader/sat.h"
@@ -68,10 +69,12 @@ struct FieldPlan {
   std::string name;
   bool is_mask = false;
   std::string norm_spec;  // "" = default for the source type
+  FieldEncoding encoding = FieldEncoding::kFloat32;
+  uint16_t tile = 0;      // 0: rows
 };
 
 struct DecodedField {
-  BufferPool::Buffer buffer;
+  BufferPool::Buffer buffer;  // row-major (C,H,W) of header.dtype
   BufferPool::Buffer sat;  // summed-area table of a mask field, as uint32
   RecordHeader header;
   FieldMeta meta;
@@ -150,9 +153,16 @@ DecodedSample DecodeSample(const SampleSource& src, const std::vector<FieldPlan>
     d.header.shape = {static_cast<uint64_t>(img->channels()), static_cast<uint64_t>(H), static_cast<uint64_t>(W), 0};
     d.header.norm = *norm;
     d.header.source_type = img->source_type;
+    // The one decision of the record's dtype (ingest/encoding.h); the tile
+    // edge is the field's layout.
+    d.header.dtype = RecordDType(plans[f].encoding, img->source_type, *norm);
+    d.header.tile = plans[f].tile;
     const size_t n = static_cast<size_t>(img->channels()) * H * W;
-    d.buffer = pool->Acquire(n);
-    ToCHWFloat(*img, *norm, d.buffer.data.get());
+    const size_t bytes = n * DTypeSize(d.header.dtype);
+    d.buffer = pool->Acquire((bytes + sizeof(float) - 1) / sizeof(float));
+    ToCHW(*img, *norm, d.header.dtype, d.buffer.data.get());
+    d.meta.dtype = d.header.dtype;
+    d.meta.tile = d.header.tile;
     d.meta.name = plans[f].name;
     d.meta.channels = static_cast<uint32_t>(img->channels());
     d.meta.layout = Layout::kCHW;
@@ -165,7 +175,8 @@ DecodedSample DecodeSample(const SampleSource& src, const std::vector<FieldPlan>
     // store): the writer records each mask's valid count in the sample index,
     // and the sampler computes a frame's table from the mask on its first
     // visit, reading the same number of bytes the table would have taken.
-    out.bytes += n * sizeof(float);
+    // The payload as stored: tile padding included.
+    out.bytes += d.header.tiled() ? static_cast<size_t>(d.header.grid().elements()) * DTypeSize(d.header.dtype) : bytes;
     out.fields.push_back(std::move(d));
   }
   return out;
@@ -205,6 +216,9 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
   auto input_ordinals =
       InputOrdinals(list.samples, o.shard_count, [](const SampleSource& s) -> std::string_view { return s.id; });
   KeepShard(&list.samples, o.shard_index, o.shard_count, [](const SampleSource& s) -> std::string_view { return s.id; });
+  PS_ASSIGN_OR_RETURN(const EncodingPlan encoding, ParseEncodings(o.encoding));
+  PS_RETURN_IF_ERROR(CheckEncodingFields(encoding, list.fields));
+  PS_ASSIGN_OR_RETURN(const uint16_t tile, ParseLayout(o.layout, o.tile_size));
   std::vector<FieldPlan> plans;
   for (const std::string& f : list.fields) {
     FieldPlan p;
@@ -212,6 +226,8 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
     p.is_mask = f == "mask" || std::find(o.mask_fields.begin(), o.mask_fields.end(), f) != o.mask_fields.end();
     auto it = o.norm.find(f);
     if (it != o.norm.end()) p.norm_spec = it->second;
+    p.encoding = encoding.For(f);
+    p.tile = tile;
     plans.push_back(p);
   }
   for (const std::string& m : o.mask_fields)
@@ -239,6 +255,8 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
     PS_RETURN_IF_ERROR(CheckResumeSetting(&writer->mutable_meta(), o.store, "norm." + p.name,
                                           p.norm_spec.empty() ? "default" : p.norm_spec, "--norm of field '" + p.name + "'"));
   if (o.skip_errors) PS_RETURN_IF_ERROR(CheckReportPath(report_path));
+  // ... and store its records in the same dtypes and layout.
+  PS_RETURN_IF_ERROR(CheckResumeEncoding(writer->meta(), o.store, encoding, tile));
 
   if (!writer->meta().fields.empty()) {
     // The store's field set is fixed by its first ingest: a renamed or
@@ -367,7 +385,20 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
       for (DecodedField& f : d.fields) {
         auto idx = writer->EnsureField(f.meta);
         if (!idx.ok()) {
-          d.status = idx.status().WithContext("sample '" + src.id + "' ('" + f.path + "')");
+          const int have = writer->meta().FieldIndex(f.meta.name);
+          if (have >= 0 && writer->meta().fields[have].dtype != f.meta.dtype) {
+            // Compact fields take the dtype of their first sample's source;
+            // a later file of another bit depth cannot be held exactly.
+            const FieldMeta& fm = writer->meta().fields[have];
+            d.status = Status::InvalidArgument(
+                "sample '" + src.id + "' ('" + f.path + "'): field '" + fm.name + "' is stored as " +
+                DTypeName(fm.dtype) + " (--encoding " + FieldEncodingName(encoding.For(fm.name)) + ", " +
+                SourceTypeName(fm.source_type) + " sources) but this file is " +
+                SourceTypeName(f.meta.source_type) + ", which needs " + DTypeName(f.meta.dtype) +
+                "; give the field one bit depth, or --encoding " + fm.name + "=float32");
+          } else {
+            d.status = idx.status().WithContext("sample '" + src.id + "' ('" + f.path + "')");
+          }
           d.failed_file = f.path;
           break;
         }
@@ -407,7 +438,18 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
         RecordInput r;
         r.field = static_cast<uint16_t>(writer->meta().FieldIndex(f.meta.name));
         r.header = f.header;
-        r.data = f.buffer.data.get();
+        if (f.header.tiled()) {
+          // Tiles are cut straight into the record LMDB reserves.
+          const void* rows = f.buffer.data.get();
+          const size_t es = DTypeSize(f.header.dtype);
+          const TileGrid grid = f.header.grid();
+          r.fill = [rows, es, grid](void* dst) {
+            TileCHW(rows, es, grid, dst);
+            return Status::OK();
+          };
+        } else {
+          r.data = f.buffer.data.get();
+        }
         const uint16_t field_index = r.field;
         in.records.push_back(std::move(r));
         if (f.sat.data) {

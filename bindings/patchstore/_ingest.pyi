@@ -34,6 +34,9 @@ class ImageIngestOptions:
     field_templates: List[Tuple[str, str]]
     mask_fields: List[str]
     norm: Dict[str, str]
+    layout: str
+    tile_size: int
+    encoding: List[str]
     threads: int
     skip_errors: bool
     report_path: str
@@ -61,6 +64,9 @@ class Hdf5IngestOptions:
     mask_fields: List[str]
     norm: Dict[str, str]
     allow_external: bool
+    encoding: List[str]
+    layout: str
+    tile_size: int
     skip_errors: bool
     report_path: str
     batch_bytes: int

@@ -130,6 +130,43 @@ def _field_templates(fields: Any) -> List[Tuple[str, str]]:
     return out
 
 
+EncodingArg = Union[str, Mapping[str, str], Iterable[str]]
+
+
+def _encoding_specs(encoding: EncodingArg, who: str) -> List[str]:
+    """encoding= -> the --encoding specs: "float32" | "compact" (every field), {field: encoding} (key "*": the
+    other fields), or a list of CLI specs ["compact", "depth=float16"]."""
+    if isinstance(encoding, str):
+        return [encoding]
+    if isinstance(encoding, Mapping):
+        specs: List[str] = []
+        for k, v in encoding.items():
+            if not isinstance(k, str) or not isinstance(v, str):
+                raise TypeError(f"{who}: encoding= maps field names to encodings (str: str), got {k!r}: {v!r}")
+            if k == "*":
+                specs.insert(0, v)
+            else:
+                specs.append(f"{k}={v}")
+        return specs
+    try:
+        specs = list(encoding)
+    except TypeError:
+        raise TypeError(f"{who}: encoding= is 'float32', 'compact', a dict {{field: encoding}} or a list of "
+                        f"'FIELD=ENCODING' specs, got {encoding!r}") from None
+    if not all(isinstance(x, str) for x in specs):
+        raise TypeError(f"{who}: encoding= list items are strings ('compact', 'depth=float16'), got {specs!r}")
+    return specs
+
+
+def _layout_arg(layout: str, tile_size: int, who: str) -> Tuple[str, int]:
+    if layout not in ("rows", "tiles"):
+        raise ValueError(f"{who}: layout must be 'rows' or 'tiles', not {layout!r}")
+    t = operator.index(tile_size)
+    if t < 8 or t > 4096 or t % 8:
+        raise ValueError(f"{who}: tile_size must be a multiple of 8 in 8..4096, got {t}")
+    return layout, t
+
+
 def _shard_arg(shard: Optional[Tuple[int, int]]) -> Tuple[int, int]:
     """(i, n) checked (0 <= i < n), or (0, 0) for None (no sharding)."""
     if shard is None:
@@ -166,6 +203,9 @@ def ingest_images(
     progress: ProgressArg = None,
     callback: Optional[Callable[[Any], None]] = None,
     shard: Optional[Tuple[int, int]] = None,
+    layout: str = "rows",
+    tile_size: int = 32,
+    encoding: EncodingArg = "float32",
 ) -> IngestSummary:
     """Decodes images once into the store at `store` (created if missing).
 
@@ -190,7 +230,7 @@ def ingest_images(
     on_error: "stop" (default; everything committed before the bad file
     stays) or "skip" (record the failure in `report`, default
     <store>/ingest-errors.tsv, and go on).
-    batch_bytes, batch_samples: commit after this many float32 bytes or
+    batch_bytes, batch_samples: commit after this many record bytes or
     this many samples, whichever comes first (``--commit-every``).
     durable: fsync each commit (False is faster for scratch stores).
     max_pixels: refuse images declaring more pixels (before decoding).
@@ -202,6 +242,22 @@ def ingest_images(
     id hashes to i (xxh3_64 of the id bytes mod n), into a store of its own
     (``--shard I/N``); run n of these (any processes or machines, at once)
     and read the n stores as one with ``patchstore.open([...])``.
+    layout: "rows" (default: row-major records, zero-copy views of whole
+    frames, best while the store fits the page cache) or "tiles" (every
+    (C,H,W) field in tile_size x tile_size tiles, ``--layout tiles``: a
+    random h x w window of a store larger than RAM reads at most
+    (1+T/h)(1+T/w) of its bytes, 1.27x for 256x256 and T=32). tile_size: a
+    multiple of 8 in 8..4096 (``--tile-size``).
+    encoding: the record dtype (``--encoding``): "float32" (default,
+    normalised), "compact" (each field in the smallest type holding its
+    source exactly: uint8 for 8-bit images and masks, uint16 for 16-bit,
+    float32 for EXR; readers return the same float32, bit for bit), a dict
+    {field: "float32" | "compact" | "float16"} (key "*": every other field,
+    e.g. {"*": "compact", "depth": "float16"}) or a list of CLI specs
+    ["compact", "depth=float16"]. float16 rounds the normalised values to
+    nearest (relative error <= 2^-11; beyond 65504 they become inf). A store
+    keeps the layout and encoding of its first ingest (resuming with others
+    raises ValueError).
     progress: None (default) shows progress on stderr as ``patchstore
     ingest`` does: a bar when stderr is a terminal (tqdm's if tqdm is
     installed), else a plain line every 5 seconds and one at the end;
@@ -249,6 +305,14 @@ def ingest_images(
     shard_pair = _shard_arg(shard)
     if shard is not None:
         args.append(f"shard={shard_pair!r}")
+    layout, tile_size = _layout_arg(layout, tile_size, "ingest_images")
+    if layout == "rows" and tile_size != 32:
+        raise ValueError(f"ingest_images: tile_size={tile_size} is for layout='tiles' (the layout is 'rows')")
+    encoding_specs = _encoding_specs(encoding, "ingest_images")
+    if layout != "rows":
+        args.append(f"layout={layout!r}, tile_size={tile_size}")
+    if encoding_specs != ["float32"]:
+        args.append(f"encoding={encoding!r}")
     command_line = "patchstore.ingest_images(" + ", ".join(args) + ")"
     batch_samples = operator.index(batch_samples)
     if batch_samples < 1:
@@ -261,6 +325,9 @@ def ingest_images(
     o.field_templates = templates
     o.mask_fields = masks
     o.norm = {str(k): str(v) for k, v in norm.items()}
+    o.layout = layout
+    o.tile_size = tile_size
+    o.encoding = encoding_specs
     o.threads = int(threads)
     o.skip_errors = on_error == "skip"
     o.report_path = "" if report is None else os.fspath(report)
@@ -322,6 +389,9 @@ def ingest_hdf5(
     slab_bytes: int = 16 << 20,
     chunk_cache_bytes: int = 4 << 20,
     shard: Optional[Tuple[int, int]] = None,
+    encoding: EncodingArg = "float32",
+    layout: str = "rows",
+    tile_size: int = 32,
 ) -> IngestSummary:
     """Reads 3D volumes from HDF5 files once into the volume store at `store` (created if missing).
 
@@ -367,7 +437,16 @@ def ingest_hdf5(
     callback: called as callback(p) with the GIL held after each volume; p
     has done, total (volumes), failed, skipped, bytes, seconds. If it raises,
     it is not called again and the exception is raised at the end.
-    batch_bytes: commit after this many float32 bytes.
+    batch_bytes: commit after this many record bytes.
+    encoding: the record dtype per field (``--encoding``), as for
+    :func:`ingest_images`: "float32" (default), "compact" (uint8 / uint16
+    datasets kept as they are, int8 / int16 as int16, float16 ones with norm
+    "none" as float16, others float32; readers return the same float32 bit
+    for bit), a dict {field: encoding} (key "*": the others) or a list of
+    specs; "float16" per field rounds the normalised values to nearest.
+    layout: "rows" only; "tiles" raises ValueError (a slice is read whole,
+    one contiguous range of its record, so tiles would not help). tile_size:
+    unused.
     slab_bytes: source bytes read per HDF5 hyperslab (whole chunk rows);
     chunk_cache_bytes: the HDF5 chunk cache per dataset. Tuning only.
     strict_ids: with prefixed ids (several files), refuse (ValueError)
@@ -430,6 +509,10 @@ def ingest_hdf5(
     shard_pair = _shard_arg(shard)
     if shard is not None:
         args.append(f"shard={shard_pair!r}")
+    layout, tile_size = _layout_arg(layout, tile_size, "ingest_hdf5")
+    encoding_specs = _encoding_specs(encoding, "ingest_hdf5")
+    if encoding_specs != ["float32"]:
+        args.append(f"encoding={encoding!r}")
     command_line = "patchstore.ingest_hdf5(" + ", ".join(args) + ")"
     native = _native()
     o = native.Hdf5IngestOptions()
@@ -442,6 +525,9 @@ def ingest_hdf5(
     o.mask_fields = masks
     o.norm = norm
     o.allow_external = bool(allow_external)
+    o.encoding = encoding_specs
+    o.layout = layout
+    o.tile_size = tile_size
     o.skip_errors = on_error == "skip"
     o.report_path = "" if report is None else os.fspath(report)
     o.batch_bytes = int(batch_bytes)

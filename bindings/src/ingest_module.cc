@@ -319,6 +319,9 @@ PYBIND11_MODULE(_ingest, m) {
   BindField(io, io_fields, "field_templates", &IO::field_templates, "[(field, path template), ...]");
   BindField(io, io_fields, "mask_fields", &IO::mask_fields, "fields stored as {0,1}");
   BindField(io, io_fields, "norm", &IO::norm, "{field: normalisation spec}");
+  BindField(io, io_fields, "layout", &IO::layout, "\"rows\" | \"tiles\" (--layout)");
+  BindField(io, io_fields, "tile_size", &IO::tile_size, "tile edge for layout tiles (--tile-size)");
+  BindField(io, io_fields, "encoding", &IO::encoding, "--encoding specs: [\"compact\", \"depth=float16\", ...]");
   BindField(io, io_fields, "threads", &IO::threads, "decoder threads; 0 = all cores");
   BindField(io, io_fields, "skip_errors", &IO::skip_errors, "--on-error skip");
   BindField(io, io_fields, "report_path", &IO::report_path, "failures as TSV (--report)");
@@ -349,9 +352,12 @@ PYBIND11_MODULE(_ingest, m) {
   BindField(ho, ho_fields, "mask_fields", &HO::mask_fields, "fields stored as masks (--mask)");
   BindField(ho, ho_fields, "norm", &HO::norm, "{field: normalisation spec}");
   BindField(ho, ho_fields, "allow_external", &HO::allow_external, "follow external links and storage");
+  BindField(ho, ho_fields, "encoding", &HO::encoding, "--encoding specs: [\"compact\", \"MR=float16\", ...]");
+  BindField(ho, ho_fields, "layout", &HO::layout, "\"rows\" only (\"tiles\" is refused for volumes)");
+  BindField(ho, ho_fields, "tile_size", &HO::tile_size, "unused (volumes are stored in rows)");
   BindField(ho, ho_fields, "skip_errors", &HO::skip_errors, "--on-error skip");
   BindField(ho, ho_fields, "report_path", &HO::report_path, "failures as TSV (--report)");
-  BindField(ho, ho_fields, "batch_bytes", &HO::batch_bytes, "commit after this many float32 bytes");
+  BindField(ho, ho_fields, "batch_bytes", &HO::batch_bytes, "commit after this many record bytes");
   BindField(ho, ho_fields, "slab_bytes", &HO::slab_bytes, "source bytes read per hyperslab");
   BindField(ho, ho_fields, "chunk_cache_bytes", &HO::chunk_cache_bytes, "HDF5 chunk cache per dataset");
   BindField(ho, ho_fields, "shard_index", &HO::shard_index, "--shard I/N: this shard (I)");

@@ -48,11 +48,11 @@ DEFAULTS = {
     "images": (_ingest.ImageIngestOptions, {
         "threads": "threads", "batch_bytes": "batch_bytes", "batch_samples": "batch_samples",
         "durable": "durable", "max_pixels": "max_pixels", "isolate_decoders": "isolate_decoders",
-        "decode_timeout": "decode_timeout_s"}),
+        "decode_timeout": "decode_timeout_s", "layout": "layout", "tile_size": "tile_size"}),
     "hdf5": (_ingest.Hdf5IngestOptions, {
         "slice_axis": "slice_axis", "ids": "ids", "strict_ids": "strict_ids", "allow_external": "allow_external",
         "batch_bytes": "batch_bytes", "slab_bytes": "slab_bytes", "chunk_cache_bytes": "chunk_cache_bytes",
-        "durable": "durable"}),
+        "durable": "durable", "layout": "layout", "tile_size": "tile_size"}),
 }
 
 
@@ -123,6 +123,7 @@ def test_ingest_images_keywords_fill_the_options(tmp_path, monkeypatch):
     patchstore.ingest_images(tmp_path / "s.ps", root=tmp_path, fields=TEMPLATES, masks=["mask"], threads=3,
                              on_error="skip", report=tmp_path / "r.tsv", batch_bytes=1000, batch_samples=7,
                              durable=False, max_pixels=12345, isolate_decoders=False, decode_timeout=2.5,
+                             layout="tiles", tile_size=64, encoding={"*": "compact", "depth": "float16"},
                              progress=False)
     o = seen["o"]
     assert isinstance(o, _ingest.ImageIngestOptions)
@@ -131,7 +132,9 @@ def test_ingest_images_keywords_fill_the_options(tmp_path, monkeypatch):
     assert (o.threads, o.skip_errors, o.report_path) == (3, True, str(tmp_path / "r.tsv"))
     assert (o.batch_bytes, o.batch_samples, o.durable, o.max_pixels) == (1000, 7, False, 12345)
     assert (o.isolate_decoders, o.decode_timeout_s) == (False, 2.5)
+    assert (o.layout, o.tile_size, o.encoding) == ("tiles", 64, ["compact", "depth=float16"])
     assert o.command_line.startswith("patchstore.ingest_images(")
+    assert "layout='tiles', tile_size=64" in o.command_line and "encoding=" in o.command_line
 
 
 def test_ingest_hdf5_keywords_fill_the_options(tmp_path, monkeypatch):
@@ -146,12 +149,13 @@ def test_ingest_hdf5_keywords_fill_the_options(tmp_path, monkeypatch):
     patchstore.ingest_hdf5(["a.h5", "b.h5"], tmp_path / "v.ps", {"MR": None, "/seg": "MASK"}, slice_axis=0,
                            ids="stem", masks=["MASK"], norm={"MR": "range:0,3000"}, allow_external=True,
                            on_error="skip", durable=False, batch_bytes=99, strict_ids=True, slab_bytes=1 << 20,
-                           chunk_cache_bytes=1 << 21, progress=False)
+                           chunk_cache_bytes=1 << 21, encoding=["compact", "MR=float16"], progress=False)
     o = seen["o"]
     assert (o.files, o.store, o.groups) == (["a.h5", "b.h5"], str(tmp_path / "v.ps"), ["MR", "/seg=MASK"])
     assert (o.slice_axis, o.ids, o.strict_ids, o.mask_fields) == (0, "stem", True, ["MASK"])
     assert (o.norm, o.allow_external, o.skip_errors, o.durable) == ({"MR": "range:0,3000"}, True, True, False)
     assert (o.batch_bytes, o.slab_bytes, o.chunk_cache_bytes) == (99, 1 << 20, 1 << 21)
+    assert (o.encoding, o.layout) == (["compact", "MR=float16"], "rows")
 
 
 def test_new_image_keywords_reach_the_ingest(tmp_path):
