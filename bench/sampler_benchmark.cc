@@ -39,11 +39,15 @@ std::string Dir() {
 // the frame (at a random place per sample), written as ingest writes it
 // (store format 2: no stored summed-area tables; the sampler computes a
 // frame's table from its mask on the first visit).
-std::shared_ptr<ps::Reader> MaskStore(int permille) {
-  static std::map<int, std::shared_ptr<ps::Reader>> cache;
-  auto it = cache.find(permille);
+// `tile` > 0: every field in tiles of tile x tile (FORMAT.md "Tiled
+// records"); `compact`: rgb and mask as uint8 source values (unit and binary
+// normalisation), depth float32, as `--encoding compact` writes 8-bit sources.
+std::shared_ptr<ps::Reader> MaskStore(int permille, uint16_t tile = 0, bool compact = false) {
+  static std::map<std::string, std::shared_ptr<ps::Reader>> cache;
+  const std::string key = std::to_string(permille) + (tile ? "-t" + std::to_string(tile) : "") + (compact ? "-u8" : "");
+  auto it = cache.find(key);
   if (it != cache.end()) return it->second;
-  const std::string path = Dir() + "/patchstore-bench-mask-" + std::to_string(permille) + ".ps";
+  const std::string path = Dir() + "/patchstore-bench-mask-" + key + ".ps";
   auto r = ps::Reader::Open(path);
   if (!r.ok() || (*r)->size() != kSamples) {
     std::filesystem::remove_all(path);
@@ -57,8 +61,16 @@ std::shared_ptr<ps::Reader> MaskStore(int permille) {
       m.name = names[f];
       m.channels = static_cast<uint32_t>(channels[f]);
       m.is_mask = f == 1;
+      m.tile = tile;
+      if (compact && f < 2) {
+        m.dtype = ps::DType::kUInt8;
+        m.norm.kind = f == 0 ? ps::NormKind::kUnit : ps::NormKind::kBinary;
+        m.norm.scale = 255;
+      }
       (void)w->EnsureField(m);
     }
+    std::vector<uint8_t> rgb8(static_cast<size_t>(3) * kH * kW, 128), mask8(static_cast<size_t>(kH) * kW);
+    std::vector<std::vector<uint8_t>> tiled(3);
     std::vector<float> rgb(static_cast<size_t>(3) * kH * kW, 0.5f), mask(static_cast<size_t>(kH) * kW);
     std::mt19937 rng(permille);
     const int side = std::max(1, static_cast<int>(std::sqrt(permille / 1000.0 * kH * kW)));
@@ -70,12 +82,31 @@ std::shared_ptr<ps::Reader> MaskStore(int permille) {
         for (int x = x0; x < std::min(kW, x0 + side); ++x) mask[static_cast<size_t>(y) * kW + x] = 1.0f;
       ps::SampleInput in;
       in.id = "frame/" + std::to_string(s);
+      for (size_t i = 0; i < mask.size(); ++i) mask8[i] = mask[i] != 0.0f ? 255 : 0;
       const void* data[3] = {rgb.data(), mask.data(), rgb.data()};
+      if (compact) {
+        data[0] = rgb8.data();
+        data[1] = mask8.data();
+      }
       for (int f = 0; f < 3; ++f) {
         ps::RecordInput rec;
         rec.field = static_cast<uint16_t>(f);
         rec.header.shape = {static_cast<uint64_t>(channels[f]), kH, kW, 0};
+        const bool u8 = compact && f < 2;
+        if (u8) {
+          rec.header.dtype = ps::DType::kUInt8;
+          rec.header.norm.kind = f == 0 ? ps::NormKind::kUnit : ps::NormKind::kBinary;
+          rec.header.norm.scale = 255;
+        }
+        rec.header.tile = tile;
         rec.data = data[f];
+        if (tile) {
+          const ps::TileGrid g{channels[f], kH, kW, tile};
+          const size_t es = u8 ? 1 : 4;
+          tiled[f].resize(static_cast<size_t>(g.elements()) * es);
+          ps::TileCHW(data[f], es, g, tiled[f].data());
+          rec.data = tiled[f].data();
+        }
         in.records.push_back(rec);
       }
       if (!w->WriteBatch({in}).ok()) std::abort();
@@ -84,7 +115,7 @@ std::shared_ptr<ps::Reader> MaskStore(int permille) {
     w.reset();
     r = ps::Reader::Open(path);
   }
-  cache[permille] = r.value();
+  cache[key] = r.value();
   return r.value();
 }
 
@@ -126,6 +157,28 @@ void BM_SamplerGather(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * kBatch);
 }
 BENCHMARK(BM_SamplerGather)->Arg(1)->Arg(2)->UseRealTime();
+
+// The same gather on one thread per layout: args (tile edge, 0 rows;
+// compact: uint8 rgb + mask; flips + quarter turns on).
+void BM_SamplerGatherLayout(benchmark::State& state) {
+  auto reader = MaskStore(200, static_cast<uint16_t>(state.range(0)), state.range(1) != 0);
+  ps::SamplerOptions o = Options(1);
+  o.flip = o.rot90 = state.range(2) != 0;
+  auto s = ps::PatchSampler::Create(reader, o).value();
+  std::vector<float> rgb(static_cast<size_t>(kBatch) * 3 * kP * kP), mask(static_cast<size_t>(kBatch) * kP * kP),
+      depth(mask.size());
+  std::vector<float*> outs = {rgb.data(), mask.data(), depth.data()};
+  if (!s->Next(kBatch, outs).ok()) state.SkipWithError("gather failed");
+  for (auto _ : state)
+    if (!s->Next(kBatch, outs).ok()) state.SkipWithError("gather failed");
+  state.SetBytesProcessed(state.iterations() * kBatchBytes);
+  state.SetItemsProcessed(state.iterations() * kBatch);
+}
+BENCHMARK(BM_SamplerGatherLayout)
+    ->ArgNames({"tile", "compact", "transforms"})
+    ->Args({0, 0, 0})->Args({32, 0, 0})->Args({64, 0, 0})->Args({0, 1, 0})->Args({32, 1, 0})->Args({64, 1, 0})
+    ->Args({0, 0, 1})->Args({64, 0, 1})->Args({64, 1, 1})
+    ->UseRealTime();
 
 void BM_SamplerDraw(benchmark::State& state) {
   auto reader = MaskStore(static_cast<int>(state.range(0)));

@@ -577,8 +577,7 @@ inline void ConvertRow(const uint8_t* src, int64_t w, float* dst, const float* l
   if constexpr (std::is_same_v<T, float>) {
     std::memcpy(dst, src, static_cast<size_t>(w) * sizeof(float));
   } else {
-    const T* s = reinterpret_cast<const T*>(src);
-    for (int64_t i = 0; i < w; ++i) dst[i] = ConvertElement(s[i], lut);
+    ConvertRun(reinterpret_cast<const T*>(src), w, dst, lut);
   }
 }
 
@@ -610,6 +609,7 @@ void CopyWindowAs(const TensorView& v, float* dst) {
 template <class T>
 void CopyTiledWindow(const WindowSource& s, float* dst) {
   const T* p = reinterpret_cast<const T*>(s.payload);
+  const float* const lut = s.lut;
   const TileGrid g = s.grid();
   const int64_t TT = g.T;
   const int64_t ty0 = s.y / TT, ty1 = (s.y + s.h - 1) / TT, tx0 = s.x / TT, tx1 = (s.x + s.w - 1) / TT;
@@ -624,11 +624,7 @@ void CopyTiledWindow(const WindowSource& s, float* dst) {
         const T* src = tile + c * TT * TT;
         float* d = out + c * s.h * s.w;
         for (int64_t r = r0; r < r1; ++r, src += TT, d += s.w) {
-          if constexpr (std::is_same_v<T, float>) {
-            std::memcpy(d, src, static_cast<size_t>(n) * sizeof(float));
-          } else {
-            for (int64_t j = 0; j < n; ++j) d[j] = ConvertElement(src[j], s.lut);
-          }
+          ConvertRun(src, n, d, lut);
         }
       }
     }

@@ -51,7 +51,7 @@ inline void CopyRow(const T* p, int64_t n, float* d, const float* lut) {
   if constexpr (std::is_same<T, float>::value) {
     std::memcpy(d, p, static_cast<size_t>(n) * sizeof(float));
   } else {
-    for (int64_t j = 0; j < n; ++j) d[j] = ConvertElement(p[j], lut);
+    ConvertRun(p, n, d, lut);
   }
 }
 

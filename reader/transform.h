@@ -129,6 +129,30 @@ inline float ConvertElement(T v, const float* lut) {
   }
 }
 
+// n elements from `src` into float32 at `dst` (ConvertElement, with the
+// table test hoisted out of the loop; a memcpy for float32).
+template <typename T>
+inline void ConvertRun(const T* src, int64_t n, float* dst, const float* lut) {
+  if constexpr (std::is_same_v<T, float>) {
+    __builtin_memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+  } else if constexpr (std::is_same_v<T, int16_t>) {
+    if (lut != nullptr) {
+      const float* mid = lut + 32768;
+      for (int64_t j = 0; j < n; ++j) dst[j] = mid[src[j]];
+    } else {
+      for (int64_t j = 0; j < n; ++j) dst[j] = ToFloat32(src[j]);
+    }
+  } else if constexpr (std::is_integral_v<T> && sizeof(T) <= 2) {
+    if (lut != nullptr) {
+      for (int64_t j = 0; j < n; ++j) dst[j] = lut[src[j]];
+    } else {
+      for (int64_t j = 0; j < n; ++j) dst[j] = ToFloat32(src[j]);
+    }
+  } else {
+    for (int64_t j = 0; j < n; ++j) dst[j] = ToFloat32(src[j]);
+  }
+}
+
 // The one copy kernel. Copies the window rows [y, y+height) x columns
 // [x, x+width) of a plane of T whose rows are `row_stride` elements apart,
 // applies `t` (flips, then turns), and writes t.OutputSize(height, width)
