@@ -4,7 +4,9 @@
 // the same data; damaged tiled / compact records are refused by name.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iterator>
@@ -384,6 +386,32 @@ TEST(Encodings, CompactVolumesSliceBitIdenticalToFloat32) {
   ASSERT_TRUE(CopySliceStacks(*ref, reqs, 1, fa.data(), 2).ok());
   ASSERT_TRUE(CopySliceStacks(*r, reqs, 1, fb.data(), 2).ok());
   EXPECT_EQ(fa, fb);
+}
+
+// The stores tests/python/test_encodings.py reads through the Python
+// package: written into $PATCHSTORE_ENCODED_STORES_DIR when set (else into a
+// scratch directory, and checked here).
+TEST(EncodingFixtures, WritesTheStoresOfThePythonSuite) {
+  TempDir scratch;
+  const char* env = std::getenv("PATCHSTORE_ENCODED_STORES_DIR");
+  const std::string dir = env && *env ? env : scratch.path();
+  struct Out {
+    const char* name;
+    Encoding enc;
+    DType source;
+  };
+  const Normalization sym = Norm(NormKind::kSymmetric, 255, 0), unit16 = Norm(NormKind::kUnit, 65535, 0);
+  TempDir unused;
+  for (const auto& o : {Out{"ref8.ps", {DType::kFloat32, 0}, DType::kUInt8}, Out{"u8_tiles16.ps", {DType::kUInt8, 16}, DType::kUInt8},
+                        Out{"u8_rows.ps", {DType::kUInt8, 0}, DType::kUInt8}, Out{"f32_tiles8.ps", {DType::kFloat32, 8}, DType::kUInt8},
+                        Out{"ref16.ps", {DType::kFloat32, 0}, DType::kUInt16}, Out{"u16_tiles8.ps", {DType::kUInt16, 8}, DType::kUInt16}}) {
+    const bool is16 = o.source == DType::kUInt16;
+    const std::string written = WriteStore(unused, o.name, o.source, is16 ? unit16 : sym, o.enc);
+    std::filesystem::rename(written, dir + "/" + o.name);
+    auto r = Reader::Open(dir + "/" + o.name);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ((*r)->field(0).tile, o.enc.tile);
+  }
 }
 
 std::string ReadAll(const std::string& path) {
