@@ -4,12 +4,6 @@
 //   BM_Memcpy1T           contiguous memcpy of one gathered batch's bytes
 //   BM_SamplerGather/T    PatchSampler::Gather: 64 windows of 256x256 (k=4),
 //                         rgb+mask+depth, require=mask, T threads
-//   BM_SamplerGatherLayout/tile/compact
-//                         the same on 1 thread for the record layouts and
-//                         encodings of FORMAT.md: tile 0 (rows) or T, and
-//                         float32 (0) or compact (1: uint8 rgb and mask
-//                         holding source values, float32 depth); the output
-//                         is the same float32 in every case
 //   BM_SamplerDraw/pm     one window draw (WindowAt) on 1920x1080 masks whose
 //                         valid area is pm per mille of the frame (200 = 20%,
 //                         1 = 0.1%), after the per-sample index is built
@@ -25,7 +19,6 @@
 #include <map>
 #include <memory>
 #include <random>
-#include <tuple>
 #include <vector>
 
 #include "patchstore/reader/sampler.h"
@@ -46,13 +39,15 @@ std::string Dir() {
 // the frame (at a random place per sample), written as ingest writes it
 // (store format 2: no stored summed-area tables; the sampler computes a
 // frame's table from its mask on the first visit).
+// `tile` > 0: every field in tiles of tile x tile (FORMAT.md "Tiled
+// records"); `compact`: rgb and mask as uint8 source values (unit and binary
+// normalisation), depth float32, as `--encoding compact` writes 8-bit sources.
 std::shared_ptr<ps::Reader> MaskStore(int permille, uint16_t tile = 0, bool compact = false) {
-  static std::map<std::tuple<int, int, bool>, std::shared_ptr<ps::Reader>> cache;
-  const auto key = std::make_tuple(permille, static_cast<int>(tile), compact);
+  static std::map<std::string, std::shared_ptr<ps::Reader>> cache;
+  const std::string key = std::to_string(permille) + (tile ? "-t" + std::to_string(tile) : "") + (compact ? "-u8" : "");
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
-  const std::string path = Dir() + "/patchstore-bench-mask-" + std::to_string(permille) +
-                           (tile ? "-t" + std::to_string(tile) : std::string()) + (compact ? "-compact" : "") + ".ps";
+  const std::string path = Dir() + "/patchstore-bench-mask-" + key + ".ps";
   auto r = ps::Reader::Open(path);
   if (!r.ok() || (*r)->size() != kSamples) {
     std::filesystem::remove_all(path);
@@ -69,16 +64,14 @@ std::shared_ptr<ps::Reader> MaskStore(int permille, uint16_t tile = 0, bool comp
       m.tile = tile;
       if (compact && f < 2) {
         m.dtype = ps::DType::kUInt8;
-        m.source_type = ps::SourceType::kUInt8;
-        m.norm.kind = f == 0 ? ps::NormKind::kSymmetric : ps::NormKind::kBinary;
+        m.norm.kind = f == 0 ? ps::NormKind::kUnit : ps::NormKind::kBinary;
         m.norm.scale = 255;
       }
       (void)w->EnsureField(m);
     }
+    std::vector<uint8_t> rgb8(static_cast<size_t>(3) * kH * kW, 128), mask8(static_cast<size_t>(kH) * kW);
+    std::vector<std::vector<uint8_t>> tiled(3);
     std::vector<float> rgb(static_cast<size_t>(3) * kH * kW, 0.5f), mask(static_cast<size_t>(kH) * kW);
-    std::vector<uint8_t> rgb8(rgb.size()), mask8(mask.size());
-    for (size_t i = 0; i < rgb8.size(); ++i) rgb8[i] = static_cast<uint8_t>(i * 7);
-    std::vector<std::vector<char>> tiled(3);
     std::mt19937 rng(permille);
     const int side = std::max(1, static_cast<int>(std::sqrt(permille / 1000.0 * kH * kW)));
     for (int s = 0; s < kSamples; ++s) {
@@ -87,9 +80,9 @@ std::shared_ptr<ps::Reader> MaskStore(int permille, uint16_t tile = 0, bool comp
       const int x0 = static_cast<int>(rng() % (kW - std::min(side, kW) + 1));
       for (int y = y0; y < std::min(kH, y0 + side); ++y)
         for (int x = x0; x < std::min(kW, x0 + side); ++x) mask[static_cast<size_t>(y) * kW + x] = 1.0f;
-      for (size_t i = 0; i < mask.size(); ++i) mask8[i] = mask[i] != 0 ? 255 : 0;
       ps::SampleInput in;
       in.id = "frame/" + std::to_string(s);
+      for (size_t i = 0; i < mask.size(); ++i) mask8[i] = mask[i] != 0.0f ? 255 : 0;
       const void* data[3] = {rgb.data(), mask.data(), rgb.data()};
       if (compact) {
         data[0] = rgb8.data();
@@ -99,17 +92,17 @@ std::shared_ptr<ps::Reader> MaskStore(int permille, uint16_t tile = 0, bool comp
         ps::RecordInput rec;
         rec.field = static_cast<uint16_t>(f);
         rec.header.shape = {static_cast<uint64_t>(channels[f]), kH, kW, 0};
-        if (compact && f < 2) {
+        const bool u8 = compact && f < 2;
+        if (u8) {
           rec.header.dtype = ps::DType::kUInt8;
-          rec.header.source_type = ps::SourceType::kUInt8;
-          rec.header.norm.kind = f == 0 ? ps::NormKind::kSymmetric : ps::NormKind::kBinary;
+          rec.header.norm.kind = f == 0 ? ps::NormKind::kUnit : ps::NormKind::kBinary;
           rec.header.norm.scale = 255;
         }
+        rec.header.tile = tile;
         rec.data = data[f];
         if (tile) {
-          rec.header.tile = tile;
           const ps::TileGrid g{channels[f], kH, kW, tile};
-          const size_t es = ps::DTypeSize(rec.header.dtype);
+          const size_t es = u8 ? 1 : 4;
           tiled[f].resize(static_cast<size_t>(g.elements()) * es);
           ps::TileCHW(data[f], es, g, tiled[f].data());
           rec.data = tiled[f].data();
@@ -165,19 +158,27 @@ void BM_SamplerGather(benchmark::State& state) {
 }
 BENCHMARK(BM_SamplerGather)->Arg(1)->Arg(2)->UseRealTime();
 
+// The same gather on one thread per layout: args (tile edge, 0 rows;
+// compact: uint8 rgb + mask; flips + quarter turns on).
 void BM_SamplerGatherLayout(benchmark::State& state) {
   auto reader = MaskStore(200, static_cast<uint16_t>(state.range(0)), state.range(1) != 0);
-  auto s = ps::PatchSampler::Create(reader, Options(1)).value();
+  ps::SamplerOptions o = Options(1);
+  o.flip = o.rot90 = state.range(2) != 0;
+  auto s = ps::PatchSampler::Create(reader, o).value();
   std::vector<float> rgb(static_cast<size_t>(kBatch) * 3 * kP * kP), mask(static_cast<size_t>(kBatch) * kP * kP),
       depth(mask.size());
   std::vector<float*> outs = {rgb.data(), mask.data(), depth.data()};
-  if (!s->Next(kBatch, outs).ok()) state.SkipWithError("gather failed");  // warm the per-sample index
+  if (!s->Next(kBatch, outs).ok()) state.SkipWithError("gather failed");
   for (auto _ : state)
     if (!s->Next(kBatch, outs).ok()) state.SkipWithError("gather failed");
   state.SetBytesProcessed(state.iterations() * kBatchBytes);
   state.SetItemsProcessed(state.iterations() * kBatch);
 }
-BENCHMARK(BM_SamplerGatherLayout)->Args({0, 0})->Args({32, 0})->Args({64, 0})->Args({0, 1})->Args({32, 1})->UseRealTime();
+BENCHMARK(BM_SamplerGatherLayout)
+    ->ArgNames({"tile", "compact", "transforms"})
+    ->Args({0, 0, 0})->Args({32, 0, 0})->Args({64, 0, 0})->Args({0, 1, 0})->Args({32, 1, 0})->Args({64, 1, 0})
+    ->Args({0, 0, 1})->Args({64, 0, 1})->Args({64, 1, 1})
+    ->UseRealTime();
 
 void BM_SamplerDraw(benchmark::State& state) {
   auto reader = MaskStore(static_cast<int>(state.range(0)));

@@ -338,6 +338,7 @@ Result<ExportSummary> Export(const ExportOptions& o) {
     for (int f : fields) {
       if (volumes) {
         PS_ASSIGN_OR_RETURN(TensorView v, Volume(*reader, s, f));
+        v = AsFloat32(v);  // compact volumes: normalised float32 values
         if (o.has_window && !warned[f] && reader->field(f).norm.kind != NormKind::kNone) {
           double vlo = 0, vhi = 1;
           FiniteRange(v.data_as<float>(), v.elements(), &vlo, &vhi);
@@ -357,6 +358,7 @@ Result<ExportSummary> Export(const ExportOptions& o) {
       }
       PS_ASSIGN_OR_RETURN(RecordHeader h, reader->Header(s, f));
       PS_ASSIGN_OR_RETURN(TensorView v, reader->Get(s, f));
+      v = AsFloat32(v);  // compact records: normalised float32 values
       if (h.layout != Layout::kCHW)
         return Status::Unsupported("export of " + reader->Describe(s, f) + ": only image records for now");
       const FieldMeta& fm = reader->field(f);

@@ -157,7 +157,7 @@ Result<ExportSummary> ExportVolumesHdf5(const ExportOptions& o, const Reader& re
         const std::string id(reader.id(s));
         const std::string name = SafeRelativePath(id);
         const std::string what = "dataset '" + gpath + "/" + name + "' in '" + path + "'";
-        st = WriteVolume(group->get(), name, *v, axis, lcpl.get(), what);
+        st = WriteVolume(group->get(), name, AsFloat32(*v), axis, lcpl.get(), what);  // compact: normalised float32
         if (st.ok()) {
           Hid ds(H5Dopen2(group->get(), name.c_str(), H5P_DEFAULT), H5Dclose);
           st = WriteStringAttribute(ds.get(), "patchstore_id", id, what);

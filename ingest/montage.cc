@@ -263,10 +263,12 @@ Result<Image8> DrawBoxes(const MontageOptions& o, const std::string& id) {
   PS_ASSIGN_OR_RETURN(uint64_t sample, s.reader->Find(id));
   const int field = s.sampler->field_indices()[0];
   PS_ASSIGN_OR_RETURN(TensorView v, s.reader->Get(sample, field));
+  v = AsFloat32(v);
   PS_ASSIGN_OR_RETURN(RecordHeader hdr, s.reader->Header(sample, field));
   cv::Mat frame = ToDisplay(v.data_as<float>(), v.shape[0], v.shape[1], v.shape[2], hdr, o);
   if (s.sampler->field_indices().size() > 1) {
     PS_ASSIGN_OR_RETURN(TensorView m, s.reader->Get(sample, s.sampler->field_indices()[1]));
+    m = AsFloat32(m);
     Overlay(&frame, m.data_as<float>(), m.shape[1], m.shape[2]);
   }
   // The windows the loader takes from this sample in the epoch.

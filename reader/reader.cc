@@ -35,7 +35,7 @@ Result<std::shared_ptr<Reader>> Reader::Open(const std::string& path, const Read
   r->no_lock_ = r->snapshot_->no_lock();
   r->stores_.push_back(StoreRef{r->snapshot_, path, 0});
   r->pid_ = ::getpid();
-  PS_RETURN_IF_ERROR(r->CheckFieldDTypes());
+  r->BuildFieldTables();
   PS_RETURN_IF_ERROR(r->Index());
   return r;
 }
@@ -44,6 +44,7 @@ namespace {
 
 bool SameField(const FieldMeta& a, const FieldMeta& b) {
   return a.name == b.name && a.channels == b.channels && a.layout == b.layout && a.is_mask == b.is_mask &&
+         a.dtype == b.dtype && a.tile == b.tile &&
          a.norm.kind == b.norm.kind && a.norm.scale == b.norm.scale && a.norm.offset == b.norm.offset &&
          a.norm.clamp == b.norm.clamp && (!a.norm.clamp || (a.norm.clamp_lo == b.norm.clamp_lo &&
                                                             a.norm.clamp_hi == b.norm.clamp_hi));
@@ -156,6 +157,7 @@ Result<std::shared_ptr<Reader>> Reader::OpenSet(const std::vector<std::string>& 
     }
   r->meta_ = &r->set_meta_;
   r->owner_ = holder;
+  r->BuildFieldTables();
   r->path_ = r->stores_.size() == 1 ? r->stores_[0].path
                                     : r->stores_[0].path + " (+" + std::to_string(r->stores_.size() - 1) + " more stores)";
   PS_RETURN_IF_ERROR(r->Index());
@@ -258,16 +260,34 @@ Status Reader::UnlessChangedAt(uint64_t sample, Status st) const {
 
 bool Reader::InOpeningProcess() const { return ::getpid() == pid_; }
 
-Status Reader::CheckFieldDTypes() const {
-  // Views and copies carry any dtype, but the sampler, volumes, summed-area
-  // tables and export read float32; until compact encodings convert on read
-  // (a later format), a store with other fields is refused here, by name,
-  // rather than deep inside a kernel.
-  for (const FieldMeta& f : meta().fields)
-    if (f.dtype != DType::kFloat32)
-      return Status::Unsupported("opening store '" + path_ + "': field '" + f.name + "' holds " +
-                                 DTypeName(f.dtype) + " records; this version of patchstore reads float32 fields only");
-  return Status::OK();
+void Reader::BuildFieldTables() {
+  // One table per raw-source field, built with the same function (and the
+  // same float32 arithmetic) as ingest: every converted value is exactly the
+  // value a float32 record of the same source holds.
+  struct Owned {
+    std::shared_ptr<const void> owner;
+    std::vector<float> table;
+  };
+  tables_.assign(meta().fields.size(), nullptr);
+  view_owners_.assign(meta().fields.size(), owner_);
+  for (size_t f = 0; f < meta().fields.size(); ++f) {
+    const FieldMeta& fm = meta().fields[f];
+    if (!StoresRawSource(fm.dtype)) continue;
+    auto o = std::make_shared<Owned>();
+    o->owner = owner_;
+    if (fm.dtype == DType::kUInt8) {
+      o->table.resize(256);
+      for (int v = 0; v < 256; ++v) o->table[v] = fm.norm.Apply(v);
+    } else if (fm.dtype == DType::kUInt16) {
+      o->table.resize(65536);
+      for (int v = 0; v < 65536; ++v) o->table[v] = fm.norm.Apply(v);
+    } else {  // int16: indexed by value + 32768
+      o->table.resize(65536);
+      for (int v = -32768; v < 32768; ++v) o->table[v + 32768] = fm.norm.Apply(v);
+    }
+    tables_[f] = std::shared_ptr<const float>(o, o->table.data());
+    view_owners_[f] = o;
+  }
 }
 
 Status Reader::Index() {
@@ -431,8 +451,23 @@ Result<RecordHeader> Reader::CheckedHeader(uint64_t sample, int field, const uin
   if (h->layout != fm.layout || h->rank != 3 || (fm.layout == Layout::kCHW && h->shape[0] != fm.channels))
     return UnlessChangedAt(sample, Status::Corruption("reading " + Describe(sample, field) +
                                                         ": record shape or layout disagrees with the store metadata"));
+  if (h->tile != fm.tile)
+    return UnlessChangedAt(sample, Status::Corruption("reading " + Describe(sample, field) + ": the record is " +
+                                                        (h->tile ? std::to_string(h->tile) + "-pixel tiles"
+                                                                 : std::string("rows")) +
+                                                        " but the field is stored in " +
+                                                        (fm.tile ? std::to_string(fm.tile) + "-pixel tiles"
+                                                                 : std::string("rows")) +
+                                                        " (run `patchstore verify`)"));
+  // Raw-source records are normalised on read with the field's table: the
+  // record must say the same normalisation, or its values would be wrong.
+  if (StoresRawSource(h->dtype) && !(h->norm == fm.norm))
+    return UnlessChangedAt(sample, Status::Corruption("reading " + Describe(sample, field) +
+                                                        ": the record's normalisation disagrees with its field's "
+                                                        "(run `patchstore verify`)"));
   const RecordSummary& sum = summaries_[slot];
-  if (sum.dtype != h->dtype || sum.layout != h->layout || sum.rank != h->rank || sum.shape != h->shape)
+  if (sum.dtype != h->dtype || sum.layout != h->layout || sum.rank != h->rank || sum.shape != h->shape ||
+      sum.tile != h->tile)
     return UnlessChangedAt(sample, Status::Corruption("reading " + Describe(sample, field) +
                                                         ": the record disagrees with the store's sample index (run "
                                                         "`patchstore verify`)"));
@@ -457,12 +492,64 @@ Result<RecordSummary> Reader::Summary(uint64_t sample, int field) const {
   return s;
 }
 
+namespace {
+
+// A contiguous row-major (C,h,w) array of `es`-byte elements, owned by a view.
+struct OwnedBytes {
+  std::shared_ptr<const void> keep;  // the map and the field's table
+  std::unique_ptr<uint8_t[]> bytes;
+};
+
+// Copies rows [y, y+h) x columns [x, x+w) of every channel of a tiled
+// payload into a row-major (C,h,w) array at `dst` (pure byte moves).
+void UntileWindow(const uint8_t* payload, size_t es, const TileGrid& g, int64_t y, int64_t x, int64_t h, int64_t w,
+                  uint8_t* dst) {
+  const int64_t T = g.T;
+  for (int64_t c = 0; c < g.C; ++c)
+    for (int64_t r = 0; r < h; ++r) {
+      const int64_t yy = y + r;
+      uint8_t* d = dst + static_cast<size_t>((c * h + r) * w) * es;
+      for (int64_t xx = x; xx < x + w;) {
+        const int64_t n = std::min(T - xx % T, x + w - xx);
+        std::memcpy(d + static_cast<size_t>(xx - x) * es, payload + static_cast<size_t>(g.ElementOffset(c, yy, xx)) * es,
+                    static_cast<size_t>(n) * es);
+        xx += n;
+      }
+    }
+}
+
+TensorView OwnedView(std::shared_ptr<const void> keep, DType dtype, const float* lut, int64_t C, int64_t h,
+                     int64_t w) {
+  auto o = std::make_shared<OwnedBytes>();
+  o->keep = std::move(keep);
+  const size_t es = DTypeSize(dtype);
+  o->bytes.reset(new uint8_t[static_cast<size_t>(C * h * w) * es]);
+  TensorView v;
+  v.data = o->bytes.get();
+  v.dtype = dtype;
+  v.lut = lut;
+  v.rank = 3;
+  v.shape = {C, h, w, 0};
+  v.strides = {static_cast<int64_t>(h * w * es), static_cast<int64_t>(w * es), static_cast<int64_t>(es), 0};
+  v.owner = o;
+  return v;
+}
+
+}  // namespace
+
 Result<TensorView> Reader::Get(uint64_t sample, int field) const {
   const uint8_t* data = nullptr;
   PS_ASSIGN_OR_RETURN(RecordHeader h, CheckedHeader(sample, field, &data));
+  if (h.tiled()) {
+    const TileGrid g = h.grid();
+    TensorView v = OwnedView(view_owner(field), h.dtype, field_table(field), g.C, g.H, g.W);
+    UntileCHW(data + kRecordHeaderSize, DTypeSize(h.dtype), g, const_cast<void*>(v.data));
+    return v;
+  }
   TensorView v;
   v.data = data + kRecordHeaderSize;
   v.dtype = h.dtype;
+  v.lut = field_table(field);
   v.rank = h.rank;
   int64_t stride = static_cast<int64_t>(DTypeSize(h.dtype));
   for (int i = h.rank - 1; i >= 0; --i) {
@@ -470,16 +557,17 @@ Result<TensorView> Reader::Get(uint64_t sample, int field) const {
     v.strides[i] = stride;
     stride *= v.shape[i];
   }
-  v.owner = owner_;
+  v.owner = view_owner(field);
   return v;
 }
 
-Result<TensorView> Reader::Patch(uint64_t sample, int field, int64_t y, int64_t x, int64_t h, int64_t w) const {
-  PS_ASSIGN_OR_RETURN(TensorView full, Get(sample, field));
-  if (full.rank != 3)
+Result<WindowSource> Reader::Window(uint64_t sample, int field, int64_t y, int64_t x, int64_t h, int64_t w) const {
+  const uint8_t* data = nullptr;
+  PS_ASSIGN_OR_RETURN(RecordHeader hd, CheckedHeader(sample, field, &data));
+  if (hd.rank != 3)
     return Status::InvalidArgument("patch of " + Describe(sample, field) + ": record has rank " +
-                                   std::to_string(full.rank) + ", not 3");
-  const int64_t H = full.shape[1], W = full.shape[2];
+                                   std::to_string(hd.rank) + ", not 3");
+  const int64_t H = static_cast<int64_t>(hd.shape[1]), W = static_cast<int64_t>(hd.shape[2]);
   auto window = [&] {
     // In 128 bits: hostile arguments must not overflow while the message is built.
     auto end = [](int64_t a, int64_t b) {
@@ -494,10 +582,37 @@ Result<TensorView> Reader::Patch(uint64_t sample, int field, int64_t y, int64_t 
   if (y < 0 || x < 0 || y > H - h || x > W - w)
     return Status::OutOfRange("patch " + window() + " of " + Describe(sample, field) + ": outside the " +
                               std::to_string(H) + "x" + std::to_string(W) + " record");
-  TensorView v = full;
-  v.data = full.bytes() + y * full.strides[1] + x * full.strides[2];
-  v.shape[1] = h;
-  v.shape[2] = w;
+  WindowSource s;
+  s.payload = data + kRecordHeaderSize;
+  s.dtype = hd.dtype;
+  s.lut = field_table(field);
+  s.C = static_cast<int64_t>(hd.shape[0]);
+  s.H = H;
+  s.W = W;
+  s.tile = hd.tile;
+  s.y = y;
+  s.x = x;
+  s.h = h;
+  s.w = w;
+  return s;
+}
+
+Result<TensorView> Reader::Patch(uint64_t sample, int field, int64_t y, int64_t x, int64_t h, int64_t w) const {
+  PS_ASSIGN_OR_RETURN(WindowSource s, Window(sample, field, y, x, h, w));
+  if (s.tile) {
+    TensorView v = OwnedView(view_owner(field), s.dtype, s.lut, s.C, h, w);
+    UntileWindow(s.payload, DTypeSize(s.dtype), s.grid(), y, x, h, w, static_cast<uint8_t*>(const_cast<void*>(v.data)));
+    return v;
+  }
+  const int64_t es = static_cast<int64_t>(DTypeSize(s.dtype));
+  TensorView v;
+  v.data = s.payload + (y * s.W + x) * es;
+  v.dtype = s.dtype;
+  v.lut = s.lut;
+  v.rank = 3;
+  v.shape = {s.C, h, w, 0};
+  v.strides = {s.H * s.W * es, s.W * es, es, 0};
+  v.owner = view_owner(field);
   return v;
 }
 
@@ -507,12 +622,11 @@ namespace {
 // element-wise ToFloat32 otherwise (this is where a compact record becomes
 // float32, inside the gather copy).
 template <class T>
-inline void ConvertRow(const uint8_t* src, int64_t w, float* dst) {
+inline void ConvertRow(const uint8_t* src, int64_t w, float* dst, const float* lut) {
   if constexpr (std::is_same_v<T, float>) {
     std::memcpy(dst, src, static_cast<size_t>(w) * sizeof(float));
   } else {
-    const T* s = reinterpret_cast<const T*>(src);
-    for (int64_t i = 0; i < w; ++i) dst[i] = ToFloat32(s[i]);
+    ConvertRun(reinterpret_cast<const T*>(src), w, dst, lut);
   }
 }
 
@@ -534,9 +648,71 @@ void CopyWindowAs(const TensorView& v, float* dst) {
       const uint8_t* ahead = row_ptr(i + kAhead);
       for (size_t b = 0; b < row; b += 64) __builtin_prefetch(ahead + b);
     }
-    ConvertRow<T>(row_ptr(i), w, dst);
+    ConvertRow<T>(row_ptr(i), w, dst, v.lut);
     dst += w;
   }
+}
+
+// The window of a tiled record, untransformed, into C planes of h x w at
+// `dst`: tile by tile, each tile's rows in address order.
+template <class T>
+void CopyTiledWindow(const WindowSource& s, float* dst) {
+  const T* p = reinterpret_cast<const T*>(s.payload);
+  const float* const lut = s.lut;
+  const TileGrid g = s.grid();
+  const int64_t TT = g.T;
+  const int64_t ty0 = s.y / TT, ty1 = (s.y + s.h - 1) / TT, tx0 = s.x / TT, tx1 = (s.x + s.w - 1) / TT;
+  for (int64_t ty = ty0; ty <= ty1; ++ty) {
+    const int64_t r0 = std::max(s.y, ty * TT), r1 = std::min(s.y + s.h, (ty + 1) * TT);
+    for (int64_t tx = tx0; tx <= tx1; ++tx) {
+      const int64_t c0 = std::max(s.x, tx * TT), c1 = std::min(s.x + s.w, (tx + 1) * TT);
+      const int64_t n = c1 - c0;
+      const T* tile = p + g.TileOffset(ty, tx) + (r0 % TT) * TT + c0 % TT;
+      float* out = dst + (r0 - s.y) * s.w + (c0 - s.x);
+      for (int64_t c = 0; c < g.C; ++c) {
+        const T* src = tile + c * TT * TT;
+        float* d = out + c * s.h * s.w;
+        for (int64_t r = r0; r < r1; ++r, src += TT, d += s.w) {
+          ConvertRun(src, n, d, lut);
+        }
+      }
+    }
+  }
+}
+
+template <class T>
+void CopyWindowT(const WindowSource& s, Transform t, float* dst) {
+  const int64_t plane_out = s.h * s.w;
+  if (s.tile == 0) {
+    if (t.identity()) {
+      TensorView v;
+      v.data = s.payload + static_cast<size_t>(s.y * s.W + s.x) * sizeof(T);
+      v.dtype = s.dtype;
+      v.lut = s.lut;
+      v.rank = 3;
+      v.shape = {s.C, s.h, s.w, 0};
+      v.strides = {static_cast<int64_t>(s.H * s.W * sizeof(T)), static_cast<int64_t>(s.W * sizeof(T)),
+                   static_cast<int64_t>(sizeof(T)), 0};
+      CopyWindowAs<T>(v, dst);
+      return;
+    }
+    const T* p = reinterpret_cast<const T*>(s.payload);
+    for (int64_t c = 0; c < s.C; ++c)
+      CopyTransformed<T>(p + c * s.H * s.W, s.W, s.y, s.x, s.h, s.w, t, dst + c * plane_out, s.lut);
+    return;
+  }
+  if (t.identity()) {
+    CopyTiledWindow<T>(s, dst);
+    return;
+  }
+  // Transformed tiled windows: untiled (and converted) into a per-thread
+  // plane set in cache, then turned by the one transform kernel.
+  thread_local std::vector<float> stage;
+  const size_t n = static_cast<size_t>(s.C * plane_out);
+  if (stage.size() < n) stage.resize(n);
+  CopyTiledWindow<T>(s, stage.data());
+  for (int64_t c = 0; c < s.C; ++c)
+    CopyTransformed<float>(stage.data() + c * plane_out, s.w, 0, 0, s.h, s.w, t, dst + c * plane_out);
 }
 
 }  // namespace
@@ -545,30 +721,88 @@ void CopyToFloat32(const TensorView& v, float* dst) {
   VisitDType(v.dtype, [&](auto tag) { CopyWindowAs<typename decltype(tag)::type>(v, dst); });
 }
 
+TensorView AsFloat32(const TensorView& v) {
+  if (v.dtype == DType::kFloat32) return v;
+  struct Owned {
+    std::shared_ptr<const void> keep;
+    std::unique_ptr<float[]> values;
+  };
+  auto o = std::make_shared<Owned>();
+  o->keep = v.owner;
+  o->values.reset(new float[static_cast<size_t>(v.elements())]);
+  TensorView r;
+  r.rank = v.rank;
+  r.dtype = DType::kFloat32;
+  r.shape = v.shape;
+  int64_t stride = sizeof(float);
+  for (int i = v.rank - 1; i >= 0; --i) {
+    r.strides[i] = stride;
+    stride *= v.shape[i];
+  }
+  // As a rank-3 view: leading dims of 1 for rank 1 and 2.
+  TensorView v3 = v;
+  if (v.rank < 3) {
+    const int k = 3 - v.rank;
+    for (int i = 2; i >= 0; --i) {
+      v3.shape[i] = i >= k ? v.shape[i - k] : 1;
+      v3.strides[i] = i >= k ? v.strides[i - k] : 0;
+    }
+    v3.rank = 3;
+  }
+  CopyToFloat32(v3, o->values.get());
+  r.data = o->values.get();
+  r.owner = o;
+  return r;
+}
+
+void CopyWindow(const WindowSource& src, Transform t, float* dst) {
+  VisitDType(src.dtype, [&](auto tag) { CopyWindowT<typename decltype(tag)::type>(src, t, dst); });
+}
+
+std::vector<std::pair<const void*, size_t>> WindowByteRanges(const WindowSource& s) {
+  std::vector<std::pair<const void*, size_t>> out;
+  const size_t es = DTypeSize(s.dtype);
+  if (s.tile == 0) {
+    out.reserve(static_cast<size_t>(s.C * s.h));
+    for (int64_t c = 0; c < s.C; ++c)
+      for (int64_t r = 0; r < s.h; ++r)
+        out.emplace_back(s.payload + static_cast<size_t>((c * s.H + s.y + r) * s.W + s.x) * es,
+                         static_cast<size_t>(s.w) * es);
+    return out;
+  }
+  const TileGrid g = s.grid();
+  const int64_t ty0 = s.y / g.T, ty1 = (s.y + s.h - 1) / g.T, tx0 = s.x / g.T, tx1 = (s.x + s.w - 1) / g.T;
+  for (int64_t ty = ty0; ty <= ty1; ++ty) {
+    const int64_t begin = g.TileOffset(ty, tx0), end = g.TileOffset(ty, tx1) + g.tile_elements();
+    out.emplace_back(s.payload + static_cast<size_t>(begin) * es, static_cast<size_t>(end - begin) * es);
+  }
+  return out;
+}
+
 Status Reader::CopyPatch(uint64_t sample, int field, int64_t y, int64_t x, int64_t h, int64_t w, float* dst) const {
-  PS_ASSIGN_OR_RETURN(TensorView v, Patch(sample, field, y, x, h, w));
-  CopyToFloat32(v, dst);
+  PS_ASSIGN_OR_RETURN(WindowSource s, Window(sample, field, y, x, h, w));
+  CopyWindow(s, Transform{}, dst);
   return Status::OK();
 }
 
 Status Reader::CopyPatches(const std::vector<PatchRequest>& requests, int64_t h, int64_t w, float* dst,
                            int num_threads) const {
   if (requests.empty()) return Status::OK();
-  std::vector<TensorView> views;
-  views.reserve(requests.size());
+  std::vector<WindowSource> wins;
+  wins.reserve(requests.size());
   int64_t C = -1;
   for (const PatchRequest& r : requests) {
-    PS_ASSIGN_OR_RETURN(TensorView v, Patch(r.sample, r.field, r.y, r.x, h, w));
-    if (C < 0) C = v.shape[0];
-    if (v.shape[0] != C)
+    PS_ASSIGN_OR_RETURN(WindowSource s, Window(r.sample, r.field, r.y, r.x, h, w));
+    if (C < 0) C = s.C;
+    if (s.C != C)
       return Status::InvalidArgument("batch of patches mixes " + std::to_string(C) + " and " +
-                                     std::to_string(v.shape[0]) + " channels (" + Describe(r.sample, r.field) + ")");
-    views.push_back(std::move(v));
+                                     std::to_string(s.C) + " channels (" + Describe(r.sample, r.field) + ")");
+    wins.push_back(s);
   }
   const int64_t item = C * h * w;
-  const int64_t n = static_cast<int64_t>(views.size());
+  const int64_t n = static_cast<int64_t>(wins.size());
   ParallelBlocks(n, num_threads, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) CopyToFloat32(views[i], dst + i * item);
+    for (int64_t i = begin; i < end; ++i) CopyWindow(wins[i], Transform{}, dst + i * item);
   });
   return Status::OK();
 }
@@ -613,7 +847,10 @@ Result<SatView> Reader::Sat(uint64_t sample, int field, bool cache) const {
   if (!cache) lock.unlock();
   Prefetch(sample, field);  // the whole mask is read: one request, not a page fault per page
   auto buf = std::shared_ptr<uint32_t[]>(new uint32_t[static_cast<size_t>(planes * (H + 1) * (W + 1))]);
-  ComputeSat(mask.data_as<float>(), planes, H, W, buf.get());
+  // Compact or tiled masks: the table is built from the normalised,
+  // row-major values, so the mask rule is the same for every encoding.
+  const TensorView values = AsFloat32(mask);
+  ComputeSat(values.data_as<float>(), planes, H, W, buf.get());
   SatView v;
   v.data = buf.get();
   v.planes = planes;
@@ -656,23 +893,29 @@ void Reader::WindowRanges(uint64_t sample, int field, int64_t y, int64_t x, int6
   if (!ref.ok() || ref->data == nullptr) return;
   const int64_t item = static_cast<int64_t>(DTypeSize(sum.dtype));
   // A record shorter than its summary says is damaged: Patch() reports it; no hint here.
-  const __int128 need = static_cast<__int128>(kRecordHeaderSize) + static_cast<__int128>(C) * H * W * item;
-  if (item <= 0 || static_cast<__int128>(ref->size) < need) return;
-  const uint8_t* payload = ref->data + kRecordHeaderSize;
-  // Rows layout (kCHW images, kSHW volumes: C or S planes of H rows of W
-  // elements): the window is h rows of w elements per plane. Tiled records:
-  // see the tiled branch to be added here (the tiles of each plane that the
-  // window meets).
-  const size_t row = static_cast<size_t>(w * item);
-  out->reserve(static_cast<size_t>(w == W ? C : C * h));
-  for (int64_t c = 0; c < C; ++c)
-    for (int64_t r = y; r < y + h; ++r) {
-      const uint8_t* p = payload + ((c * H + r) * W + x) * item;
-      if (!out->empty() && static_cast<const uint8_t*>(out->back().first) + out->back().second == p)
-        out->back().second += row;  // adjacent in memory (full-width rows, or planes)
-      else
-        out->emplace_back(p, row);
-    }
+  if (item <= 0 || sum.payload_bytes() > ref->size - std::min<uint64_t>(ref->size, kRecordHeaderSize) ||
+      ref->size < kRecordHeaderSize)
+    return;
+  if (sum.tile != 0 && sum.layout != Layout::kCHW) return;
+  // The ranges of the one gather kernel (WindowByteRanges: rows, or tile
+  // rows), merged where adjacent in memory (full-width rows, planes).
+  WindowSource src;
+  src.payload = ref->data + kRecordHeaderSize;
+  src.dtype = sum.dtype;
+  src.C = C;
+  src.H = H;
+  src.W = W;
+  src.tile = sum.tile;
+  src.y = y;
+  src.x = x;
+  src.h = h;
+  src.w = w;
+  for (const auto& r : WindowByteRanges(src)) {
+    if (!out->empty() && static_cast<const uint8_t*>(out->back().first) + out->back().second == r.first)
+      out->back().second += r.second;
+    else
+      out->push_back(r);
+  }
 }
 
 void Reader::PrefetchPatch(uint64_t sample, int field, int64_t y, int64_t x, int64_t h, int64_t w) const {
@@ -683,6 +926,11 @@ void Reader::PrefetchPatch(uint64_t sample, int field, int64_t y, int64_t x, int
   uint64_t local = 0;
   // WillNeed pays one mincore() and stops when the first byte is resident.
   Locate(sample, &local).snapshot->WillNeed(ranges);
+}
+
+void Reader::PrefetchRanges(const std::vector<std::pair<const void*, size_t>>& ranges) const {
+  if (ranges.empty() || snapshot_->Resident(ranges.front().first)) return;
+  snapshot_->WillNeed(ranges);
 }
 
 void Reader::PrefetchBytes(const void* data, size_t size) const {

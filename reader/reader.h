@@ -38,6 +38,7 @@
 
 #include "patchstore/reader/sat.h"
 #include "patchstore/reader/tensor_view.h"
+#include "patchstore/reader/transform.h"
 #include "patchstore/store/format.h"
 #include "patchstore/store/status.h"
 #include "patchstore/store/store.h"
@@ -61,6 +62,30 @@ struct PatchRequest {
   int field = 0;
   int64_t y = 0, x = 0;
 };
+
+// A checked window of one (C,H,W) or (S,H,W) record, located in the map but
+// not copied: what the gather kernels (CopyWindow) read from. `payload` is
+// the record's payload: row-major, or tiles when `tile` > 0 (TileGrid).
+struct WindowSource {
+  const uint8_t* payload = nullptr;
+  DType dtype = DType::kFloat32;
+  const float* lut = nullptr;  // the field's table for raw-source records (TensorView::lut)
+  int64_t C = 0, H = 0, W = 0;
+  int64_t tile = 0;  // 0: rows
+  int64_t y = 0, x = 0, h = 0, w = 0;
+  TileGrid grid() const { return TileGrid{C, H, W, tile}; }
+};
+
+// Copies the window of `src` into `dst` as C planes of t.OutputSize(h, w)
+// float32 values, flipped then turned by `t` and converted from the record's
+// dtype (ConvertElement). Tiled records are cut tile by tile; nothing is
+// allocated except a per-thread staging plane for transformed tiled windows.
+void CopyWindow(const WindowSource& src, Transform t, float* dst);
+
+// The contiguous byte ranges of the map that the window of `src` reads: one
+// per row of every channel for rows, one per tile row for tiled records
+// (the tiles of a tile row are contiguous). For prefetching (WILLNEED).
+std::vector<std::pair<const void*, size_t>> WindowByteRanges(const WindowSource& src);
 
 class Reader {
  public:
@@ -136,13 +161,27 @@ class Reader {
   }
 
   // A view of a whole record: (C,H,W) for images, (S,H,W) for volumes, of
-  // the record's dtype (the field's; float32 in every store written today).
+  // the record's dtype (the field's), row-major. Zero-copy into the map for
+  // row records; for a tiled record (FORMAT.md "Tiled records") a row-major
+  // COPY (of the stored dtype) that the view owns. Views of raw-source
+  // records (uint8/uint16/int16) carry the field's table in `lut`; use
+  // AsFloat32 (tensor_view.h) for normalised float32 values.
   Result<TensorView> Get(uint64_t sample, int field) const;
 
   // A (C,h,w) view of the window [y, y+h) x [x, x+w) of an image record, or
-  // (S,h,w) of a volume record. No copy. OutOfRange when the window leaves
-  // the record; InvalidArgument when h or w is not positive.
+  // (S,h,w) of a volume record. No copy for row records; a row-major copy
+  // of the window, owned by the view, for tiled ones. OutOfRange when the
+  // window leaves the record; InvalidArgument when h or w is not positive.
   Result<TensorView> Patch(uint64_t sample, int field, int64_t y, int64_t x, int64_t h, int64_t w) const;
+
+  // The same window located for the gather kernels (CopyWindow,
+  // WindowByteRanges): checked as Patch, never copied, for both layouts.
+  Result<WindowSource> Window(uint64_t sample, int field, int64_t y, int64_t x, int64_t h, int64_t w) const;
+
+  // The field's float32 table of normalised values for raw-source dtypes
+  // (TensorView::lut), built once at open with Normalization::Apply; null
+  // for float fields.
+  const float* field_table(int field) const { return tables_[field].get(); }
 
   // Copies that window into `dst`, a contiguous (C,h,w) float32 buffer of
   // at least C*h*w floats owned by the caller, converting from the record's
@@ -186,6 +225,10 @@ class Reader {
   // sample, field or window, a missing record or a Reader used in a forked
   // child is ignored.
   void PrefetchPatch(uint64_t sample, int field, int64_t y, int64_t x, int64_t h, int64_t w) const;
+  //   PrefetchRanges: byte ranges of this Reader's map (WindowByteRanges of
+  //   a Window(), e.g. the tile rows of a tiled window), in one request; a
+  //   no-op when the first range's first page is resident.
+  void PrefetchRanges(const std::vector<std::pair<const void*, size_t>>& ranges) const;
 
   // Recomputes the checksum of one record (VerifyRecordBody).
   Status Verify(uint64_t sample, int field) const;
@@ -215,7 +258,9 @@ class Reader {
   };
   Reader() = default;
   Status Index();
-  Status CheckFieldDTypes() const;
+  void BuildFieldTables();
+  // The owner of views of field f: the snapshot(s) and the field's table.
+  const std::shared_ptr<const void>& view_owner(int f) const { return view_owners_[f]; }
   Status IndexStore(size_t store);
   // OpenSet: renumbers the samples by the stores' input orders when all
   // have one (order_store_/order_local_); a no-op otherwise.
@@ -245,6 +290,8 @@ class Reader {
   const StoreMeta* meta_ = nullptr;        // snapshot_->meta(), or set_meta_
   StoreMeta set_meta_;
   std::shared_ptr<const void> owner_;      // what views hold: snapshot_, or all the snapshots of a set
+  std::vector<std::shared_ptr<const float>> tables_;       // per field; null for float fields
+  std::vector<std::shared_ptr<const void>> view_owners_;  // per field: owner_ + the table
   bool no_lock_ = false;
   std::vector<std::string_view> ids_;
   // Ids read from a sealed index are copied here (one string per store): that

@@ -401,30 +401,39 @@ Status PatchSampler::GatherWindows(const std::vector<Window>& wins, const std::v
   const int64_t ph = options_.height(), pw = options_.width();
   const int64_t n = static_cast<int64_t>(wins.size());
   // Resolve every record before copying, so an error leaves no half batch.
-  std::vector<std::vector<TensorView>> views(fields_.size(), std::vector<TensorView>(static_cast<size_t>(n)));
+  std::vector<std::vector<WindowSource>> srcs(fields_.size(), std::vector<WindowSource>(static_cast<size_t>(n)));
   for (size_t f = 0; f < fields_.size(); ++f)
     for (int64_t i = 0; i < n; ++i) {
       if (wins[i].rot > 3) return Status::InvalidArgument("gather: rotation must be 0..3");
       if (wins[i].rot != 0 && ph != pw)
         return Status::InvalidArgument("gather: a quarter turn needs a square window (this sampler's are " +
                                        std::to_string(ph) + "x" + std::to_string(pw) + ")");
-      PS_ASSIGN_OR_RETURN(views[f][i], reader_->Patch(wins[i].sample, fields_[f], wins[i].y, wins[i].x, ph, pw));
+      PS_ASSIGN_OR_RETURN(srcs[f][i], reader_->Window(wins[i].sample, fields_[f], wins[i].y, wins[i].x, ph, pw));
     }
   // With the store out of the page cache, every row of every window is a
   // page fault: ask for all of them at once so the disk sees many requests
-  // in flight instead of one synchronous read per row.
+  // in flight instead of one synchronous read per row. Tiled windows: one
+  // range per tile row.
   for (size_t f = 0; f < fields_.size(); ++f)
-    for (int64_t i = 0; i < n; ++i) reader_->PrefetchWindow(views[f][i]);
+    for (int64_t i = 0; i < n; ++i) {
+      const WindowSource& s = srcs[f][i];
+      if (s.tile) {
+        reader_->PrefetchRanges(WindowByteRanges(s));
+      } else {
+        TensorView v;
+        v.data = s.payload + static_cast<size_t>(s.y * s.W + s.x) * DTypeSize(s.dtype);
+        v.dtype = s.dtype;
+        v.rank = 3;
+        v.shape = {s.C, s.h, s.w, 0};
+        const int64_t es = static_cast<int64_t>(DTypeSize(s.dtype));
+        v.strides = {s.H * s.W * es, s.W * es, es, 0};
+        reader_->PrefetchWindow(v);
+      }
+    }
   auto work = [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i)
-      for (size_t f = 0; f < fields_.size(); ++f) {
-        const TensorView& v = views[f][i];
-        const int64_t C = channels_[f];
-        const int64_t plane = v.strides[0] / 4, row = v.strides[1] / 4;
-        float* dst = outs[f] + i * C * ph * pw;
-        for (int64_t c = 0; c < C; ++c)
-          CopyTransformed(v.data_as<float>() + c * plane, row, 0, 0, ph, pw, wins[i].transform(), dst + c * ph * pw);
-      }
+      for (size_t f = 0; f < fields_.size(); ++f)
+        CopyWindow(srcs[f][i], wins[i].transform(), outs[f] + i * channels_[f] * ph * pw);
   };
   ParallelBlocks(n, options_.num_threads, work);
   return Status::OK();

@@ -36,7 +36,13 @@ struct TensorView {
   int rank = 0;
   std::array<int64_t, 4> shape{};
   std::array<int64_t, 4> strides{};   // in bytes
-  std::shared_ptr<const void> owner;  // keeps `data` valid
+  std::shared_ptr<const void> owner;  // keeps `data` (and `lut`) valid
+  // Raw-source records (uint8/uint16/int16, compact encodings: the values
+  // of the source file, FORMAT.md "Encodings"): the field's float32[256] or
+  // float32[65536] table of normalised values (int16 indexed by value +
+  // 32768), which every conversion to float32 applies (ConvertElement in
+  // reader/transform.h). Null for float32/float16 views (already normalised).
+  const float* lut = nullptr;
 
   // `data` as `const T*`. Aborts with a message naming both dtypes when T is
   // not the C++ type of `dtype` (DTypeOf<T>::value != dtype).
@@ -69,8 +75,15 @@ struct TensorView {
 
 // Copies a rank-3 view (C, h, w) of any dtype into `dst`, a contiguous
 // C*h*w float32 buffer, converting each element with ToFloat32 (store/dtype.h;
-// a memcpy of each row for float32). The one copy kernel behind
-// Reader::CopyPatch and CopyPatches. REQUIRES: v.rank == 3.
+// through `v.lut` for raw-source records; a memcpy of each row for float32).
+// The one copy kernel behind Reader::CopyPatch and CopyPatches.
+// REQUIRES: v.rank == 3.
 void CopyToFloat32(const TensorView& v, float* dst);
+
+// The normalised float32 values of a view: `v` itself when it holds float32
+// (no copy), else a contiguous float32 copy (converted through `v.lut`) that
+// the returned view owns. For code that reads values (export, montage, the
+// Python buffers) whatever the record's encoding. REQUIRES: 1 <= v.rank <= 3.
+TensorView AsFloat32(const TensorView& v);
 
 }  // namespace patchstore

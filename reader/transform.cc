@@ -47,24 +47,24 @@ inline __m128 Reverse4(__m128 v) { return _mm_shuffle_ps(v, v, _MM_SHUFFLE(0, 1,
 
 // Row d[j] = p[j] for j in [0, n).
 template <typename T>
-inline void CopyRow(const T* p, int64_t n, float* d) {
+inline void CopyRow(const T* p, int64_t n, float* d, const float* lut) {
   if constexpr (std::is_same<T, float>::value) {
     std::memcpy(d, p, static_cast<size_t>(n) * sizeof(float));
   } else {
-    for (int64_t j = 0; j < n; ++j) d[j] = static_cast<float>(p[j]);
+    ConvertRun(p, n, d, lut);
   }
 }
 
 // Mirrored row: d[j] = p[-j] for j in [0, n).
 template <typename T>
-inline void CopyReversed(const T* p, int64_t n, float* d) {
+inline void CopyReversed(const T* p, int64_t n, float* d, const float* lut) {
   // From the end, so the source is read at ascending addresses.
   int64_t j = n;
 #if defined(__SSE2__)
   if constexpr (std::is_same<T, float>::value)
     for (; j >= 4; j -= 4) _mm_storeu_ps(d + j - 4, Reverse4(_mm_loadu_ps(p - j + 1)));
 #endif
-  for (; j > 0; --j) d[j - 1] = static_cast<float>(p[-(j - 1)]);
+  for (; j > 0; --j) d[j - 1] = ConvertElement(p[-(j - 1)], lut);
 }
 
 // Output rows [i0, i0+in) x columns [j0, j0+jn) of a transposed map
@@ -113,12 +113,12 @@ inline void TransposeTile(const float* base, const PlaneMap& m, int64_t i0, int6
 // that the source (the memory map, usually not in cache) is read at
 // ascending addresses, which the hardware prefetchers follow.
 template <typename T>
-void ApplyRows(const T* src, const PlaneMap& m, float* dst) {
+void ApplyRows(const T* src, const PlaneMap& m, float* dst, const float* lut) {
   const T* base = src + m.origin;
   for (int64_t k = 0; k < m.oh; ++k) {
     const int64_t i = m.si > 0 ? k : m.oh - 1 - k;
-    if (m.sj == 1) CopyRow(base + i * m.si, m.ow, dst + i * m.ow);
-    else CopyReversed(base + i * m.si, m.ow, dst + i * m.ow);
+    if (m.sj == 1) CopyRow(base + i * m.si, m.ow, dst + i * m.ow, lut);
+    else CopyReversed(base + i * m.si, m.ow, dst + i * m.ow, lut);
   }
 }
 
@@ -142,11 +142,11 @@ void ApplyTransposed(const float* src, const PlaneMap& m, float* dst) {
 
 template <typename T>
 void CopyTransformed(const T* plane, int64_t row_stride, int64_t y, int64_t x, int64_t height, int64_t width,
-                     Transform t, float* dst) {
+                     Transform t, float* dst, const float* lut) {
   const T* window = plane + y * row_stride + x;
   const PlaneMap m = MapPlane(height, width, row_stride, t);
   if (m.sj == 1 || m.sj == -1) {
-    ApplyRows(window, m, dst);
+    ApplyRows(window, m, dst, lut);
     return;
   }
   // Transposing straight out of the map reads 32 rows at a time, a pattern
@@ -157,15 +157,23 @@ void CopyTransformed(const T* plane, int64_t row_stride, int64_t y, int64_t x, i
   const size_t n = static_cast<size_t>(height * width);
   if (stage.size() < n) stage.resize(n);
   if (row_stride == width) {
-    CopyRow(window, height * width, stage.data());
+    CopyRow(window, height * width, stage.data(), lut);
   } else {
-    for (int64_t r = 0; r < height; ++r) CopyRow(window + r * row_stride, width, stage.data() + r * width);
+    for (int64_t r = 0; r < height; ++r) CopyRow(window + r * row_stride, width, stage.data() + r * width, lut);
   }
   const PlaneMap staged = MapPlane(height, width, width, t);
-  if (staged.sj == 1 || staged.sj == -1) ApplyRows(stage.data(), staged, dst);  // width 1: a column is a row
+  if (staged.sj == 1 || staged.sj == -1) ApplyRows(stage.data(), staged, dst, nullptr);  // width 1: a column is a row
   else ApplyTransposed(stage.data(), staged, dst);
 }
 
-template void CopyTransformed<float>(const float*, int64_t, int64_t, int64_t, int64_t, int64_t, Transform, float*);
+#define PATCHSTORE_COPY_TRANSFORMED(T) \
+  template void CopyTransformed<T>(const T*, int64_t, int64_t, int64_t, int64_t, int64_t, Transform, float*, const float*);
+PATCHSTORE_COPY_TRANSFORMED(float)
+PATCHSTORE_COPY_TRANSFORMED(uint32_t)
+PATCHSTORE_COPY_TRANSFORMED(uint8_t)
+PATCHSTORE_COPY_TRANSFORMED(uint16_t)
+PATCHSTORE_COPY_TRANSFORMED(int16_t)
+PATCHSTORE_COPY_TRANSFORMED(Float16)
+#undef PATCHSTORE_COPY_TRANSFORMED
 
 }  // namespace patchstore

@@ -22,7 +22,10 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 #include <utility>
+
+#include "patchstore/store/dtype.h"
 
 namespace patchstore {
 
@@ -108,6 +111,48 @@ struct Transform {
   }
 };
 
+// One stored element as the float32 a reader returns. `lut` is the field's
+// lookup table for raw-source records (uint8, uint16: indexed by value;
+// int16: by value + 32768; built with Normalization::Apply, see
+// Reader::FieldTable), or null: then a plain ToFloat32 (float16, or integers
+// that hold already-normalised values).
+template <typename T>
+inline float ConvertElement(T v, const float* lut) {
+  if constexpr (std::is_same_v<T, float>) {
+    return v;
+  } else if constexpr (std::is_same_v<T, int16_t>) {
+    return lut ? lut[static_cast<int32_t>(v) + 32768] : ToFloat32(v);
+  } else if constexpr (std::is_integral_v<T> && sizeof(T) <= 2) {
+    return lut ? lut[v] : ToFloat32(v);
+  } else {
+    return ToFloat32(v);
+  }
+}
+
+// n elements from `src` into float32 at `dst` (ConvertElement, with the
+// table test hoisted out of the loop; a memcpy for float32).
+template <typename T>
+inline void ConvertRun(const T* src, int64_t n, float* dst, const float* lut) {
+  if constexpr (std::is_same_v<T, float>) {
+    __builtin_memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+  } else if constexpr (std::is_same_v<T, int16_t>) {
+    if (lut != nullptr) {
+      const float* mid = lut + 32768;
+      for (int64_t j = 0; j < n; ++j) dst[j] = mid[src[j]];
+    } else {
+      for (int64_t j = 0; j < n; ++j) dst[j] = ToFloat32(src[j]);
+    }
+  } else if constexpr (std::is_integral_v<T> && sizeof(T) <= 2) {
+    if (lut != nullptr) {
+      for (int64_t j = 0; j < n; ++j) dst[j] = lut[src[j]];
+    } else {
+      for (int64_t j = 0; j < n; ++j) dst[j] = ToFloat32(src[j]);
+    }
+  } else {
+    for (int64_t j = 0; j < n; ++j) dst[j] = ToFloat32(src[j]);
+  }
+}
+
 // The one copy kernel. Copies the window rows [y, y+height) x columns
 // [x, x+width) of a plane of T whose rows are `row_stride` elements apart,
 // applies `t` (flips, then turns), and writes t.OutputSize(height, width)
@@ -115,12 +160,22 @@ struct Transform {
 // when rows stay rows; odd turns stage the window in a per-thread buffer
 // (sequential reads of the source) and transpose it from cache in blocks.
 // REQUIRES: height, width > 0, the window inside the plane, t.rot < 4, dst
-// not overlapping the plane. Instantiated for T = float.
+// not overlapping the plane. Elements are converted with
+// ConvertElement(v, lut) (a memcpy for float32). Instantiated for every
+// element type of store/dtype.h.
 template <typename T>
 void CopyTransformed(const T* plane, int64_t row_stride, int64_t y, int64_t x, int64_t height, int64_t width,
-                     Transform t, float* dst);
+                     Transform t, float* dst, const float* lut = nullptr);
 
-extern template void CopyTransformed<float>(const float*, int64_t, int64_t, int64_t, int64_t, int64_t, Transform,
-                                            float*);
+#define PATCHSTORE_COPY_TRANSFORMED(T)                                                                            \
+  extern template void CopyTransformed<T>(const T*, int64_t, int64_t, int64_t, int64_t, int64_t, Transform, float*, \
+                                          const float*);
+PATCHSTORE_COPY_TRANSFORMED(float)
+PATCHSTORE_COPY_TRANSFORMED(uint32_t)
+PATCHSTORE_COPY_TRANSFORMED(uint8_t)
+PATCHSTORE_COPY_TRANSFORMED(uint16_t)
+PATCHSTORE_COPY_TRANSFORMED(int16_t)
+PATCHSTORE_COPY_TRANSFORMED(Float16)
+#undef PATCHSTORE_COPY_TRANSFORMED
 
 }  // namespace patchstore

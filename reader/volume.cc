@@ -8,20 +8,26 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <type_traits>
 
 #include "patchstore/reader/transform.h"
 
 namespace patchstore {
 namespace {
 
+// A volume record in the map, of any dtype (compact volumes: uint16/int16
+// raw source values, converted with the field's table by CopyStack).
 struct VolumeRef {
-  const float* data = nullptr;
+  const uint8_t* data = nullptr;
+  DType dtype = DType::kFloat32;
+  const float* lut = nullptr;
   int64_t S = 0, H = 0, W = 0;
+  size_t es() const { return DTypeSize(dtype); }
 };
 
 Result<VolumeRef> CheckedVolume(const Reader& reader, uint64_t sample, int field, TensorView* keep = nullptr) {
   PS_ASSIGN_OR_RETURN(TensorView v, Volume(reader, sample, field));
-  VolumeRef r{v.data_as<float>(), v.shape[0], v.shape[1], v.shape[2]};
+  VolumeRef r{v.bytes(), v.dtype, v.lut, v.shape[0], v.shape[1], v.shape[2]};
   if (keep) *keep = std::move(v);
   return r;
 }
@@ -46,8 +52,16 @@ void CopyStack(const VolumeRef& v, int64_t slice, int64_t context, const SliceTr
   const Transform k = t.transform();
   for (int64_t d = 0; d <= 2 * context; ++d) {
     const int64_t s = std::min(std::max<int64_t>(slice - context + d, 0), v.S - 1);
-    if (identity) std::memcpy(dst + d * plane, v.data + s * plane, static_cast<size_t>(plane) * sizeof(float));
-    else CopyTransformed(v.data + s * plane, v.W, t.y, t.x, h, w, k, dst + d * h * w);
+    VisitDType(v.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* src = reinterpret_cast<const T*>(v.data) + s * plane;
+      if (identity && std::is_same_v<T, float>)
+        std::memcpy(dst + d * plane, src, static_cast<size_t>(plane) * sizeof(float));
+      else if (identity)
+        for (int64_t i = 0; i < plane; ++i) dst[d * plane + i] = ConvertElement(src[i], v.lut);
+      else
+        CopyTransformed(src, v.W, t.y, t.x, h, w, k, dst + d * h * w, v.lut);
+    });
   }
 }
 
@@ -169,11 +183,15 @@ Result<TensorView> SliceStack(const Reader& reader, uint64_t sample, int field, 
   const int64_t n = 2 * context + 1;
   TensorView out = vol;
   out.shape[0] = n;
-  if (slice - context >= 0 && slice + context < v.S) {
-    out.data = v.data + (slice - context) * v.H * v.W;
+  if (slice - context >= 0 && slice + context < v.S && v.dtype == DType::kFloat32) {
+    out.data = v.data + (slice - context) * v.H * v.W * static_cast<int64_t>(sizeof(float));
     return out;
   }
-  // Crossing an end: replicate the end slices into an owned buffer.
+  // Compact volumes are converted (float32 normalised values, a copy).
+  out.dtype = DType::kFloat32;
+  out.lut = nullptr;
+  out.strides = {v.H * v.W * 4, v.W * 4, 4, 0};
+  // Crossing an end (or converting): replicate the end slices into an owned buffer.
   std::shared_ptr<float> buf(new float[static_cast<size_t>(n * v.H * v.W)], std::default_delete<float[]>());
   CopyStack(v, slice, context, SliceTransform{}, buf.get());
   out.data = buf.get();
@@ -222,7 +240,8 @@ Status CopySliceStacks(const Reader& reader, const std::vector<SliceStackRequest
   for (const Job& j : jobs) {
     const int64_t lo = std::max<int64_t>(j.slice - context, 0), hi = std::min(j.slice + context, j.v.S - 1);
     const int64_t plane = j.v.H * j.v.W;
-    reader.PrefetchBytes(j.v.data + lo * plane, static_cast<size_t>((hi - lo + 1) * plane) * sizeof(float));
+    reader.PrefetchBytes(j.v.data + lo * plane * static_cast<int64_t>(j.v.es()),
+                         static_cast<size_t>((hi - lo + 1) * plane) * j.v.es());
   }
   const int64_t item = (2 * context + 1) * oh * ow;
   const int64_t n = static_cast<int64_t>(jobs.size());

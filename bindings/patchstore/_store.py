@@ -74,7 +74,7 @@ class FieldInfo(NamedTuple):
     is_mask: bool
     channel_names: Tuple[str, ...]
     source_format: str  #: "png", "exr", ...
-    dtype: str = "float32"  #: element type of the stored records (numpy.asarray(view).dtype); float32 today
+    dtype: str = "float32"  #: element type of the stored records (compact: uint8/uint16/int16); arrays read are float32
 
 
 class Ids(Sequence):
@@ -342,7 +342,10 @@ class Store:
             return False
 
     def __getitem__(self, key: Key) -> Dict[str, np.ndarray]:
-        """{field: read-only float32 array (C,H,W), or (S,H,W) in a volume store} of one sample (no copy)."""
+        """{field: read-only float32 array (C,H,W), or (S,H,W) in a volume store} of one sample.
+
+        No copy for float32 row records; records of tiled or compact fields are returned as float32 copies of
+        their normalised values (bit-identical to a float32 store of the same source)."""
         r = reader_of(self)
         views = r.sample(self._index(r, key))
         return {f["name"]: _array(v) for f, v in zip(r.fields(), views)}
@@ -353,7 +356,8 @@ class Store:
             yield self[i]
 
     def get(self, key: Key, field: str) -> np.ndarray:
-        """The whole record of one field: a read-only float32 array (no copy), (C,H,W) or (S,H,W) for volumes."""
+        """The whole record of one field: a read-only float32 array, (C,H,W) or (S,H,W) for volumes (no copy for
+        float32 row records, a converted copy for tiled or compact ones)."""
         r = reader_of(self)
         return _array(r.get(self._index(r, key), field))
 

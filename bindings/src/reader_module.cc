@@ -337,7 +337,7 @@ PYBIND11_MODULE(_patchstore, m) {
             const uint64_t s = SampleOf(r, sample);
             const int f = FieldOf(r, field);
             r.Prefetch(s, f);  // a whole-record view is usually read whole
-            return View{Unwrap(r.Get(s, f))};
+            return View{patchstore::AsFloat32(Unwrap(r.Get(s, f)))};
           },
           py::arg("sample"), py::arg("field"), "A View of the whole record.")
       .def(
@@ -346,20 +346,21 @@ PYBIND11_MODULE(_patchstore, m) {
             const uint64_t s = SampleOf(r, sample);
             py::list out;
             for (int f = 0; f < r.field_count(); ++f) r.Prefetch(s, f);
-            for (int f = 0; f < r.field_count(); ++f) out.append(View{Unwrap(r.Get(s, f))});
+            for (int f = 0; f < r.field_count(); ++f) out.append(View{patchstore::AsFloat32(Unwrap(r.Get(s, f)))});
             return out;
           },
           py::arg("sample"), "Views of every field of one sample, in field order.")
       .def(
           "patch",
           [](const Reader& r, int64_t sample, const std::string& field, int64_t y, int64_t x, int64_t h,
-             int64_t w) { return View{Unwrap(r.Patch(SampleOf(r, sample), FieldOf(r, field), y, x, h, w))}; },
+             int64_t w) { return View{patchstore::AsFloat32(Unwrap(r.Patch(SampleOf(r, sample), FieldOf(r, field), y, x, h, w)))}; },
           py::arg("sample"), py::arg("field"), py::arg("y"), py::arg("x"), py::arg("h"), py::arg("w"),
-          "A View of the (C,h,w) window at (y, x). No copy.")
+          "A View of the (C,h,w) window at (y, x): float32 normalised values; no copy for float32 row records,\n"
+          "a copy for tiled or compact ones.")
       .def(
           "volume",
           [](const Reader& r, int64_t sample, const std::string& field) {
-            return View{Unwrap(patchstore::Volume(r, SampleOf(r, sample), FieldOf(r, field)))};
+            return View{patchstore::AsFloat32(Unwrap(patchstore::Volume(r, SampleOf(r, sample), FieldOf(r, field))))};
           },
           py::arg("sample"), py::arg("field"),
           "patchstore::Volume: a View of the whole (S,H,W) volume. ValueError when the record is not a volume.")

@@ -1,0 +1,472 @@
+// Tiled records and compact encodings on the read side (issue 13): every read
+// path of a store holding uint8/uint16/int16 source values (+ normalisation),
+// float16, or tiles gives output bit-identical to the float32 row store of
+// the same data; damaged tiled / compact records are refused by name.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "patchstore/reader/reader.h"
+#include "patchstore/reader/sampler.h"
+#include "patchstore/reader/tensor_view.h"
+#include "patchstore/reader/volume.h"
+#include "patchstore/store/store.h"
+#include "test_util.h"
+
+namespace patchstore {
+namespace {
+
+using testing::TempDir;
+
+constexpr int64_t kH = 37, kW = 45;  // not multiples of 8 or 16
+constexpr uint64_t kSamples = 3;
+
+// The source value of (sample, field, channel, y, x) for a dtype's range.
+int32_t SourceValue(DType d, uint64_t s, int f, int64_t c, int64_t y, int64_t x) {
+  const uint32_t h = static_cast<uint32_t>((s * 7919 + f * 104729 + c * 1299709 + y * 15485863 + x * 32452843) ^
+                                           (y * x * 2654435761u));
+  if (f == 1 && ((y * 3 + x * 5 + static_cast<int64_t>(s)) % 4 == 0)) return 0;  // mask zeros
+  switch (d) {
+    case DType::kUInt8: return static_cast<int32_t>(h % 256);
+    case DType::kUInt16: return static_cast<int32_t>(h % 65536);
+    case DType::kInt16: return static_cast<int32_t>(h % 65536) - 32768;
+    default: return static_cast<int32_t>(h % 4096);
+  }
+}
+
+struct Encoding {
+  DType dtype = DType::kFloat32;  // of the records
+  uint16_t tile = 0;
+};
+
+// Writes a frames store with "rgb" (3 channels) and "mask" (1 channel) whose
+// logical values are norm.Apply(source): float32 records hold those values,
+// raw-source records the source values, float16 records `half_bits` values
+// (then the float32 store holds ToFloat32 of them, see Float16Reference).
+std::string WriteStore(const TempDir& dir, const std::string& name, DType source_dtype, const Normalization& norm,
+                       Encoding enc, bool float16_reference = false) {
+  const std::string path = dir / name;
+  WriterOptions wo;
+  wo.durable = false;
+  auto w = Writer::Open(path, wo).value();
+  const char* names[2] = {"rgb", "mask"};
+  const int channels[2] = {3, 1};
+  for (int f = 0; f < 2; ++f) {
+    FieldMeta fm;
+    fm.name = names[f];
+    fm.channels = channels[f];
+    fm.dtype = enc.dtype;
+    fm.tile = enc.tile;
+    fm.norm = norm;
+    fm.is_mask = f == 1;
+    EXPECT_TRUE(w->EnsureField(fm).ok());
+  }
+  for (uint64_t s = 0; s < kSamples; ++s) {
+    SampleInput in;
+    in.id = "s/" + std::to_string(s);
+    std::vector<std::vector<uint8_t>> bufs(2);
+    for (int f = 0; f < 2; ++f) {
+      const int64_t C = channels[f];
+      const size_t es = DTypeSize(enc.dtype);
+      std::vector<uint8_t> rows(static_cast<size_t>(C * kH * kW) * es);
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t y = 0; y < kH; ++y)
+          for (int64_t x = 0; x < kW; ++x) {
+            const int32_t v = SourceValue(source_dtype, s, f, c, y, x);
+            const size_t i = static_cast<size_t>((c * kH + y) * kW + x);
+            const uint16_t half = static_cast<uint16_t>(v * 13 + 0x2c00 + c) & 0x7bff;  // finite halves
+            switch (enc.dtype) {
+              case DType::kFloat32: {
+                float fv = norm.Apply(v);
+                if (float16_reference) fv = ToFloat32(Float16{half});
+                std::memcpy(&rows[i * 4], &fv, 4);
+                break;
+              }
+              case DType::kUInt8: rows[i] = static_cast<uint8_t>(v); break;
+              case DType::kUInt16: {
+                const uint16_t u = static_cast<uint16_t>(v);
+                std::memcpy(&rows[i * 2], &u, 2);
+                break;
+              }
+              case DType::kInt16: {
+                const int16_t u = static_cast<int16_t>(v);
+                std::memcpy(&rows[i * 2], &u, 2);
+                break;
+              }
+              case DType::kFloat16: std::memcpy(&rows[i * 2], &half, 2); break;
+              default: ADD_FAILURE();
+            }
+          }
+      RecordInput r;
+      r.field = static_cast<uint16_t>(f);
+      r.header.dtype = enc.dtype;
+      r.header.shape = {static_cast<uint64_t>(C), kH, kW, 0};
+      r.header.tile = enc.tile;
+      r.header.norm = norm;
+      if (enc.tile) {
+        const TileGrid g{C, kH, kW, enc.tile};
+        bufs[f].resize(static_cast<size_t>(g.elements()) * es);
+        TileCHW(rows.data(), es, g, bufs[f].data());
+      } else {
+        bufs[f] = std::move(rows);
+      }
+      r.data = bufs[f].data();
+      in.records.push_back(r);
+    }
+    Status st = w->WriteBatch({in});
+    EXPECT_TRUE(st.ok()) << st.ToString();
+  }
+  EXPECT_TRUE(w->Seal().ok());
+  return path;
+}
+
+void ExpectSameFloats(const float* a, const float* b, size_t n, const std::string& what) {
+  ASSERT_EQ(std::memcmp(a, b, n * sizeof(float)), 0) << what;
+}
+
+// The values of a view, row-major (a window view of a float32 row record
+// is strided: copied element by element here).
+std::vector<float> Values(const TensorView& v) {
+  TensorView f = AsFloat32(v);
+  EXPECT_EQ(f.dtype, DType::kFloat32);
+  EXPECT_TRUE(v.dtype == DType::kFloat32 || f.contiguous());
+  std::vector<float> out(static_cast<size_t>(f.elements()));
+  size_t i = 0;
+  for (int64_t c = 0; c < f.shape[0]; ++c)
+    for (int64_t y = 0; y < f.shape[1]; ++y)
+      for (int64_t x = 0; x < f.shape[2]; ++x)
+        out[i++] = *reinterpret_cast<const float*>(f.bytes() + c * f.strides[0] + y * f.strides[1] + x * f.strides[2]);
+  return out;
+}
+
+// Every read path of `r` gives the bytes of the float32 row store `ref`.
+void ExpectSameReads(const Reader& ref, const Reader& r) {
+  ASSERT_EQ(ref.size(), r.size());
+  const std::vector<std::array<int64_t, 4>> windows = {
+      {0, 0, kH, kW}, {0, 0, 8, 8}, {3, 5, 16, 16}, {7, 9, 17, 23}, {21, 29, 16, 16}, {36, 44, 1, 1}, {5, 0, 30, 45}};
+  for (uint64_t s = 0; s < r.size(); ++s)
+    for (int f = 0; f < 2; ++f) {
+      const std::string at = "sample " + std::to_string(s) + " field " + std::to_string(f);
+      const std::vector<float> whole = Values(ref.Get(s, f).value());
+      const std::vector<float> got = Values(r.Get(s, f).value());
+      ASSERT_EQ(whole.size(), got.size());
+      ExpectSameFloats(whole.data(), got.data(), whole.size(), "Get " + at);
+      for (const auto& wd : windows) {
+        const std::string win = at + " window " + std::to_string(wd[0]) + "," + std::to_string(wd[1]);
+        const std::vector<float> a = Values(ref.Patch(s, f, wd[0], wd[1], wd[2], wd[3]).value());
+        const std::vector<float> b = Values(r.Patch(s, f, wd[0], wd[1], wd[2], wd[3]).value());
+        ExpectSameFloats(a.data(), b.data(), a.size(), "Patch " + win);
+        std::vector<float> c(a.size(), -7.0f);
+        ASSERT_TRUE(r.CopyPatch(s, f, wd[0], wd[1], wd[2], wd[3], c.data()).ok());
+        ExpectSameFloats(a.data(), c.data(), a.size(), "CopyPatch " + win);
+      }
+    }
+  // CopyPatches on two threads.
+  std::vector<PatchRequest> reqs;
+  for (uint64_t s = 0; s < r.size(); ++s)
+    for (int64_t k = 0; k < 4; ++k) reqs.push_back({s, 0, k * 5 + 1, k * 7 + 2});
+  std::vector<float> a(reqs.size() * 3 * 16 * 16), b(a.size(), -7.0f);
+  ASSERT_TRUE(ref.CopyPatches(reqs, 16, 16, a.data(), 1).ok());
+  ASSERT_TRUE(r.CopyPatches(reqs, 16, 16, b.data(), 2).ok());
+  ExpectSameFloats(a.data(), b.data(), a.size(), "CopyPatches");
+  // Summed-area tables of the mask: the same table, so the same valid windows.
+  for (uint64_t s = 0; s < r.size(); ++s) {
+    SatView sa = ref.Sat(s, 1, false).value(), sb = r.Sat(s, 1, false).value();
+    ASSERT_EQ(std::memcmp(sa.data, sb.data, static_cast<size_t>((kH + 1) * (kW + 1)) * 4), 0) << "Sat " << s;
+    EXPECT_EQ(ref.summary(s, 1).valid_count, r.summary(s, 1).valid_count);
+  }
+}
+
+// PatchSampler batches with flips and quarter turns: same windows, same bytes.
+void ExpectSameBatches(std::shared_ptr<Reader> ref, std::shared_ptr<Reader> r) {
+  for (uint64_t seed : {1u, 2u, 7u}) {
+    SamplerOptions o;
+    o.fields = {"rgb", "mask"};
+    o.patch_size = 16;
+    o.require = "mask";
+    o.flip = o.rot90 = true;
+    o.seed = seed;
+    o.num_threads = 2;
+    auto sa = PatchSampler::Create(ref, o).value();
+    auto sb = PatchSampler::Create(r, o).value();
+    const int64_t n = 12;
+    std::vector<float> a0(n * 3 * 256), a1(n * 256), b0(a0.size(), -7.0f), b1(a1.size(), -7.0f);
+    std::vector<Window> wa, wb;
+    ASSERT_TRUE(sa->Next(n, {a0.data(), a1.data()}, &wa).ok());
+    ASSERT_TRUE(sb->Next(n, {b0.data(), b1.data()}, &wb).ok());
+    ASSERT_EQ(wa.size(), wb.size());
+    bool turned = false;
+    for (size_t i = 0; i < wa.size(); ++i) {
+      EXPECT_EQ(wa[i].sample, wb[i].sample);
+      EXPECT_EQ(wa[i].y, wb[i].y);
+      EXPECT_EQ(wa[i].x, wb[i].x);
+      EXPECT_EQ(wa[i].rot, wb[i].rot);
+      turned = turned || wa[i].rot % 2 == 1;
+    }
+    EXPECT_TRUE(turned);  // the transposing path is exercised
+    ExpectSameFloats(a0.data(), b0.data(), a0.size(), "sampler rgb seed " + std::to_string(seed));
+    ExpectSameFloats(a1.data(), b1.data(), a1.size(), "sampler mask seed " + std::to_string(seed));
+  }
+}
+
+Normalization Norm(NormKind k, double scale, double offset, bool clamp = false, double lo = 0, double hi = 0) {
+  Normalization n;
+  n.kind = k;
+  n.scale = scale;
+  n.offset = offset;
+  n.clamp = clamp;
+  n.clamp_lo = lo;
+  n.clamp_hi = hi;
+  return n;
+}
+
+struct Case {
+  DType dtype;
+  Normalization norm;
+  const char* what;
+};
+
+std::vector<Case> Cases() {
+  return {
+      {DType::kUInt8, Norm(NormKind::kSymmetric, 255, 0), "uint8 symmetric"},
+      {DType::kUInt8, Norm(NormKind::kUnit, 255, 0), "uint8 unit"},
+      {DType::kUInt8, Norm(NormKind::kBinary, 255, 0), "uint8 binary"},
+      {DType::kUInt8, Norm(NormKind::kNone, 1, 0), "uint8 none"},
+      {DType::kUInt16, Norm(NormKind::kUnit, 65535, 0), "uint16 unit"},
+      {DType::kUInt16, Norm(NormKind::kSymmetric, 65535, 0, true, -0.5, 0.25), "uint16 symmetric clamped"},
+      {DType::kInt16, Norm(NormKind::kAffine, 0.001, -2.5), "int16 affine"},
+      {DType::kInt16, Norm(NormKind::kRange, -1000, 3000), "int16 range"},
+      {DType::kUInt16, Norm(NormKind::kRange, 100, 40000, true, -0.75, 0.5), "uint16 range clamped"},
+  };
+}
+
+TEST(Encodings, CompactAndTiledStoresReadBitIdenticalToFloat32Rows) {
+  for (const Case& k : Cases()) {
+    SCOPED_TRACE(k.what);
+    TempDir dir;
+    auto ref = Reader::Open(WriteStore(dir, "ref.ps", k.dtype, k.norm, {DType::kFloat32, 0})).value();
+    for (Encoding e : {Encoding{k.dtype, 0}, Encoding{k.dtype, 8}, Encoding{k.dtype, 16}, Encoding{DType::kFloat32, 8},
+                       Encoding{DType::kFloat32, 16}}) {
+      SCOPED_TRACE(std::string(DTypeName(e.dtype)) + " tile " + std::to_string(e.tile));
+      auto r = Reader::Open(WriteStore(dir, std::string(DTypeName(e.dtype)) + std::to_string(e.tile) + ".ps", k.dtype,
+                                       k.norm, e))
+                   .value();
+      if (StoresRawSource(e.dtype)) {
+        ASSERT_NE(r->field_table(0), nullptr);
+        EXPECT_EQ(r->Get(0, 0)->lut, r->field_table(0));
+      } else {
+        EXPECT_EQ(r->field_table(0), nullptr);
+      }
+      ExpectSameReads(*ref, *r);
+      if (::testing::Test::HasFatalFailure()) return;
+      ExpectSameBatches(ref, r);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+}
+
+TEST(Encodings, Float16RecordsReadAsTheirExactFloat32Values) {
+  TempDir dir;
+  const Normalization none = Norm(NormKind::kNone, 1, 0);
+  auto ref = Reader::Open(WriteStore(dir, "ref.ps", DType::kUInt16, none, {DType::kFloat32, 0}, true)).value();
+  for (uint16_t tile : {0, 16}) {
+    auto r = Reader::Open(WriteStore(dir, "h" + std::to_string(tile) + ".ps", DType::kUInt16, none,
+                                     {DType::kFloat16, tile}))
+                 .value();
+    EXPECT_EQ(r->Get(0, 0)->dtype, DType::kFloat16);
+    ExpectSameReads(*ref, *r);
+    ExpectSameBatches(ref, r);
+  }
+}
+
+TEST(Encodings, TiledViewsAreRowMajorCopiesOfTheStoredDType) {
+  TempDir dir;
+  const Normalization unit = Norm(NormKind::kUnit, 255, 0);
+  auto r = Reader::Open(WriteStore(dir, "t.ps", DType::kUInt8, unit, {DType::kUInt8, 8})).value();
+  TensorView v = r->Patch(1, 0, 3, 5, 10, 12).value();
+  EXPECT_EQ(v.dtype, DType::kUInt8);
+  EXPECT_EQ(v.shape[0], 3);
+  EXPECT_TRUE(v.contiguous());
+  for (int64_t c = 0; c < 3; ++c)
+    for (int64_t y = 0; y < 10; ++y)
+      for (int64_t x = 0; x < 12; ++x)
+        ASSERT_EQ(v.data_as<uint8_t>()[(c * 10 + y) * 12 + x], SourceValue(DType::kUInt8, 1, 0, c, 3 + y, 5 + x));
+  // The table converts: value 255 -> 1.0f, 0 -> 0.0f (unit).
+  EXPECT_EQ(v.lut[255], 1.0f);
+  EXPECT_EQ(v.lut[0], 0.0f);
+  EXPECT_EQ(v.lut[51], 51.0f / 255.0f);
+  // A view outlives its Reader (it owns the copy and the table).
+  r.reset();
+  EXPECT_EQ(AsFloat32(v).data_as<float>()[0], unit.Apply(SourceValue(DType::kUInt8, 1, 0, 0, 3, 5)));
+}
+
+TEST(Encodings, WindowByteRangesOfATiledWindowAreOneRangePerTileRow) {
+  TempDir dir;
+  const Normalization none = Norm(NormKind::kNone, 1, 0);
+  auto r = Reader::Open(WriteStore(dir, "t.ps", DType::kUInt16, none, {DType::kUInt16, 8})).value();
+  // kW = 45: 6 tiles per tile row, 3 channels x 8 x 8 x 2 bytes = 384 bytes per tile.
+  WindowSource s = r->Window(0, 0, 7, 9, 10, 16).value();  // rows 7..16: tile rows 0..2; cols 9..24: tiles 1..3
+  auto ranges = WindowByteRanges(s);
+  ASSERT_EQ(ranges.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(static_cast<const uint8_t*>(ranges[i].first), s.payload + (i * 6 + 1) * 384) << i;
+    EXPECT_EQ(ranges[i].second, 3u * 384) << i;
+  }
+  WindowSource rows = r->Window(0, 0, 0, 0, 2, 4).value();
+  rows.tile = 0;  // as a row record: one range per row per channel
+  EXPECT_EQ(WindowByteRanges(rows).size(), 6u);
+}
+
+TEST(Encodings, CompactVolumesSliceBitIdenticalToFloat32) {
+  TempDir dir;
+  const Normalization affine = Norm(NormKind::kAffine, 0.5, -100);
+  auto write = [&](const std::string& name, DType dtype) {
+    const std::string path = dir / name;
+    WriterOptions wo;
+    wo.durable = false;
+    wo.kind = "volumes";
+    auto w = Writer::Open(path, wo).value();
+    FieldMeta fm;
+    fm.name = "ct";
+    fm.channels = 1;
+    fm.layout = Layout::kSHW;
+    fm.dtype = dtype;
+    fm.norm = affine;
+    EXPECT_TRUE(w->EnsureField(fm).ok());
+    const int64_t S = 5, H = 9, W = 11;
+    std::vector<int16_t> i16(S * H * W);
+    std::vector<float> f32(i16.size());
+    for (size_t i = 0; i < i16.size(); ++i) {
+      i16[i] = static_cast<int16_t>(static_cast<int32_t>(i * 2654435761u % 65536) - 32768);
+      f32[i] = affine.Apply(i16[i]);
+    }
+    SampleInput in;
+    in.id = "v";
+    RecordInput r;
+    r.header.dtype = dtype;
+    r.header.layout = Layout::kSHW;
+    r.header.shape = {S, H, W, 0};
+    r.header.norm = affine;
+    r.data = dtype == DType::kInt16 ? static_cast<const void*>(i16.data()) : f32.data();
+    in.records = {r};
+    EXPECT_TRUE(w->WriteBatch({in}).ok());
+    EXPECT_TRUE(w->Seal().ok());
+    return Reader::Open(path).value();
+  };
+  auto ref = write("f.ps", DType::kFloat32), r = write("i.ps", DType::kInt16);
+  EXPECT_EQ(Values(Volume(*ref, 0, 0).value()), Values(Volume(*r, 0, 0).value()));
+  for (int64_t slice : {0, 2, 4}) {
+    TensorView a = SliceStack(*ref, 0, 0, slice, 1).value(), b = SliceStack(*r, 0, 0, slice, 1).value();
+    EXPECT_EQ(b.dtype, DType::kFloat32);
+    EXPECT_EQ(Values(a), Values(b)) << slice;
+    for (int rot = 0; rot < 4; ++rot) {
+      SliceTransform t;
+      t.y = 1;
+      t.x = 2;
+      t.height = 6;
+      t.width = 6;
+      t.flip_h = rot == 1;
+      t.rot90 = rot;
+      std::vector<float> fa(3 * 36), fb(fa.size(), -7.0f);
+      ASSERT_TRUE(CopySliceStack(*ref, 0, 0, slice, 1, t, fa.data()).ok());
+      ASSERT_TRUE(CopySliceStack(*r, 0, 0, slice, 1, t, fb.data()).ok());
+      EXPECT_EQ(fa, fb) << slice << " rot " << rot;
+    }
+  }
+  std::vector<SliceStackRequest> reqs(3);
+  for (int i = 0; i < 3; ++i) reqs[i].slice = i;
+  std::vector<float> fa(3 * 3 * 99), fb(fa.size(), -7.0f);
+  ASSERT_TRUE(CopySliceStacks(*ref, reqs, 1, fa.data(), 2).ok());
+  ASSERT_TRUE(CopySliceStacks(*r, reqs, 1, fb.data(), 2).ok());
+  EXPECT_EQ(fa, fb);
+}
+
+// The stores tests/python/test_encodings.py reads through the Python
+// package: written into $PATCHSTORE_ENCODED_STORES_DIR when set (else into a
+// scratch directory, and checked here).
+TEST(EncodingFixtures, WritesTheStoresOfThePythonSuite) {
+  TempDir scratch;
+  const char* env = std::getenv("PATCHSTORE_ENCODED_STORES_DIR");
+  const std::string dir = env && *env ? env : scratch.path();
+  struct Out {
+    const char* name;
+    Encoding enc;
+    DType source;
+  };
+  const Normalization sym = Norm(NormKind::kSymmetric, 255, 0), unit16 = Norm(NormKind::kUnit, 65535, 0);
+  TempDir unused;
+  for (const auto& o : {Out{"ref8.ps", {DType::kFloat32, 0}, DType::kUInt8}, Out{"u8_tiles16.ps", {DType::kUInt8, 16}, DType::kUInt8},
+                        Out{"u8_rows.ps", {DType::kUInt8, 0}, DType::kUInt8}, Out{"f32_tiles8.ps", {DType::kFloat32, 8}, DType::kUInt8},
+                        Out{"ref16.ps", {DType::kFloat32, 0}, DType::kUInt16}, Out{"u16_tiles8.ps", {DType::kUInt16, 8}, DType::kUInt16}}) {
+    const bool is16 = o.source == DType::kUInt16;
+    const std::string written = WriteStore(unused, o.name, o.source, is16 ? unit16 : sym, o.enc);
+    std::filesystem::rename(written, dir + "/" + o.name);
+    auto r = Reader::Open(dir + "/" + o.name);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ((*r)->field(0).tile, o.enc.tile);
+  }
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+void WriteAll(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+TEST(EncodingDamage, ATiledRecordWithAFlippedTileByteIsRefusedNamingSampleAndField) {
+  TempDir dir;
+  const Normalization unit = Norm(NormKind::kUnit, 255, 0);
+  const std::string path = WriteStore(dir, "t.ps", DType::kUInt8, unit, {DType::kUInt8, 8});
+  const std::string data = path + "/data.mdb", good = ReadAll(data);
+  // Every record header: flip each bit of the tile bytes (14, 15) of all of them.
+  std::vector<size_t> headers;
+  for (size_t at = good.find("PSR1"); at != std::string::npos; at = good.find("PSR1", at + 1)) headers.push_back(at);
+  ASSERT_GE(headers.size(), kSamples * 2);
+  for (int bit = 0; bit < 16; ++bit) {
+    std::string bad = good;
+    for (size_t h : headers) bad[h + 14 + bit / 8] ^= static_cast<char>(1 << (bit % 8));
+    WriteAll(data, bad);
+    auto r = Reader::Open(path);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    auto g = (*r)->Get(1, 0);
+    ASSERT_FALSE(g.ok()) << bit;
+    EXPECT_EQ(g.status().code(), Code::kCorruption);
+    EXPECT_NE(g.status().message().find("'s/1' field 'rgb'"), std::string::npos) << g.status().message();
+    float out[64];
+    EXPECT_FALSE((*r)->CopyPatch(1, 0, 0, 0, 4, 4, out).ok());
+  }
+}
+
+TEST(EncodingDamage, ARawSourceRecordWhoseNormalisationDisagreesWithItsFieldIsRefused) {
+  TempDir dir;
+  const Normalization unit = Norm(NormKind::kUnit, 255, 0);
+  const std::string path = WriteStore(dir, "t.ps", DType::kUInt8, unit, {DType::kUInt8, 16});
+  {
+    // The field's normalisation changes afterwards: every record disagrees.
+    WriterOptions wo;
+    wo.durable = false;
+    auto w = Writer::Open(path, wo).value();
+    w->mutable_meta().fields[0].norm = Norm(NormKind::kSymmetric, 255, 0);
+    ASSERT_TRUE(w->CommitMeta().ok());
+  }
+  auto r = Reader::Open(path).value();
+  for (Status st : {r->Get(2, 0).status(), r->Patch(2, 0, 0, 0, 4, 4).status(), r->Window(2, 0, 0, 0, 4, 4).status()}) {
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.code(), Code::kCorruption);
+    EXPECT_NE(st.message().find("'s/2' field 'rgb'"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("normalisation disagrees"), std::string::npos) << st.message();
+  }
+  EXPECT_TRUE(r->Get(2, 1).ok());  // the mask field still agrees
+}
+
+}  // namespace
+}  // namespace patchstore
