@@ -662,21 +662,20 @@ void CopyTiledWindow(const WindowSource& s, float* dst) {
   const TileGrid g = s.grid();
   const int64_t TT = g.T;
   const int64_t ty0 = s.y / TT, ty1 = (s.y + s.h - 1) / TT, tx0 = s.x / TT, tx1 = (s.x + s.w - 1) / TT;
+  // Output rows in order (each written whole, left to right, reading one
+  // segment from each tile it crosses).
   for (int64_t ty = ty0; ty <= ty1; ++ty) {
     const int64_t r0 = std::max(s.y, ty * TT), r1 = std::min(s.y + s.h, (ty + 1) * TT);
-    for (int64_t tx = tx0; tx <= tx1; ++tx) {
-      const int64_t c0 = std::max(s.x, tx * TT), c1 = std::min(s.x + s.w, (tx + 1) * TT);
-      const int64_t n = c1 - c0;
-      const T* tile = p + g.TileOffset(ty, tx) + (r0 % TT) * TT + c0 % TT;
-      float* out = dst + (r0 - s.y) * s.w + (c0 - s.x);
-      for (int64_t c = 0; c < g.C; ++c) {
-        const T* src = tile + c * TT * TT;
-        float* d = out + c * s.h * s.w;
-        for (int64_t r = r0; r < r1; ++r, src += TT, d += s.w) {
-          ConvertRun(src, n, d, lut);
+    const T* row_tiles = p + g.TileOffset(ty, 0);
+    for (int64_t c = 0; c < g.C; ++c)
+      for (int64_t r = r0; r < r1; ++r) {
+        const T* plane_row = row_tiles + c * TT * TT + (r % TT) * TT;
+        float* d = dst + (c * s.h + r - s.y) * s.w;
+        for (int64_t tx = tx0; tx <= tx1; ++tx) {
+          const int64_t c0 = std::max(s.x, tx * TT), c1 = std::min(s.x + s.w, (tx + 1) * TT);
+          ConvertRun(plane_row + tx * g.tile_elements() + c0 % TT, c1 - c0, d + (c0 - s.x), lut);
         }
       }
-    }
   }
 }
 
