@@ -60,7 +60,7 @@ def test_every_read_path_is_bit_identical_to_float32_rows(stores, layout, encodi
     frames, paths = stores
     ref = patchstore.open(paths[("rows", "float32")])
     got = patchstore.open(paths[(layout, encoding)])
-    assert got.ids == ref.ids
+    assert list(got.ids) == list(ref.ids)
     for sid in ref.ids:
         for field in ("rgb", "mask", "depth"):
             a = np.asarray(ref[sid][field])
