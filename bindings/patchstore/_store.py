@@ -342,10 +342,7 @@ class Store:
             return False
 
     def __getitem__(self, key: Key) -> Dict[str, np.ndarray]:
-        """{field: read-only float32 array (C,H,W), or (S,H,W) in a volume store} of one sample.
-
-        No copy for float32 row records; records of tiled or compact fields are returned as float32 copies of
-        their normalised values (bit-identical to a float32 store of the same source)."""
+        """{field: read-only float32 (C,H,W) or (S,H,W) array}: no copy of float32 rows, else a bit-identical copy."""
         r = reader_of(self)
         views = r.sample(self._index(r, key))
         return {f["name"]: _array(v) for f, v in zip(r.fields(), views)}
@@ -356,8 +353,7 @@ class Store:
             yield self[i]
 
     def get(self, key: Key, field: str) -> np.ndarray:
-        """The whole record of one field: a read-only float32 array, (C,H,W) or (S,H,W) for volumes (no copy for
-        float32 row records, a converted copy for tiled or compact ones)."""
+        """The whole record of one field: a read-only float32 array, (C,H,W) or (S,H,W) (copied as `store[key]`)."""
         r = reader_of(self)
         return _array(r.get(self._index(r, key), field))
 
