@@ -582,19 +582,8 @@ Result<WindowSource> Reader::Window(uint64_t sample, int field, int64_t y, int64
   if (y < 0 || x < 0 || y > H - h || x > W - w)
     return Status::OutOfRange("patch " + window() + " of " + Describe(sample, field) + ": outside the " +
                               std::to_string(H) + "x" + std::to_string(W) + " record");
-  WindowSource s;
-  s.payload = data + kRecordHeaderSize;
-  s.dtype = hd.dtype;
-  s.lut = field_table(field);
-  s.C = static_cast<int64_t>(hd.shape[0]);
-  s.H = H;
-  s.W = W;
-  s.tile = hd.tile;
-  s.y = y;
-  s.x = x;
-  s.h = h;
-  s.w = w;
-  return s;
+  return WindowSource{data + kRecordHeaderSize, hd.dtype, field_table(field), static_cast<int64_t>(hd.shape[0]),
+                      H, W, hd.tile, y, x, h, w};
 }
 
 Result<TensorView> Reader::Patch(uint64_t sample, int field, int64_t y, int64_t x, int64_t h, int64_t w) const {
@@ -909,17 +898,7 @@ void Reader::WindowRanges(uint64_t sample, int field, int64_t y, int64_t x, int6
   if (sum.tile != 0 && sum.layout != Layout::kCHW) return;
   // The ranges of the one gather kernel (WindowByteRanges: rows, or tile
   // rows), merged where adjacent in memory (full-width rows, planes).
-  WindowSource src;
-  src.payload = ref->data + kRecordHeaderSize;
-  src.dtype = sum.dtype;
-  src.C = C;
-  src.H = H;
-  src.W = W;
-  src.tile = sum.tile;
-  src.y = y;
-  src.x = x;
-  src.h = h;
-  src.w = w;
+  const WindowSource src{ref->data + kRecordHeaderSize, sum.dtype, nullptr, C, H, W, sum.tile, y, x, h, w};
   for (const auto& r : WindowByteRanges(src)) {
     if (!out->empty() && static_cast<const uint8_t*>(out->back().first) + out->back().second == r.first)
       out->back().second += r.second;

@@ -166,14 +166,10 @@ void CopyTransformed(const T* plane, int64_t row_stride, int64_t y, int64_t x, i
   else ApplyTransposed(stage.data(), staged, dst);
 }
 
-#define PATCHSTORE_COPY_TRANSFORMED(T) \
+// One instantiation per element type of store/dtype.h.
+#define PATCHSTORE_COPY_TRANSFORMED_(e, code, T, name, fmt) \
   template void CopyTransformed<T>(const T*, int64_t, int64_t, int64_t, int64_t, int64_t, Transform, float*, const float*);
-PATCHSTORE_COPY_TRANSFORMED(float)
-PATCHSTORE_COPY_TRANSFORMED(uint32_t)
-PATCHSTORE_COPY_TRANSFORMED(uint8_t)
-PATCHSTORE_COPY_TRANSFORMED(uint16_t)
-PATCHSTORE_COPY_TRANSFORMED(int16_t)
-PATCHSTORE_COPY_TRANSFORMED(Float16)
-#undef PATCHSTORE_COPY_TRANSFORMED
+PATCHSTORE_FOR_EACH_DTYPE(PATCHSTORE_COPY_TRANSFORMED_)
+#undef PATCHSTORE_COPY_TRANSFORMED_
 
 }  // namespace patchstore

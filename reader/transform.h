@@ -167,15 +167,10 @@ template <typename T>
 void CopyTransformed(const T* plane, int64_t row_stride, int64_t y, int64_t x, int64_t height, int64_t width,
                      Transform t, float* dst, const float* lut = nullptr);
 
-#define PATCHSTORE_COPY_TRANSFORMED(T)                                                                            \
+#define PATCHSTORE_COPY_TRANSFORMED_(e, code, T, name, fmt)                                                  \
   extern template void CopyTransformed<T>(const T*, int64_t, int64_t, int64_t, int64_t, int64_t, Transform, float*, \
                                           const float*);
-PATCHSTORE_COPY_TRANSFORMED(float)
-PATCHSTORE_COPY_TRANSFORMED(uint32_t)
-PATCHSTORE_COPY_TRANSFORMED(uint8_t)
-PATCHSTORE_COPY_TRANSFORMED(uint16_t)
-PATCHSTORE_COPY_TRANSFORMED(int16_t)
-PATCHSTORE_COPY_TRANSFORMED(Float16)
-#undef PATCHSTORE_COPY_TRANSFORMED
+PATCHSTORE_FOR_EACH_DTYPE(PATCHSTORE_COPY_TRANSFORMED_)
+#undef PATCHSTORE_COPY_TRANSFORMED_
 
 }  // namespace patchstore

@@ -46,9 +46,10 @@ struct Float16 {
   X(kInt16, 5, int16_t, "int16", "h")                     \
   X(kFloat16, 6, ::patchstore::Float16, "float16", "e")
 
-// The element type of a record or view. Records written today are float32
-// (data) or uint32 (summed-area tables of format-1 stores); uint8, uint16,
-// int16 and float16 are reserved for compact encodings and not written yet.
+// The element type of a record or view: float32 (the default encoding),
+// uint8 / uint16 / int16 (compact encodings: source values, FORMAT.md
+// "Encodings"), float16 (on request), uint32 (summed-area tables of format-1
+// stores).
 enum class DType : uint8_t {
 #define PATCHSTORE_DTYPE_ENUM_(e, code, T, name, fmt) e = code,
   PATCHSTORE_FOR_EACH_DTYPE(PATCHSTORE_DTYPE_ENUM_)
