@@ -5,7 +5,8 @@
 //   BM_ShardGather/N   PatchSampler::Next: 64 windows of 128x128 (k=4) of
 //                      rgb+mask+depth, require=mask, 1 thread, from 32
 //                      samples of 512x512 in N stores (1: one store; 4: a
-//                      shard set split by ShardOfId, opened with OpenSet)
+//                      shard set split by ShardOfId, sealed with their
+//                      input order, opened with OpenSet)
 //   BM_ShardPatch/N    Reader::Patch of one random 128x128 window (the
 //                      per-window cost the sampler's gather pays)
 //
@@ -19,6 +20,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "patchstore/reader/sampler.h"
@@ -71,7 +73,13 @@ void WriteStore(const std::string& path, const std::vector<int>& which, const st
     }
     if (!w->WriteBatch({in}).ok()) std::abort();
   }
-  if (!w->CommitMeta().ok() || !w->Seal().ok()) std::abort();
+  // Sealed as a shard ingest seals: with each sample's place in the whole
+  // input, so the 4-shard set is numbered as the single store (input order).
+  auto ordinal = [](std::string_view id, uint64_t* o) {
+    *o = std::stoull(std::string(id.substr(id.find('/') + 1)));
+    return true;
+  };
+  if (!w->CommitMeta().ok() || !w->Seal(ordinal).ok()) std::abort();
 }
 
 // One store (n = 1) or a set of n shards of the same kSamples samples.
@@ -83,13 +91,13 @@ std::shared_ptr<ps::Reader> Stores(int n) {
   for (int s = 0; s < kSamples; ++s)
     parts[n == 1 ? 0 : ps::ShardOfId("frame/" + std::to_string(s), n)].push_back(s);
   for (int i = 0; i < n; ++i) {
-    paths.push_back(Dir() + "/patchstore-bench-shard-" + std::to_string(i) + "-of-" + std::to_string(n) + ".ps");
+    paths.push_back(Dir() + "/patchstore-bench-shard2-" + std::to_string(i) + "-of-" + std::to_string(n) + ".ps");
     auto r = ps::Reader::Open(paths.back());
     if (!r.ok() || (*r)->size() != parts[i].size())
       WriteStore(paths.back(), parts[i], n == 1 ? "" : std::to_string(i) + "/" + std::to_string(n));
   }
   auto r = n == 1 ? ps::Reader::Open(paths[0]) : ps::Reader::OpenSet(paths);
-  if (!r.ok() || (*r)->size() != kSamples) std::abort();
+  if (!r.ok() || (*r)->size() != kSamples || (n > 1 && !(*r)->input_ordered())) std::abort();
   cache[n] = r.value();
   return cache[n];
 }
