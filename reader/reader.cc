@@ -867,6 +867,14 @@ void Reader::Prefetch(uint64_t sample, int field) const {
   if (ref.ok() && ref->data != nullptr) Locate(sample, &local).snapshot->Advise(Access::kWillNeed, ref->data, ref->size);
 }
 
+bool Reader::RecordResident(uint64_t sample, int field) const {
+  if (sample >= ids_.size() || field < 0 || field >= field_count()) return false;
+  auto ref = Ref(sample, field);
+  if (!ref.ok() || ref->data == nullptr) return false;
+  uint64_t local = 0;
+  return Locate(sample, &local).snapshot->Resident(ref->data, ref->size);
+}
+
 void Reader::PrefetchWindow(const TensorView& v) const {
   if (v.data == nullptr || v.rank != 3) return;
   if (snapshot_->Resident(v.data)) return;  // the common case, in the page cache: one mincore()

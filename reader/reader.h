@@ -229,6 +229,10 @@ class Reader {
   //   a Window(), e.g. the tile rows of a tiled window), in one request; a
   //   no-op when the first range's first page is resident.
   void PrefetchRanges(const std::vector<std::pair<const void*, size_t>>& ranges) const;
+  // Whether every page of the record (sample, field) is in memory (one
+  // mincore over its bytes): e.g. whether reading a whole mask costs no disk
+  // read. False for a bad sample or field or a missing record.
+  bool RecordResident(uint64_t sample, int field) const;
 
   // Recomputes the checksum of one record (VerifyRecordBody).
   Status Verify(uint64_t sample, int field) const;

@@ -42,6 +42,18 @@ bool PatchSampler::WindowSet::Draw(uint64_t r, int64_t* y, int64_t* x) const {
   return true;
 }
 
+bool PatchSampler::WindowSet::Contains(int64_t y, int64_t x) const {
+  // The last run starting at or before (y, x) in row-major order.
+  auto it = std::upper_bound(runs.begin(), runs.end(), std::make_pair(y, x),
+                             [](const std::pair<int64_t, int64_t>& v, const Run& run) {
+                               return v.first < run.y || (v.first == run.y && v.second < run.x0);
+                             });
+  if (it == runs.begin()) return false;
+  const Run& run = *(it - 1);
+  const uint64_t end = it == runs.end() ? total : it->start;
+  return run.y == y && x < run.x0 + static_cast<int64_t>(end - run.start);
+}
+
 Result<std::unique_ptr<PatchSampler>> PatchSampler::Create(std::shared_ptr<const Reader> reader,
                                                            const SamplerOptions& o) {
   auto s = std::unique_ptr<PatchSampler>(new PatchSampler());
@@ -254,29 +266,124 @@ uint64_t PatchSampler::SampleAt(uint64_t epoch, uint64_t p) const {
   return (*perm)[global % perm->size()];  // padding repeats the start, as DistributedSampler does
 }
 
+void PatchSampler::Candidate(uint64_t key, int t, int64_t ny, int64_t nx, int64_t* y, int64_t* x) {
+  // Streams key ^ 0x20 .. key ^ 0x3f: apart from the policy's (^1), the
+  // lists' (^2) and the augmentation's (^3).
+  *y = static_cast<int64_t>(Below(Mix(key ^ (0x20u + 2u * static_cast<uint64_t>(t))), static_cast<uint64_t>(ny)));
+  *x = static_cast<int64_t>(Below(Mix(key ^ (0x21u + 2u * static_cast<uint64_t>(t))), static_cast<uint64_t>(nx)));
+}
+
+Result<std::shared_ptr<const PatchSampler::SampleSets>> PatchSampler::ListsForDraw(uint64_t sample) const {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = sets_.find(sample);
+    if (it != sets_.end()) return it->second;
+  }
+  const bool build = options_.mask_index == MaskIndex::kBuild ||
+                     (options_.mask_index == MaskIndex::kAuto && reader_->RecordResident(sample, mask_field_));
+  if (!build) return std::shared_ptr<const SampleSets>();
+  return Sets(sample);
+}
+
+Result<bool> PatchSampler::WindowQualifies(uint64_t sample, int64_t y, int64_t x) const {
+  const int64_t ph = options_.height(), pw = options_.width();
+  PS_ASSIGN_OR_RETURN(WindowSource src, reader_->Window(sample, mask_field_, y, x, ph, pw));
+  // The normalised values, as the summed-area table counts them (reader/sat.h).
+  thread_local std::vector<float> values;
+  values.resize(static_cast<size_t>(src.C * ph * pw));
+  CopyWindow(src, Transform{}, values.data());
+  uint64_t n = 0;
+  for (float v : values) n += (v != 0.0f && !std::isnan(v)) ? 1u : 0u;
+  return n >= threshold_;
+}
+
+Status PatchSampler::DrawMany(const std::vector<std::pair<uint64_t, uint64_t>>& draws,
+                              std::vector<Window>* out) const {
+  const size_t n = draws.size();
+  out->assign(n, Window{});
+  std::vector<uint8_t> want(n);
+  std::vector<size_t> pending;  // draws still trying candidates
+  for (size_t i = 0; i < n; ++i) {
+    (*out)[i].sample = draws[i].first;
+    want[i] = policy_->WantQualifying(Mix(draws[i].second ^ 1)) ? 1 : 0;
+    if (mask_field_ >= 0) pending.push_back(i);
+  }
+  const int64_t ph = options_.height(), pw = options_.width();
+  std::vector<uint8_t> found(n, 0);
+  std::vector<std::shared_ptr<const SampleSets>> lists;
+  std::vector<std::pair<int64_t, int64_t>> at;
+  std::vector<size_t> next;
+  for (int t = 0; t < kWindowTries && !pending.empty(); ++t) {
+    // Candidate t of every pending draw; the mask bytes of those checked by
+    // counting are requested together, so the disk sees them all at once.
+    lists.assign(pending.size(), nullptr);
+    at.resize(pending.size());
+    for (size_t k = 0; k < pending.size(); ++k) {
+      const uint64_t sample = draws[pending[k]].first;
+      const RecordSummary& s = reader_->summary(sample, mask_field_);
+      const int64_t ny = static_cast<int64_t>(s.shape[1]) - ph + 1, nx = static_cast<int64_t>(s.shape[2]) - pw + 1;
+      if (ny <= 0 || nx <= 0)
+        return Status::OutOfRange("sampling " + reader_->Describe(sample, fields_[0]) + ": no admissible window");
+      Candidate(draws[pending[k]].second, t, ny, nx, &at[k].first, &at[k].second);
+      PS_ASSIGN_OR_RETURN(lists[k], ListsForDraw(sample));
+      if (!lists[k]) reader_->PrefetchPatch(sample, mask_field_, at[k].first, at[k].second, ph, pw);
+    }
+    next.clear();
+    for (size_t k = 0; k < pending.size(); ++k) {
+      const size_t i = pending[k];
+      bool q = false;
+      if (lists[k]) {
+        q = lists[k]->pos.Contains(at[k].first, at[k].second);
+      } else {
+        PS_ASSIGN_OR_RETURN(q, WindowQualifies(draws[i].first, at[k].first, at[k].second));
+      }
+      if (q == (want[i] != 0)) {
+        (*out)[i].y = at[k].first;
+        (*out)[i].x = at[k].second;
+        (*out)[i].positive = q;
+        found[i] = 1;
+      } else {
+        next.push_back(i);
+      }
+    }
+    pending.swap(next);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    Window& w = (*out)[i];
+    const uint64_t key = draws[i].second;
+    if (!found[i]) {
+      // No candidate fitted (or no mask): an exact draw from the lists.
+      PS_ASSIGN_OR_RETURN(auto sets, Sets(w.sample));
+      const WindowSet* set = want[i] ? &sets->pos : &sets->neg;
+      if (set->total == 0) set = want[i] ? &sets->neg : &sets->pos;
+      w.positive = set == &sets->pos;
+      if (!set->Draw(Below(Mix(key ^ 2), set->total), &w.y, &w.x))
+        return Status::OutOfRange("sampling " + reader_->Describe(w.sample, fields_[0]) + ": no admissible window");
+    }
+    const uint64_t aug = Mix(key ^ 3);
+    if (options_.flip) w.flip = static_cast<uint8_t>(aug & 3);
+    if (options_.rot90) w.rot = static_cast<uint8_t>((aug >> 2) & 3);
+  }
+  return Status::OK();
+}
+
 Result<Window> PatchSampler::Draw(uint64_t sample, uint64_t key) const {
-  Window w;
-  w.sample = sample;
-  PS_ASSIGN_OR_RETURN(auto sets, Sets(w.sample));
-  const bool want_pos = policy_->WantQualifying(Mix(key ^ 1));
-  const WindowSet* set = want_pos ? &sets->pos : &sets->neg;
-  if (set->total == 0) set = want_pos ? &sets->neg : &sets->pos;
-  w.positive = set == &sets->pos;
-  if (!set->Draw(Below(Mix(key ^ 2), set->total), &w.y, &w.x))
-    return Status::OutOfRange("sampling " + reader_->Describe(w.sample, fields_[0]) + ": no admissible window");
-  const uint64_t aug = Mix(key ^ 3);
-  if (options_.flip) w.flip = static_cast<uint8_t>(aug & 3);
-  if (options_.rot90) w.rot = static_cast<uint8_t>((aug >> 2) & 3);
-  return w;
+  std::vector<Window> out;
+  PS_RETURN_IF_ERROR(DrawMany({{sample, key}}, &out));
+  return out[0];
+}
+
+std::pair<uint64_t, uint64_t> PatchSampler::VisitDraw(uint64_t epoch, uint64_t p, int j) const {
+  const uint64_t global = p * static_cast<uint64_t>(options_.world_size) + static_cast<uint64_t>(options_.rank);
+  return {SampleAt(epoch, p), Hash(options_.seed, epoch, global, static_cast<uint64_t>(j), 0x57494e44ULL)};
 }
 
 Result<Window> PatchSampler::WindowAt(uint64_t epoch, uint64_t p, int j) const {
   if (eligible_.empty())
     return Status::OutOfRange("sampling from '" + reader_->path() + "': no sample has an admissible window (" +
                               std::to_string(skipped_count_) + " skipped)");
-  const uint64_t global = p * static_cast<uint64_t>(options_.world_size) + static_cast<uint64_t>(options_.rank);
-  const uint64_t key = Hash(options_.seed, epoch, global, static_cast<uint64_t>(j), 0x57494e44ULL);
-  return Draw(SampleAt(epoch, p), key);
+  const auto d = VisitDraw(epoch, p, j);
+  return Draw(d.first, d.second);
 }
 
 bool PatchSampler::eligible(uint64_t sample) const {
@@ -376,19 +483,23 @@ Status PatchSampler::Gather(uint64_t epoch, uint64_t first, int64_t n, const std
                                    std::to_string(fields_.size()) + " fields");
   if (n < 0) return Status::InvalidArgument("gather: negative count");
   const uint64_t k = static_cast<uint64_t>(options_.patches_per_sample);
-  std::vector<Window> wins(static_cast<size_t>(n));
-  if (mask_field_ >= 0) {
-    // Samples visited for the first time need their mask to find their
-    // windows: start reading all of them before drawing any.
+  std::vector<Window> wins;
+  if (n > 0 && eligible_.empty())
+    return Status::OutOfRange("sampling from '" + reader_->path() + "': no sample has an admissible window (" +
+                              std::to_string(skipped_count_) + " skipped)");
+  if (mask_field_ >= 0 && options_.mask_index == MaskIndex::kBuild && n > 0) {
+    // Lists of samples visited for the first time need their whole mask:
+    // start reading all of them before drawing any.
     std::vector<uint64_t> visit;
-    if (n > 0 && !eligible_.empty())
-      for (uint64_t p = first / k; p <= (first + static_cast<uint64_t>(n) - 1) / k; ++p) visit.push_back(SampleAt(epoch, p));
+    for (uint64_t p = first / k; p <= (first + static_cast<uint64_t>(n) - 1) / k; ++p) visit.push_back(SampleAt(epoch, p));
     PrefetchMasks(visit);
   }
+  std::vector<std::pair<uint64_t, uint64_t>> draws(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     const uint64_t w = first + static_cast<uint64_t>(i);
-    PS_ASSIGN_OR_RETURN(wins[i], WindowAt(epoch, w / k, static_cast<int>(w % k)));
+    draws[i] = VisitDraw(epoch, w / k, static_cast<int>(w % k));
   }
+  PS_RETURN_IF_ERROR(DrawMany(draws, &wins));
   PS_RETURN_IF_ERROR(GatherWindows(wins, outs));
   if (windows) *windows = std::move(wins);
   return Status::OK();
@@ -470,30 +581,35 @@ void PatchSampler::PrefetchAhead(uint64_t epoch, uint64_t first, int64_t n) cons
   const uint64_t k = static_cast<uint64_t>(options_.patches_per_sample);
   epoch += first / per;
   first %= per;
-  // The visits of windows [first, first + 2n): this batch's and the next one's.
-  std::vector<uint64_t> now, later;
-  std::vector<std::pair<uint64_t, uint64_t>> wins;  // (epoch, window) of the first n
-  wins.reserve(static_cast<size_t>(n));
+  // The draws of windows [first, first + n) (the next batch), and with
+  // MaskIndex::kBuild the visits of the batch after it (their lists need
+  // whole masks).
+  std::vector<std::pair<uint64_t, uint64_t>> draws;
+  std::vector<uint64_t> later;
+  draws.reserve(static_cast<size_t>(n));
   uint64_t e = epoch, w = first, last_visit = UINT64_MAX, last_epoch = UINT64_MAX;
-  for (int64_t i = 0; i < 2 * n; ++i) {
-    if (i < n) wins.emplace_back(e, w);
-    if (w / k != last_visit || e != last_epoch) {
-      last_visit = w / k;
-      last_epoch = e;
-      (i < n ? now : later).push_back(SampleAt(e, w / k));
-    }
+  const bool whole_masks = mask_field_ >= 0 && options_.mask_index == MaskIndex::kBuild;
+  for (int64_t i = 0; i < (whole_masks ? 2 * n : n); ++i) {
+    if (i < n) draws.push_back(VisitDraw(e, w / k, static_cast<int>(w % k)));
+    if (i >= n && (w / k != last_visit || e != last_epoch)) later.push_back(SampleAt(e, w / k));
+    last_visit = w / k;
+    last_epoch = e;
     if (++w == per) {
       ++e;
       w = 0;
     }
   }
-  PrefetchMasks(now);
-  const int64_t ph = options_.height(), pw = options_.width();
-  for (const auto& [we, ww] : wins) {
-    auto win = WindowAt(we, ww / k, static_cast<int>(ww % k));
-    if (!win.ok()) break;  // the gather will report it
-    for (int f : fields_) reader_->PrefetchPatch(win->sample, f, win->y, win->x, ph, pw);
+  if (whole_masks) {
+    std::vector<uint64_t> now;
+    for (const auto& d : draws)
+      if (now.empty() || now.back() != d.first) now.push_back(d.first);
+    PrefetchMasks(now);
   }
+  std::vector<Window> wins;
+  if (!DrawMany(draws, &wins).ok()) return;  // the gather will report it
+  const int64_t ph = options_.height(), pw = options_.width();
+  for (const Window& win : wins)
+    for (int f : fields_) reader_->PrefetchPatch(win.sample, f, win.y, win.x, ph, pw);
   PrefetchMasks(later);
 }
 

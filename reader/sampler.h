@@ -13,10 +13,20 @@
 //   - kMinValid (`require`, a 1-channel mask field): every window holds at
 //     least `min_valid` valid (non-zero) mask pixels — or, for
 //     0 < min_valid < 1, that fraction of the h x w window — and is drawn
-//     uniformly over all such windows of the sample. The qualifying windows
-//     are found once per sample with the mask's summed-area table
-//     (reader/sat.h, exact for any h x w) and kept as runs, so a draw is a
-//     binary search, whatever the valid area.
+//     uniformly over all such windows of the sample. How a draw finds one
+//     (MaskIndex; the windows drawn are the same either way): it tries up
+//     to kWindowTries candidates, each uniform over all h x w windows of
+//     the sample, and takes the first that qualifies — checked in the
+//     sample's window lists when they are built, else by counting the
+//     candidate's own mask pixels (the bytes the gather reads anyway), so
+//     a store larger than RAM never reads a whole mask to draw; only when
+//     every candidate fails (a small valid area) does it draw from the
+//     window lists, built once per sample from the mask's summed-area
+//     table (reader/sat.h, exact for any h x w) and kept as runs (a draw is
+//     then a binary search, whatever the valid area). Rejection of uniform
+//     candidates, then an exact draw from the lists: uniform either way.
+//     The lists are built on a sample's first draw when its whole mask is
+//     in memory (kAuto), so a store in the page cache draws from them.
 //   - kPositiveFraction (`positive_fraction` in 0..1): each window comes from
 //     the qualifying set with that probability and from the non-qualifying
 //     set otherwise (as MONAI's RandCropByPosNegLabel); a sample lacking one
@@ -58,12 +68,13 @@
 //   Python binding's next(), and BatchLoader through PrefetchAhead — after
 //   copying batch n computes the windows of batch n+1 (deterministic, so
 //   the same ones it will serve) and requests exactly their byte ranges
-//   from the disk (madvise WILLNEED, Reader::PrefetchPatch), plus the masks
-//   of the samples batch n+2 visits first (their window lists need them).
+//   from the disk (madvise WILLNEED, Reader::PrefetchPatch). Drawing batch
+//   n+1 reads the mask bytes of its candidate windows, all of a round's
+//   candidates requested at once (DrawMany).
 //   Memory: no buffer of its own — page-cache pages of the next batch's
-//   windows (n x sum_f C_f x h x w x 4 bytes, rounded out to pages) and of
-//   the following batch's fresh masks, plus the window list (n Windows)
-//   while it runs. The windows served are identical with it on or off.
+//   windows (n x sum_f C_f x h x w x 4 bytes, rounded out to pages) and
+//   their candidates' mask windows, plus the window list (n Windows) while
+//   it runs. The windows served are identical with it on or off.
 //
 // Adding a sampling policy: one enum value below (and its name in
 // reader/sampling_policy.cc), one class deriving from WindowPolicy in
@@ -96,6 +107,15 @@ enum class SamplingPolicy : uint8_t {
   kUniform = 1,           // every window that fits
   kMinValid = 2,          // windows with >= min_valid valid pixels of `require`
   kPositiveFraction = 3,  // positive_fraction of the draws from those, the rest from the others
+};
+
+// How a mask-aware draw checks its candidate windows (see the header). The
+// windows drawn are identical for every value; only the bytes read and the
+// CPU differ.
+enum class MaskIndex : uint8_t {
+  kAuto = 0,     // build a sample's window lists on its first draw when its whole mask is in memory
+  kBuild = 1,    // always build them on the first draw (reads the whole mask)
+  kWindows = 2,  // only when every candidate fails: count the candidates' own mask pixels
 };
 
 // "auto", "uniform", "min_valid", "positive_fraction".
@@ -132,6 +152,8 @@ struct SamplerOptions {
   // the epoch may count on, e.g. half of the RAM left to the page cache.
   SampleOrder order = SampleOrder::kRandom;
   uint64_t locality_budget_bytes = 0;
+  // How candidate windows are checked against the mask (MaskIndex).
+  MaskIndex mask_index = MaskIndex::kAuto;
 
   int64_t height() const { return patch_h > 0 ? patch_h : patch_size; }
   int64_t width() const { return patch_w > 0 ? patch_w : patch_size; }
@@ -243,8 +265,15 @@ class PatchSampler {
   // for the gather to report. Only starts reads and returns.
   void PrefetchAhead(uint64_t epoch, uint64_t first, int64_t n) const;
   // Read-ahead of the masks of those samples whose window lists are not
-  // built yet (their first draw reads the whole mask). No-op without a mask.
+  // built yet (building them reads the whole mask). No-op without a mask.
   void PrefetchMasks(const std::vector<uint64_t>& samples) const;
+  // Candidate windows a mask-aware draw tries before it draws from the
+  // sample's window lists.
+  static constexpr int kWindowTries = 16;
+  // The windows of draws (sample, key) as Draw gives them one by one, with
+  // each round of candidates' mask bytes requested at once (many reads in
+  // flight when the store is not in the page cache).
+  Status DrawMany(const std::vector<std::pair<uint64_t, uint64_t>>& draws, std::vector<Window>* out) const;
   // The record bytes a visit of sample `sample` reads (the gathered fields
   // and the mask, headers included): what the locality order counts.
   uint64_t SampleBytes(uint64_t sample) const;
@@ -269,6 +298,7 @@ class PatchSampler {
     std::vector<Run> runs;
     uint64_t total = 0;
     bool Draw(uint64_t r, int64_t* y, int64_t* x) const;
+    bool Contains(int64_t y, int64_t x) const;
   };
   struct SampleSets {
     WindowSet pos, neg;
@@ -277,6 +307,16 @@ class PatchSampler {
   PatchSampler() = default;
   Result<std::shared_ptr<const SampleSets>> Sets(uint64_t sample) const;
   Result<Window> Draw(uint64_t sample, uint64_t key) const;
+  // The (sample, key) of window j of the visit at position p of `epoch`.
+  std::pair<uint64_t, uint64_t> VisitDraw(uint64_t epoch, uint64_t p, int j) const;
+  // Candidate t of draw `key` in a sample with ny x nx window positions.
+  static void Candidate(uint64_t key, int t, int64_t ny, int64_t nx, int64_t* y, int64_t* x);
+  // Whether window (y, x) of `sample` qualifies (>= threshold_ valid mask
+  // pixels), by counting the window's own mask pixels.
+  Result<bool> WindowQualifies(uint64_t sample, int64_t y, int64_t x) const;
+  // The sample's window lists if built (null otherwise); builds them when
+  // the options say a first draw should.
+  Result<std::shared_ptr<const SampleSets>> ListsForDraw(uint64_t sample) const;
   std::shared_ptr<const std::vector<uint64_t>> Permutation(uint64_t epoch) const;
 
   std::shared_ptr<const Reader> reader_;

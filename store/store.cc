@@ -577,6 +577,18 @@ bool Snapshot::Resident(const void* data) const {
   return ::mincore(first, 1, &resident) == 0 && (resident & 1);
 }
 
+bool Snapshot::Resident(const void* data, size_t size) const {
+  if (data == nullptr || size == 0) return false;
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t b = reinterpret_cast<uintptr_t>(data) & ~(page - 1);
+  const uintptr_t e = (reinterpret_cast<uintptr_t>(data) + size + page - 1) & ~(page - 1);
+  std::vector<unsigned char> vec((e - b) / page);
+  if (::mincore(reinterpret_cast<void*>(b), e - b, vec.data()) != 0) return false;
+  for (unsigned char v : vec)
+    if (!(v & 1)) return false;
+  return true;
+}
+
 void Snapshot::WillNeed(const std::vector<std::pair<const void*, size_t>>& ranges) const {
   if (empty_ || !env_ || !env_->InOpeningProcess() || ranges.empty()) return;
   const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));

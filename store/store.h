@@ -113,6 +113,9 @@ class Snapshot {
   void WillNeed(const std::vector<std::pair<const void*, size_t>>& ranges) const;
   // Whether the page holding `data` is in memory (mincore); false on error.
   bool Resident(const void* data) const;
+  // Whether every page of [data, data + size) is in memory (one mincore);
+  // false on error or for an empty range.
+  bool Resident(const void* data, size_t size) const;
 
   // OK, or IOError "the store changed since this reader opened it" when a
   // writer committed after this snapshot began and the snapshot holds no

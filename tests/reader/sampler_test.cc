@@ -4,6 +4,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <tuple>
 
 #include "patchstore/reader/sampler.h"
 #include "patchstore/store/store.h"
@@ -69,6 +70,8 @@ std::string MakeStore(const TempDir& dir, const std::vector<std::vector<float>>&
   EXPECT_TRUE(w->Seal().ok());
   return path;
 }
+
+uint64_t BruteCountHW(const std::vector<float>& m, int64_t W, int64_t y, int64_t x, int64_t h, int64_t w);
 
 std::vector<float> BlobMask(int64_t H, int64_t W, std::vector<std::pair<int64_t, int64_t>> pixels) {
   std::vector<float> m(H * W, 0.0f);
@@ -162,23 +165,157 @@ TEST_F(SamplerTest, DrawsAreUniformOverQualifyingWindows) {
   o.patches_per_sample = 20000;
   o.require = "mask";
   o.seed = 11;
-  auto s = PatchSampler::Create(reader, o).value();
-  std::map<std::pair<int64_t, int64_t>, int> hist;
-  int cells = 0;
-  for (int64_t y = 0; y + P <= h; ++y)
-    for (int64_t x = 0; x + P <= w; ++x)
-      if (BruteCount(m, w, y, x, P) > 0) hist[{y, x}] = 0, ++cells;
-  ASSERT_EQ(cells, 24);  // 3 x 4 windows cover each pixel (clipped by the border), disjoint
-  for (int j = 0; j < 20000; ++j) {
-    Window win = s->WindowAt(0, 0, j).value();
-    ASSERT_TRUE(hist.count({win.y, win.x}));
-    ++hist[{win.y, win.x}];
+  // Both ways of checking candidates (window lists; the candidates' own mask
+  // pixels, with the lists only after kWindowTries misses: 24 of 117 windows
+  // qualify, so about 3% of the draws end there).
+  for (MaskIndex mi : {MaskIndex::kBuild, MaskIndex::kWindows}) {
+    o.mask_index = mi;
+    auto s = PatchSampler::Create(reader, o).value();
+    std::map<std::pair<int64_t, int64_t>, int> hist;
+    int cells = 0;
+    for (int64_t y = 0; y + P <= h; ++y)
+      for (int64_t x = 0; x + P <= w; ++x)
+        if (BruteCount(m, w, y, x, P) > 0) hist[{y, x}] = 0, ++cells;
+    ASSERT_EQ(cells, 24);  // 3 x 4 windows cover each pixel (clipped by the border), disjoint
+    for (int j = 0; j < 20000; ++j) {
+      Window win = s->WindowAt(0, 0, j).value();
+      ASSERT_TRUE(hist.count({win.y, win.x}));
+      ++hist[{win.y, win.x}];
+    }
+    const double expect = 20000.0 / cells;
+    double chi2 = 0;
+    for (auto& [k, n] : hist) chi2 += (n - expect) * (n - expect) / expect;
+    // 23 degrees of freedom: the 0.999 quantile is 49.7.
+    EXPECT_LT(chi2, 49.7) << "chi2 " << chi2 << " mask_index " << static_cast<int>(mi);
   }
-  const double expect = 20000.0 / cells;
-  double chi2 = 0;
-  for (auto& [k, n] : hist) chi2 += (n - expect) * (n - expect) / expect;
-  // 23 degrees of freedom: the 0.999 quantile is 49.7.
-  EXPECT_LT(chi2, 49.7) << "chi2 " << chi2;
+}
+
+// A store of `masks` (H x W each) with a 2-channel float32 "img": rows of
+// float32, or every field in tiles of `tile` with the mask as uint8 source
+// values (binary normalisation), as `--layout tiles --encoding compact`.
+std::string MakeMaskStore(const TempDir& dir, const std::string& name, const std::vector<std::vector<float>>& masks,
+                          int64_t H, int64_t W, uint16_t tile) {
+  const std::string path = dir / name;
+  WriterOptions wo;
+  wo.durable = false;
+  auto w = Writer::Open(path, wo).value();
+  FieldMeta img, mask;
+  img.name = "img";
+  img.channels = 2;
+  img.tile = tile;
+  mask.name = "mask";
+  mask.channels = 1;
+  mask.is_mask = true;
+  mask.tile = tile;
+  if (tile) {
+    mask.dtype = DType::kUInt8;
+    mask.norm.kind = NormKind::kBinary;
+    mask.norm.scale = 255;
+  }
+  EXPECT_TRUE(w->EnsureField(img).ok());
+  EXPECT_TRUE(w->EnsureField(mask).ok());
+  for (size_t s = 0; s < masks.size(); ++s) {
+    std::vector<float> v(2 * H * W);
+    for (int64_t i = 0; i < 2 * H * W; ++i) v[i] = static_cast<float>(s * 100000 + i);
+    std::vector<uint8_t> m8(H * W);
+    for (int64_t i = 0; i < H * W; ++i) m8[i] = masks[s][i] != 0 ? 255 : 0;
+    std::vector<float> vt(v.size());
+    std::vector<uint8_t> mt;
+    SampleInput in;
+    in.id = "s" + std::to_string(s);
+    RecordInput a, m;
+    a.field = 0;
+    a.header.shape = {2, static_cast<uint64_t>(H), static_cast<uint64_t>(W), 0};
+    a.header.tile = tile;
+    a.data = v.data();
+    m.field = 1;
+    m.header.shape = {1, static_cast<uint64_t>(H), static_cast<uint64_t>(W), 0};
+    m.header.tile = tile;
+    m.data = masks[s].data();
+    if (tile) {
+      const TileGrid gi{2, H, W, tile}, gm{1, H, W, tile};
+      vt.resize(static_cast<size_t>(gi.elements()));
+      TileCHW(v.data(), 4, gi, vt.data());
+      a.data = vt.data();
+      mt.resize(static_cast<size_t>(gm.elements()));
+      TileCHW(m8.data(), 1, gm, mt.data());
+      m.header.dtype = DType::kUInt8;
+      m.header.norm.kind = NormKind::kBinary;
+      m.header.norm.scale = 255;
+      m.data = mt.data();
+    }
+    in.records = {a, m};
+    EXPECT_TRUE(w->WriteBatch({in}).ok());
+  }
+  EXPECT_TRUE(w->Seal().ok());
+  return path;
+}
+
+TEST(SamplerMaskIndex, CandidateChecksDrawTheWindowsOfTheWindowLists) {
+  // Whether a draw checks candidates in the window lists (kBuild; kAuto on a
+  // store in memory) or by counting the candidate's own mask pixels
+  // (kWindows: what a store larger than RAM does), the windows are the same,
+  // for every policy, window shape and layout.
+  const int64_t H = 30, W = 40;
+  std::mt19937 rng(17);
+  std::vector<std::vector<float>> masks;
+  for (int s = 0; s < 6; ++s) {
+    std::vector<float> m(H * W, 0.0f);
+    const int pixels = s == 0 ? 1 : 6 * s * s;  // sample 0: 1 pixel, most draws end in the lists
+    for (int k = 0; k < pixels; ++k) m[(rng() % H) * W + rng() % W] = 1.0f;
+    masks.push_back(m);
+  }
+  TempDir dir;
+  for (uint16_t tile : {uint16_t{0}, uint16_t{8}}) {
+    auto reader = Reader::Open(MakeMaskStore(dir, "t" + std::to_string(tile) + ".ps", masks, H, W, tile)).value();
+    for (int variant = 0; variant < 5; ++variant) {
+      SamplerOptions o;
+      o.fields = {"img", "mask"};
+      o.patch_size = 7;
+      o.patches_per_sample = 5;
+      o.require = "mask";
+      o.seed = 40 + variant;
+      o.flip = o.rot90 = variant == 0;
+      if (variant == 1) o.min_valid = 3;
+      if (variant == 2) o.min_valid = 0.05;
+      if (variant == 3) o.positive_fraction = 0.4;
+      if (variant == 4) o.patch_h = 5, o.patch_w = 11;
+      const int64_t ph = o.height(), pw = o.width();
+      const uint64_t need = variant == 1 ? 3 : variant == 2 ? static_cast<uint64_t>(std::ceil(0.05 * 49)) : 1;
+      std::vector<std::unique_ptr<PatchSampler>> s;
+      for (MaskIndex mi : {MaskIndex::kBuild, MaskIndex::kWindows, MaskIndex::kAuto}) {
+        o.mask_index = mi;
+        auto made = PatchSampler::Create(reader, o);
+        ASSERT_TRUE(made.ok()) << made.status().ToString();
+        s.push_back(std::move(made).value());
+      }
+      ASSERT_GT(s[0]->visits_per_epoch(), 0u);
+      for (uint64_t e = 0; e < 3; ++e)
+        for (uint64_t p = 0; p < s[0]->visits_per_epoch(); ++p)
+          for (int j = 0; j < 5; ++j) {
+            const Window a = s[0]->WindowAt(e, p, j).value();
+            const bool q = BruteCountHW(masks[a.sample], W, a.y, a.x, ph, pw) >= need;
+            ASSERT_EQ(q, a.positive) << "variant " << variant;
+            if (variant != 3) {
+              ASSERT_TRUE(q) << "variant " << variant;
+            }
+            for (int k = 1; k < 3; ++k) {
+              const Window b = s[k]->WindowAt(e, p, j).value();
+              ASSERT_EQ(std::make_tuple(a.sample, a.y, a.x, a.flip, a.rot, a.positive),
+                        std::make_tuple(b.sample, b.y, b.x, b.flip, b.rot, b.positive))
+                  << "tile " << tile << " variant " << variant << " mask_index " << k << " at " << e << "/" << p
+                  << "/" << j;
+            }
+          }
+      // Whole batches (DrawMany: all candidates of a round at once) too.
+      const int64_t n = static_cast<int64_t>(s[0]->windows_per_epoch());
+      std::vector<float> a0(n * 2 * ph * pw), a1(n * ph * pw), b0(a0.size()), b1(a1.size());
+      ASSERT_TRUE(s[0]->Gather(1, 0, n, {a0.data(), a1.data()}).ok());
+      ASSERT_TRUE(s[1]->Gather(1, 0, n, {b0.data(), b1.data()}).ok());
+      EXPECT_EQ(a0, b0);
+      EXPECT_EQ(a1, b1);
+    }
+  }
 }
 
 TEST_F(SamplerTest, GatherIsDeterministicAcrossThreadsAndChunking) {
