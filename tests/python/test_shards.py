@@ -264,13 +264,13 @@ def test_rank_local_reading_covers_every_sample_once_per_epoch(sharded):
     base, root, single, shard_dir = sharded
     everything = sorted(patchstore.open(shard_dir).ids)
     world = 2
-    ranks = [patchstore.RankLocalShards(str(shard_dir), r, world, seed=1) for r in range(world)]
+    ranks = [patchstore.RankLocalShards(str(shard_dir), r, world, seed=1, assign="per_epoch") for r in range(world)]
     assignments = set()
     for epoch in range(4):
         seen: List[str] = []
         for rl in ranks:
-            assert rl.assignment(epoch) == patchstore.RankLocalShards(str(shard_dir), rl.rank, world,
-                                                                      seed=1).assignment(epoch)  # deterministic
+            assert rl.assignment(epoch) == patchstore.RankLocalShards(
+                str(shard_dir), rl.rank, world, seed=1, assign="per_epoch").assignment(epoch)  # deterministic
             store = rl.open(epoch)
             assert set(store.store_paths) == set(rl.paths(epoch))
             sampler = patchstore.PatchSampler(store, FIELDS, 16, patches_per_sample=1, seed=epoch)
@@ -279,8 +279,8 @@ def test_rank_local_reading_covers_every_sample_once_per_epoch(sharded):
         assignments.add(tuple(tuple(rl.assignment(epoch)) for rl in ranks))
     assert len(assignments) > 1  # shards move between ranks across epochs
     state = ranks[0].state_dict()
-    assert state == {"shard_count": 3, "world_size": 2, "rank": 0, "seed": 1}
-    other = patchstore.RankLocalShards(str(shard_dir), 0, 3, seed=1)
+    assert state == {"shard_count": 3, "world_size": 2, "rank": 0, "seed": 1, "assign": "per_epoch"}
+    other = patchstore.RankLocalShards(str(shard_dir), 0, 3, seed=1, assign="per_epoch")
     with pytest.raises(ValueError, match="world_size=2, this run has world_size=3"):
         other.load_state_dict(state)
     with pytest.raises(ValueError, match="3 shards cannot be spread over 4 ranks"):
