@@ -169,7 +169,8 @@ class RankLocalShards:
                 f"RankLocalShards: rank {r} of {self.world_size} reads shard{'s' if len(missing) > 1 else ''} "
                 f"{', '.join(f'{i}/{self._count}' for i in missing)} {when} (assign={self.assign!r}, "
                 f"seed {self.seed}), "
-                f"but no store {self._where} is that shard (shards found: {have}); copy it there "
+                f"but no store {self._where} is {'one of them' if len(missing) > 1 else 'that shard'} (shards found: "
+                f"{have}); copy {'them' if len(missing) > 1 else 'it'} there "
                 f"(patchstore copy) or read in global mode")
         return [self._found[i] for i in want]
 

@@ -102,7 +102,7 @@ def test_missing_assigned_shard_is_a_clear_error(shard_set, tmp_path):
     wrong = patchstore.RankLocalShards(node, 1, 2, seed=1)  # rank 1 needs shards 1 and 3
     with pytest.raises(FileNotFoundError, match=rf"rank 1 of 2 reads shards 1/4, 3/4 in epoch 0 and every "
                                                 rf"other \(assign='fixed', seed 1\), but no store under "
-                                                rf"'{node}' is that shard \(shards found: 0, 2\)"):
+                                                rf"'{node}' is one of them \(shards found: 0, 2\)"):
         wrong.open(0)
     with pytest.raises(FileNotFoundError, match=r"rank 1 of 2 reads shards 1/4, 3/4"):
         wrong.sampler(["rgb"], 8, even=None)
@@ -230,6 +230,8 @@ def test_rank_local_sampler_edges(shard_set, tmp_path):
     with pytest.raises(ValueError, match=r"batch\(7\): epoch 0 has 6 of its 16 windows left on rank 0; .*"
                                          r"set_epoch\(1\)"):
         s.batch(7)
+    back = pickle.loads(pickle.dumps(s))  # DataLoader workers, checkpoints: same position, same windows
+    assert (len(back), back.cursor) == (16, 10) and back.windows().ids == s.windows().ids
     state = s.state_dict()
     assert state == {"shard_count": 4, "world_size": 2, "rank": 0, "seed": 1, "assign": "fixed", "even": "pad",
                      "epoch": 0, "cursor": 10, "length": 16}
