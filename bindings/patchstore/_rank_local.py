@@ -63,8 +63,8 @@ class RankLocalShards:
     """The shards of a shard set that rank ``rank`` of ``world_size`` reads, epoch by epoch.
 
     shards: the shards this node has, as :func:`patchstore.open` takes a set
-    (list of paths, folder, glob). Only the shards assigned to this rank need
-    to be there: the shard count N comes from the shards' own ``shard``
+    (list of paths, folder, glob; paths of a list that do not exist are
+    skipped). Only the shards assigned to this rank need to be there: the shard count N comes from the shards' own ``shard``
     attribute ("I/N"). All given stores must be shards of one set (same N,
     each index once). ``world_size`` must not exceed N (a rank without a
     shard could not train).
