@@ -50,7 +50,7 @@ from ._ingest_api import IngestSummary, ingest_hdf5, ingest_images
 from ._export_api import ExportSummary, export
 from ._sampler import PatchSampler, Window, Windows
 from ._volumes import SliceIndex, SliceRef, SliceTransform
-from ._rank_local import RankLocalShards
+from ._rank_local import RankLocalSampler, RankLocalShards
 
 __version__ = "0.1.0"
 
@@ -66,6 +66,7 @@ __all__ = [
     "SliceIndex",
     "SliceRef",
     "SliceTransform",
+    "RankLocalSampler",
     "RankLocalShards",
     "ingest_images",
     "ingest_hdf5",

@@ -264,13 +264,13 @@ def test_rank_local_reading_covers_every_sample_once_per_epoch(sharded):
     base, root, single, shard_dir = sharded
     everything = sorted(patchstore.open(shard_dir).ids)
     world = 2
-    ranks = [patchstore.RankLocalShards(str(shard_dir), r, world, seed=1) for r in range(world)]
+    ranks = [patchstore.RankLocalShards(str(shard_dir), r, world, seed=1, assign="per_epoch") for r in range(world)]
     assignments = set()
     for epoch in range(4):
         seen: List[str] = []
         for rl in ranks:
-            assert rl.assignment(epoch) == patchstore.RankLocalShards(str(shard_dir), rl.rank, world,
-                                                                      seed=1).assignment(epoch)  # deterministic
+            assert rl.assignment(epoch) == patchstore.RankLocalShards(
+                str(shard_dir), rl.rank, world, seed=1, assign="per_epoch").assignment(epoch)  # deterministic
             store = rl.open(epoch)
             assert set(store.store_paths) == set(rl.paths(epoch))
             sampler = patchstore.PatchSampler(store, FIELDS, 16, patches_per_sample=1, seed=epoch)
@@ -279,8 +279,8 @@ def test_rank_local_reading_covers_every_sample_once_per_epoch(sharded):
         assignments.add(tuple(tuple(rl.assignment(epoch)) for rl in ranks))
     assert len(assignments) > 1  # shards move between ranks across epochs
     state = ranks[0].state_dict()
-    assert state == {"shard_count": 3, "world_size": 2, "rank": 0, "seed": 1}
-    other = patchstore.RankLocalShards(str(shard_dir), 0, 3, seed=1)
+    assert state == {"shard_count": 3, "world_size": 2, "rank": 0, "seed": 1, "assign": "per_epoch"}
+    other = patchstore.RankLocalShards(str(shard_dir), 0, 3, seed=1, assign="per_epoch")
     with pytest.raises(ValueError, match="world_size=2, this run has world_size=3"):
         other.load_state_dict(state)
     with pytest.raises(ValueError, match="3 shards cannot be spread over 4 ranks"):
@@ -288,22 +288,46 @@ def test_rank_local_reading_covers_every_sample_once_per_epoch(sharded):
 
 
 def test_torchrun_reads_every_sample_once_per_epoch(sharded, tmp_path):
-    """The README recipe: torchrun --nproc-per-node=2 (gloo) over the shard set, global and rank-local."""
+    """The README recipe: torchrun --nproc-per-node=2 (gloo) over the shard set, global and rank-local; rank-local
+    on nodes holding only their own shards (of unequal sizes) runs the same steps on both ranks (even=)."""
     pytest.importorskip("torch")
     import sys
+    from collections import Counter
 
     torchrun = Path(sys.executable).with_name("torchrun")
     if not torchrun.exists():
         pytest.skip("torchrun is not installed next to this Python")
     base, root, single, shard_dir = sharded
+    own = []
+    for rank in range(2):  # each node's local disk: copies of its own shards (assign="fixed")
+        mine = patchstore.RankLocalShards(shard_dir, rank, 2, seed=3).assignment()
+        (tmp_path / f"node-{rank}").mkdir()
+        for i in mine:
+            shutil.copytree(shard_dir / f"frames-{i}.ps", tmp_path / f"node-{rank}" / f"frames-{i}.ps")
+        own.append(sum(len(patchstore.open(shard_dir / f"frames-{i}.ps")) for i in mine))
+    assert own[0] != own[1]  # 3 shards over 2 ranks: unequal shares
     env = dict(os.environ, OMP_NUM_THREADS="1")
     script = Path(__file__).with_name("torchrun_shards.py")
     r = subprocess.run([str(torchrun), "--standalone", "--nproc-per-node=2", str(script), str(shard_dir),
                         str(tmp_path)], capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     everything = sorted(patchstore.open(shard_dir).ids)
-    for mode in ("global", "local"):
-        for epoch in range(2):
-            per_rank = [(tmp_path / f"{mode}-{epoch}-{rank}.txt").read_text().split() for rank in range(2)]
+
+    def read(mode, epoch):
+        return [(tmp_path / f"{mode}-{epoch}-{rank}.txt").read_text().split() for rank in range(2)]
+
+    for epoch in range(2):
+        for mode in ("global", "local"):
+            per_rank = read(mode, epoch)
             assert all(per_rank)
-            assert sorted(per_rank[0] + per_rank[1]) == everything, (mode, epoch)
+            assert sorted(per_rank[0] + per_rank[1]) == everything, (mode, epoch)  # exactly once
+        for mode, length in (("pad", max(own)), ("truncate", min(own))):
+            per_rank = read(mode, epoch)
+            steps = [(tmp_path / f"{mode}-{epoch}-{rank}.steps").read_text().split() for rank in range(2)]
+            assert steps == [[str(-(-length // 4)), str(length), str(own[rank])] for rank in range(2)], mode
+            assert [len(ids) for ids in per_rank] == [length, length]
+            counts = Counter(per_rank[0] + per_rank[1])
+            if mode == "pad":
+                assert sorted(counts) == everything  # every sample at least once
+            else:
+                assert max(counts.values()) == 1  # at most once
