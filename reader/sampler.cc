@@ -279,8 +279,12 @@ Result<std::shared_ptr<const PatchSampler::SampleSets>> PatchSampler::ListsForDr
     auto it = sets_.find(sample);
     if (it != sets_.end()) return it->second;
   }
+  // kAuto: a row-major mask costs a page per row of every candidate, the
+  // whole mask one sequential read: build the lists; a tiled one a few tile
+  // rows per candidate: build them only when the mask is in memory anyway.
   const bool build = options_.mask_index == MaskIndex::kBuild ||
-                     (options_.mask_index == MaskIndex::kAuto && reader_->RecordResident(sample, mask_field_));
+                     (options_.mask_index == MaskIndex::kAuto &&
+                      (reader_->summary(sample, mask_field_).tile == 0 || reader_->RecordResident(sample, mask_field_)));
   if (!build) return std::shared_ptr<const SampleSets>();
   return Sets(sample);
 }
@@ -581,17 +585,17 @@ void PatchSampler::PrefetchAhead(uint64_t epoch, uint64_t first, int64_t n) cons
   const uint64_t k = static_cast<uint64_t>(options_.patches_per_sample);
   epoch += first / per;
   first %= per;
-  // The draws of windows [first, first + n) (the next batch), and with
-  // MaskIndex::kBuild the visits of the batch after it (their lists need
-  // whole masks).
-  std::vector<std::pair<uint64_t, uint64_t>> draws;
+  // The draws of windows [first, first + n) (the next batch) and of the n
+  // after them. With MaskIndex::kBuild, the visits of those later ones
+  // (their lists need whole masks).
+  std::vector<std::pair<uint64_t, uint64_t>> draws, after;
   std::vector<uint64_t> later;
   draws.reserve(static_cast<size_t>(n));
   uint64_t e = epoch, w = first, last_visit = UINT64_MAX, last_epoch = UINT64_MAX;
   const bool whole_masks = mask_field_ >= 0 && options_.mask_index == MaskIndex::kBuild;
-  for (int64_t i = 0; i < (whole_masks ? 2 * n : n); ++i) {
-    if (i < n) draws.push_back(VisitDraw(e, w / k, static_cast<int>(w % k)));
-    if (i >= n && (w / k != last_visit || e != last_epoch)) later.push_back(SampleAt(e, w / k));
+  for (int64_t i = 0; i < (mask_field_ >= 0 ? 2 * n : n); ++i) {
+    (i < n ? draws : after).push_back(VisitDraw(e, w / k, static_cast<int>(w % k)));
+    if (whole_masks && i >= n && (w / k != last_visit || e != last_epoch)) later.push_back(SampleAt(e, w / k));
     last_visit = w / k;
     last_epoch = e;
     if (++w == per) {
@@ -610,7 +614,15 @@ void PatchSampler::PrefetchAhead(uint64_t epoch, uint64_t first, int64_t n) cons
   const int64_t ph = options_.height(), pw = options_.width();
   for (const Window& win : wins)
     for (int f : fields_) reader_->PrefetchPatch(win.sample, f, win.y, win.x, ph, pw);
-  PrefetchMasks(later);
+  if (whole_masks) {
+    PrefetchMasks(later);
+  } else if (mask_field_ >= 0) {
+    // Draw the batch after it too, while the disk reads this one's windows:
+    // its candidates' mask bytes are then in memory when its turn comes, so
+    // a draw's rounds of candidates do not wait on the disk in turn with the
+    // windows. The windows themselves are drawn again then (the same ones).
+    (void)DrawMany(after, &wins);
+  }
 }
 
 Status PatchSampler::Next(int64_t n, const std::vector<float*>& outs, std::vector<Window>* windows) {

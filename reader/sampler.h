@@ -26,7 +26,8 @@
 //     then a binary search, whatever the valid area). Rejection of uniform
 //     candidates, then an exact draw from the lists: uniform either way.
 //     The lists are built on a sample's first draw when its whole mask is
-//     in memory (kAuto), so a store in the page cache draws from them.
+//     in memory or row-major (kAuto), so a store in the page cache draws
+//     from them; tiled masks out of memory use candidates.
 //   - kPositiveFraction (`positive_fraction` in 0..1): each window comes from
 //     the qualifying set with that probability and from the non-qualifying
 //     set otherwise (as MONAI's RandCropByPosNegLabel); a sample lacking one
@@ -70,7 +71,9 @@
 //   the same ones it will serve) and requests exactly their byte ranges
 //   from the disk (madvise WILLNEED, Reader::PrefetchPatch). Drawing batch
 //   n+1 reads the mask bytes of its candidate windows, all of a round's
-//   candidates requested at once (DrawMany).
+//   candidates requested at once (DrawMany); batch n+2 is drawn too, while
+//   the disk reads batch n+1's windows, so its candidates' masks are in
+//   memory by its turn.
 //   Memory: no buffer of its own — page-cache pages of the next batch's
 //   windows (n x sum_f C_f x h x w x 4 bytes, rounded out to pages) and
 //   their candidates' mask windows, plus the window list (n Windows) while
@@ -113,7 +116,8 @@ enum class SamplingPolicy : uint8_t {
 // windows drawn are identical for every value; only the bytes read and the
 // CPU differ.
 enum class MaskIndex : uint8_t {
-  kAuto = 0,     // build a sample's window lists on its first draw when its whole mask is in memory
+  kAuto = 0,     // build a sample's window lists on its first draw when its mask is row-major (a
+                 // candidate would read a page per row) or already in memory; else kWindows
   kBuild = 1,    // always build them on the first draw (reads the whole mask)
   kWindows = 2,  // only when every candidate fails: count the candidates' own mask pixels
 };

@@ -180,9 +180,9 @@ class PatchSampler:
     require: a 1-channel mask field (or None for uniform windows). Every
     window then holds at least ``min_valid`` valid (non-zero, non-NaN) mask
     pixels, or for ``0 < min_valid < 1`` that fraction of the window, and is
-    drawn uniformly over all such windows of its sample (exactly: the
-    qualifying windows are found with the mask's summed-area table stored at
-    ingest). ``positive_fraction``: draw each window from the qualifying set
+    drawn uniformly over all such windows of its sample (exactly: uniform
+    candidates checked by their own mask pixels, then, if 16 fail, a draw
+    from the windows found with the mask's summed-area table). ``positive_fraction``: draw each window from the qualifying set
     with that probability and from the others otherwise (a sample lacking
     one kind uses the other).
 

@@ -58,9 +58,9 @@ int ReaderSlots(const std::string& path) {
 }
 
 TEST(Concurrency, ManyReaderProcessesReadBitExactData) {
-  // CI: 64 processes x 60 s; PATCHSTORE_READERS / PATCHSTORE_READER_SECONDS for more.
+  // CI: 64 processes x 20 s; PATCHSTORE_READERS / PATCHSTORE_READER_SECONDS for more.
   const int procs = EnvInt("PATCHSTORE_READERS", 64);
-  const int seconds = EnvInt("PATCHSTORE_READER_SECONDS", 60);
+  const int seconds = EnvInt("PATCHSTORE_READER_SECONDS", 20);
   TempDir dir;
   const std::string path = dir / "s.ps";
   ASSERT_TRUE(WriteSyntheticStore(path, 16, {{"rgb", 3}, {"depth", 1}}, 48, 64).ok());

@@ -44,9 +44,8 @@ class PatchDataset(ResumableDataset, Dataset):
     sample has a valid position.
 
     Positions: drawn by the C++ sampler (patchstore::PatchSampler::
-    WindowOfSample), uniformly over the valid windows, which are found
-    exactly from the mask's summed-area table stored at ingest (for any
-    h x w): a function of (seed, epoch, sample) only. Call set_epoch(e)
+    WindowOfSample), exactly uniformly over the valid windows (for any
+    h x w; see PatchSampler): a function of (seed, epoch, sample) only. Call set_epoch(e)
     before iterating epoch e (it reaches the workers, persistent or not).
     ``patchstore montage --loader patchdataset`` shows items 0, 1, ... of
     an epoch. cache_size: ignored (kept so existing calls work; the C++
