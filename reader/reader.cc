@@ -877,7 +877,6 @@ bool Reader::RecordResident(uint64_t sample, int field) const {
 
 void Reader::PrefetchWindow(const TensorView& v) const {
   if (v.data == nullptr || v.rank != 3) return;
-  if (snapshot_->Resident(v.data)) return;  // the common case, in the page cache: one mincore()
   const uint8_t* base = v.bytes();
   const size_t row = static_cast<size_t>(v.shape[2] * v.itemsize());
   std::vector<std::pair<const void*, size_t>> rows;
@@ -921,13 +920,12 @@ void Reader::PrefetchPatch(uint64_t sample, int field, int64_t y, int64_t x, int
   WindowRanges(sample, field, y, x, h, w, &ranges);
   if (ranges.empty()) return;
   uint64_t local = 0;
-  // WillNeed pays one mincore() and stops when the first byte is resident.
+  // WillNeed pays one mincore() and requests only runs with missing pages.
   Locate(sample, &local).snapshot->WillNeed(ranges);
 }
 
 void Reader::PrefetchRanges(const std::vector<std::pair<const void*, size_t>>& ranges) const {
-  if (ranges.empty() || snapshot_->Resident(ranges.front().first)) return;
-  snapshot_->WillNeed(ranges);
+  if (!ranges.empty()) snapshot_->WillNeed(ranges);
 }
 
 void Reader::PrefetchBytes(const void* data, size_t size) const {

@@ -208,26 +208,25 @@ class Reader {
   // once; they never fail (a bad sample or field is ignored).
   //   Prefetch: the whole record.
   //   PrefetchWindow: the rows of a window view from Patch(), merged into
-  //   as few requests as their pages allow; a no-op when the window's first
-  //   page is already resident.
+  //   as few requests as their pages allow, only runs with a page out of
+  //   memory (Snapshot::WillNeed: one mincore per call).
   //   PrefetchBytes: [data, data + size) of a view of this Reader (e.g. the
-  //   contiguous slices of a volume stack); a no-op when its first page is
-  //   resident.
+  //   contiguous slices of a volume stack), likewise.
   void Prefetch(uint64_t sample, int field) const;
   void PrefetchWindow(const TensorView& window) const;
   void PrefetchBytes(const void* data, size_t size) const;
   // PrefetchPatch: the bytes the window [y, y+h) x [x, x+w) of a record
   // will be read from, computed from the record's location and the sample
   // index's shape alone (no Patch(), no header read, no view): one
-  // madvise(WILLNEED) per run of adjacent rows, nothing when the first byte
-  // is already resident (one mincore). For read-ahead of windows that will
+  // madvise(WILLNEED) per run of adjacent rows that has a page out of
+  // memory (one mincore tells). For read-ahead of windows that will
   // be gathered later (the sampler's next batch). Never fails: a bad
   // sample, field or window, a missing record or a Reader used in a forked
   // child is ignored.
   void PrefetchPatch(uint64_t sample, int field, int64_t y, int64_t x, int64_t h, int64_t w) const;
   //   PrefetchRanges: byte ranges of this Reader's map (WindowByteRanges of
-  //   a Window(), e.g. the tile rows of a tiled window), in one request; a
-  //   no-op when the first range's first page is resident.
+  //   a Window(), e.g. the tile rows of a tiled window), those with a page
+  //   out of memory, in one call.
   void PrefetchRanges(const std::vector<std::pair<const void*, size_t>>& ranges) const;
   // Whether every page of the record (sample, field) is in memory (one
   // mincore over its bytes): e.g. whether reading a whole mask costs no disk

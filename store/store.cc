@@ -592,7 +592,29 @@ bool Snapshot::Resident(const void* data, size_t size) const {
 void Snapshot::WillNeed(const std::vector<std::pair<const void*, size_t>>& ranges) const {
   if (empty_ || !env_ || !env_->InOpeningProcess() || ranges.empty()) return;
   const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  if (Resident(ranges[0].first)) return;
+  // Which pages of the ranges' span are resident: one mincore(). A window
+  // partly in the page cache (its first page, say) still gets its other
+  // pages requested, all at once, instead of one page fault at a time.
+  uintptr_t lo = UINTPTR_MAX, hi = 0;
+  for (const auto& [p, n] : ranges) {
+    if (n == 0) continue;
+    lo = std::min(lo, reinterpret_cast<uintptr_t>(p) & ~(page - 1));
+    hi = std::max(hi, (reinterpret_cast<uintptr_t>(p) + n + page - 1) & ~(page - 1));
+  }
+  if (hi <= lo) return;
+  thread_local std::vector<unsigned char> resident;
+  const size_t pages = (hi - lo) / page;
+  const bool known = pages <= (size_t{1} << 20) &&
+                     (resident.resize(pages), ::mincore(reinterpret_cast<void*>(lo), hi - lo, resident.data()) == 0);
+  auto missing = [&](uintptr_t b, uintptr_t e) {
+    if (!known) return true;
+    for (uintptr_t a = b; a < e; a += page)
+      if (!(resident[(a - lo) / page] & 1)) return true;
+    return false;
+  };
+  auto advise = [&](uintptr_t b, uintptr_t e) {
+    if (missing(b, e)) ::madvise(reinterpret_cast<void*>(b), e - b, MADV_WILLNEED);
+  };
   uintptr_t run_begin = 0, run_end = 0;
   for (const auto& [p, n] : ranges) {
     if (n == 0) continue;
@@ -603,11 +625,11 @@ void Snapshot::WillNeed(const std::vector<std::pair<const void*, size_t>>& range
       run_end = std::max(run_end, e);
       continue;
     }
-    if (run_end != 0) ::madvise(reinterpret_cast<void*>(run_begin), run_end - run_begin, MADV_WILLNEED);
+    if (run_end != 0) advise(run_begin, run_end);
     run_begin = b;
     run_end = e;
   }
-  if (run_end != 0) ::madvise(reinterpret_cast<void*>(run_begin), run_end - run_begin, MADV_WILLNEED);
+  if (run_end != 0) advise(run_begin, run_end);
 }
 
 // ---------------------------------------------------------------------------

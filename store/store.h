@@ -107,9 +107,10 @@ class Snapshot {
   // ignore it; errors are not reported.
   void Advise(Access access, const void* data, size_t size) const;
   // kWillNeed for many small ranges (e.g. the rows of a window), merged where
-  // they share or touch pages: one system call per contiguous run of pages.
-  // Skipped when the first range's first page is already resident, so a
-  // store in the page cache pays one mincore() per call.
+  // they share or touch pages: one system call per contiguous run of pages
+  // that has a page out of memory (one mincore() over the ranges' span
+  // tells), so a store in the page cache pays one mincore() per call and a
+  // window partly in memory gets only its missing runs requested.
   void WillNeed(const std::vector<std::pair<const void*, size_t>>& ranges) const;
   // Whether the page holding `data` is in memory (mincore); false on error.
   bool Resident(const void* data) const;
