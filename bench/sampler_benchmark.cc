@@ -4,6 +4,9 @@
 //   BM_Memcpy1T           contiguous memcpy of one gathered batch's bytes
 //   BM_SamplerGather/T    PatchSampler::Gather: 64 windows of 256x256 (k=4),
 //                         rgb+mask+depth, require=mask, T threads
+//   BM_SamplerGatherCandidates  that gather on tiles + compact with
+//                         candidates checked by their own mask tiles or in
+//                         the window lists, with and without read-ahead
 //   BM_SamplerDraw/pm     one window draw (WindowAt) on 1920x1080 masks whose
 //                         valid area is pm per mille of the frame (200 = 20%,
 //                         1 = 0.1%), after the per-sample index is built
@@ -178,6 +181,30 @@ BENCHMARK(BM_SamplerGatherLayout)
     ->ArgNames({"tile", "compact", "transforms"})
     ->Args({0, 0, 0})->Args({32, 0, 0})->Args({64, 0, 0})->Args({0, 1, 0})->Args({32, 1, 0})->Args({64, 1, 0})
     ->Args({0, 0, 1})->Args({64, 0, 1})->Args({64, 1, 1})
+    ->UseRealTime();
+
+// The same gather (tiles of 32, compact) with windows drawn by checking
+// candidates against their own mask tiles (MaskIndex::kWindows: what a store
+// larger than RAM does) instead of the window lists (kBuild), and the
+// stateful Next() with the read-ahead of the next batches (prefetch_next).
+void BM_SamplerGatherCandidates(benchmark::State& state) {
+  auto reader = MaskStore(200, 32, true);
+  ps::SamplerOptions o = Options(1);
+  o.mask_index = state.range(0) ? ps::MaskIndex::kWindows : ps::MaskIndex::kBuild;
+  o.prefetch_next = state.range(1) != 0;
+  auto s = ps::PatchSampler::Create(reader, o).value();
+  std::vector<float> rgb(static_cast<size_t>(kBatch) * 3 * kP * kP), mask(static_cast<size_t>(kBatch) * kP * kP),
+      depth(mask.size());
+  std::vector<float*> outs = {rgb.data(), mask.data(), depth.data()};
+  if (!s->Next(kBatch, outs).ok()) state.SkipWithError("gather failed");
+  for (auto _ : state)
+    if (!s->Next(kBatch, outs).ok()) state.SkipWithError("gather failed");
+  state.SetBytesProcessed(state.iterations() * kBatchBytes);
+  state.SetItemsProcessed(state.iterations() * kBatch);
+}
+BENCHMARK(BM_SamplerGatherCandidates)
+    ->ArgNames({"candidates", "prefetch"})
+    ->Args({0, 0})->Args({1, 0})->Args({0, 1})->Args({1, 1})
     ->UseRealTime();
 
 void BM_SamplerDraw(benchmark::State& state) {

@@ -236,7 +236,7 @@ def report(res, args, path):
     lines.append("Read amplification: bytes read from the disk (/proc/diskstats) / stored bytes of the windows "
                  "delivered (float32: 1.31 MB per window; compact: 0.52 MB).")
     lines.append("")
-    lines.append("With `patches_per_sample=1` every visit of the first epoch (900-2,300 frames) is a frame's first: the sampler reads the frame's whole mask (8.3 MB float32, 2 MB uint8) to find its qualifying windows, which is the low end of each range (amplification 5-11x); later epochs read only windows (the high end; windows near small mask blobs are partly in the page cache already). The disk of this VM measured well below its usual figures in this run.")
+    lines.append("Drawing a window (`reader/sampler.h`): a tiled mask out of memory is checked by each candidate window's own mask tiles (uniform candidates, the first that qualifies), so no whole mask is read; a row-major mask would cost a 4 KiB page per row of every candidate, so the sampler reads the frame's whole mask once (8.3 MB float32, 2 MB uint8) on its first visit and keeps its qualifying windows: with `patches_per_sample=1` that is the whole first epoch of a rows store (900-2,300 frames), the low end of its range. Later, windows increasingly come from the page cache (the store is 1.5x RAM), which is why amplification falls below 1 and the rate climbs (the high end). Read-ahead requests every run of a window with a page out of memory, and the batch after next is drawn while the next one is read.")
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
