@@ -307,13 +307,25 @@ Status PatchSampler::DrawMany(const std::vector<std::pair<uint64_t, uint64_t>>& 
   out->assign(n, Window{});
   std::vector<uint8_t> want(n);
   std::vector<size_t> pending;  // draws still trying candidates
-  for (size_t i = 0; i < n; ++i) {
-    (*out)[i].sample = draws[i].first;
-    want[i] = policy_->WantQualifying(Mix(draws[i].second ^ 1)) ? 1 : 0;
-    if (mask_field_ >= 0) pending.push_back(i);
-  }
   const int64_t ph = options_.height(), pw = options_.width();
   std::vector<uint8_t> found(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    Window& w = (*out)[i];
+    w.sample = draws[i].first;
+    want[i] = policy_->WantQualifying(Mix(draws[i].second ^ 1)) ? 1 : 0;
+    if (mask_field_ >= 0) {
+      pending.push_back(i);
+      continue;
+    }
+    // Every window qualifies: candidate 0 (so a mask valid everywhere draws
+    // the same windows as no mask).
+    const RecordSummary& s = reader_->summary(w.sample, fields_[0]);
+    const int64_t ny = static_cast<int64_t>(s.shape[1]) - ph + 1, nx = static_cast<int64_t>(s.shape[2]) - pw + 1;
+    if (ny > 0 && nx > 0) {
+      Candidate(draws[i].second, 0, ny, nx, &w.y, &w.x);
+      found[i] = 1;
+    }
+  }
   std::vector<std::shared_ptr<const SampleSets>> lists;
   std::vector<std::pair<int64_t, int64_t>> at;
   std::vector<size_t> next;
