@@ -161,21 +161,26 @@ void BM_SamplerGather(benchmark::State& state) {
 }
 BENCHMARK(BM_SamplerGather)->Arg(1)->Arg(2)->UseRealTime();
 
+// Next(kBatch) into reused rgb/mask/depth buffers, once untimed (window
+// lists, page faults), then per iteration.
+void RunNext(benchmark::State& state, ps::PatchSampler& s) {
+  std::vector<float> rgb(static_cast<size_t>(kBatch) * 3 * kP * kP), mask(static_cast<size_t>(kBatch) * kP * kP),
+      depth(mask.size());
+  std::vector<float*> outs = {rgb.data(), mask.data(), depth.data()};
+  if (!s.Next(kBatch, outs).ok()) state.SkipWithError("gather failed");
+  for (auto _ : state)
+    if (!s.Next(kBatch, outs).ok()) state.SkipWithError("gather failed");
+  state.SetBytesProcessed(state.iterations() * kBatchBytes);
+  state.SetItemsProcessed(state.iterations() * kBatch);
+}
+
 // The same gather on one thread per layout: args (tile edge, 0 rows;
 // compact: uint8 rgb + mask; flips + quarter turns on).
 void BM_SamplerGatherLayout(benchmark::State& state) {
   auto reader = MaskStore(200, static_cast<uint16_t>(state.range(0)), state.range(1) != 0);
   ps::SamplerOptions o = Options(1);
   o.flip = o.rot90 = state.range(2) != 0;
-  auto s = ps::PatchSampler::Create(reader, o).value();
-  std::vector<float> rgb(static_cast<size_t>(kBatch) * 3 * kP * kP), mask(static_cast<size_t>(kBatch) * kP * kP),
-      depth(mask.size());
-  std::vector<float*> outs = {rgb.data(), mask.data(), depth.data()};
-  if (!s->Next(kBatch, outs).ok()) state.SkipWithError("gather failed");
-  for (auto _ : state)
-    if (!s->Next(kBatch, outs).ok()) state.SkipWithError("gather failed");
-  state.SetBytesProcessed(state.iterations() * kBatchBytes);
-  state.SetItemsProcessed(state.iterations() * kBatch);
+  RunNext(state, *ps::PatchSampler::Create(reader, o).value());
 }
 BENCHMARK(BM_SamplerGatherLayout)
     ->ArgNames({"tile", "compact", "transforms"})
@@ -192,15 +197,7 @@ void BM_SamplerGatherCandidates(benchmark::State& state) {
   ps::SamplerOptions o = Options(1);
   o.mask_index = state.range(0) ? ps::MaskIndex::kWindows : ps::MaskIndex::kBuild;
   o.prefetch_next = state.range(1) != 0;
-  auto s = ps::PatchSampler::Create(reader, o).value();
-  std::vector<float> rgb(static_cast<size_t>(kBatch) * 3 * kP * kP), mask(static_cast<size_t>(kBatch) * kP * kP),
-      depth(mask.size());
-  std::vector<float*> outs = {rgb.data(), mask.data(), depth.data()};
-  if (!s->Next(kBatch, outs).ok()) state.SkipWithError("gather failed");
-  for (auto _ : state)
-    if (!s->Next(kBatch, outs).ok()) state.SkipWithError("gather failed");
-  state.SetBytesProcessed(state.iterations() * kBatchBytes);
-  state.SetItemsProcessed(state.iterations() * kBatch);
+  RunNext(state, *ps::PatchSampler::Create(reader, o).value());
 }
 BENCHMARK(BM_SamplerGatherCandidates)
     ->ArgNames({"candidates", "prefetch"})

@@ -592,44 +592,57 @@ bool Snapshot::Resident(const void* data, size_t size) const {
 void Snapshot::WillNeed(const std::vector<std::pair<const void*, size_t>>& ranges) const {
   if (empty_ || !env_ || !env_->InOpeningProcess() || ranges.empty()) return;
   const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  // Which pages of the ranges' span are resident: one mincore(). A window
-  // partly in the page cache (its first page, say) still gets its other
-  // pages requested, all at once, instead of one page fault at a time.
-  uintptr_t lo = UINTPTR_MAX, hi = 0;
-  for (const auto& [p, n] : ranges) {
-    if (n == 0) continue;
-    lo = std::min(lo, reinterpret_cast<uintptr_t>(p) & ~(page - 1));
-    hi = std::max(hi, (reinterpret_cast<uintptr_t>(p) + n + page - 1) & ~(page - 1));
-  }
-  if (hi <= lo) return;
-  thread_local std::vector<unsigned char> resident;
-  const size_t pages = (hi - lo) / page;
-  const bool known = pages <= (size_t{1} << 20) &&
-                     (resident.resize(pages), ::mincore(reinterpret_cast<void*>(lo), hi - lo, resident.data()) == 0);
-  auto missing = [&](uintptr_t b, uintptr_t e) {
-    if (!known) return true;
-    for (uintptr_t a = b; a < e; a += page)
-      if (!(resident[(a - lo) / page] & 1)) return true;
-    return false;
-  };
-  auto advise = [&](uintptr_t b, uintptr_t e) {
-    if (missing(b, e)) ::madvise(reinterpret_cast<void*>(b), e - b, MADV_WILLNEED);
-  };
-  uintptr_t run_begin = 0, run_end = 0;
+  // The ranges as runs of whole pages, merged where they share or touch pages.
+  thread_local std::vector<std::pair<uintptr_t, uintptr_t>> runs;
+  runs.clear();
+  uintptr_t lo = UINTPTR_MAX, hi = 0, run_pages = 0;
   for (const auto& [p, n] : ranges) {
     if (n == 0) continue;
     const uintptr_t b = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
     const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + n + page - 1) & ~(page - 1);
-    if (run_end != 0 && b <= run_end && e >= run_begin) {
-      run_begin = std::min(run_begin, b);
-      run_end = std::max(run_end, e);
-      continue;
+    if (!runs.empty() && b <= runs.back().second && e >= runs.back().first) {
+      run_pages -= (runs.back().second - runs.back().first) / page;
+      runs.back().first = std::min(runs.back().first, b);
+      runs.back().second = std::max(runs.back().second, e);
+    } else {
+      runs.emplace_back(b, e);
     }
-    if (run_end != 0) advise(run_begin, run_end);
-    run_begin = b;
-    run_end = e;
+    run_pages += (runs.back().second - runs.back().first) / page;
+    lo = std::min(lo, b);
+    hi = std::max(hi, e);
   }
-  if (run_end != 0) advise(run_begin, run_end);
+  if (runs.empty()) return;
+  auto advise = [](uintptr_t b, uintptr_t e) { ::madvise(reinterpret_cast<void*>(b), e - b, MADV_WILLNEED); };
+  const size_t span = (hi - lo) / page;
+  thread_local std::vector<unsigned char> resident;
+  if (span <= 4 * run_pages && span <= (size_t{1} << 20)) {
+    // Dense (tile rows, whole records): one mincore() over the span says
+    // which runs miss a page, and only those are requested. A window partly
+    // in the page cache gets its other pages requested all at once.
+    resident.resize(span);
+    if (::mincore(reinterpret_cast<void*>(lo), hi - lo, resident.data()) != 0) {
+      for (const auto& [b, e] : runs) advise(b, e);
+      return;
+    }
+    for (const auto& [b, e] : runs)
+      for (uintptr_t a = b; a < e; a += page)
+        if (!(resident[(a - lo) / page] & 1)) {
+          advise(b, e);
+          break;
+        }
+    return;
+  }
+  // Sparse (rows of a window across a large plane): the first page of up to
+  // 16 runs spread over the list; all resident (a store in the page cache)
+  // means nothing to do, else every run is requested.
+  const size_t step = std::max<size_t>(1, runs.size() / 16);
+  bool all = true;
+  for (size_t k = 0; k < runs.size() && all; k += step) {
+    unsigned char r = 0;
+    all = ::mincore(reinterpret_cast<void*>(runs[k].first), page, &r) == 0 && (r & 1);
+  }
+  if (!all)
+    for (const auto& [b, e] : runs) advise(b, e);
 }
 
 // ---------------------------------------------------------------------------

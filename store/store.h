@@ -108,9 +108,11 @@ class Snapshot {
   void Advise(Access access, const void* data, size_t size) const;
   // kWillNeed for many small ranges (e.g. the rows of a window), merged where
   // they share or touch pages: one system call per contiguous run of pages
-  // that has a page out of memory (one mincore() over the ranges' span
-  // tells), so a store in the page cache pays one mincore() per call and a
-  // window partly in memory gets only its missing runs requested.
+  // that has a page out of memory. Dense ranges (tile rows) are checked by
+  // one mincore() over their span, so only runs with a missing page are
+  // requested; sparse ones (rows of a window across a large plane) by the
+  // first page of up to 16 runs, all runs requested if one is missing. A
+  // store in the page cache pays one mincore() (dense) or up to 16 (sparse).
   void WillNeed(const std::vector<std::pair<const void*, size_t>>& ranges) const;
   // Whether the page holding `data` is in memory (mincore); false on error.
   bool Resident(const void* data) const;
