@@ -632,9 +632,20 @@ void Snapshot::WillNeed(const std::vector<std::pair<const void*, size_t>>& range
         }
     return;
   }
-  // Sparse (rows of a window across a large plane): the first page of up to
-  // 16 runs spread over the list; all resident (a store in the page cache)
-  // means nothing to do, else every run is requested.
+  // Sparse, few runs (tile rows of a window): one mincore() per run, only
+  // runs with a missing page requested.
+  if (runs.size() <= 64) {
+    for (const auto& [b, e] : runs) {
+      resident.resize((e - b) / page);
+      bool missing = ::mincore(reinterpret_cast<void*>(b), e - b, resident.data()) != 0;
+      for (size_t k = 0; k < resident.size() && !missing; ++k) missing = !(resident[k] & 1);
+      if (missing) advise(b, e);
+    }
+    return;
+  }
+  // Sparse, many runs (rows of a window across a large plane): the first
+  // page of 16 runs spread over the list; all resident (a store in the page
+  // cache) means nothing to do, else every run is requested.
   const size_t step = std::max<size_t>(1, runs.size() / 16);
   bool all = true;
   for (size_t k = 0; k < runs.size() && all; k += step) {

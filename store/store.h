@@ -110,9 +110,10 @@ class Snapshot {
   // they share or touch pages: one system call per contiguous run of pages
   // that has a page out of memory. Dense ranges (tile rows) are checked by
   // one mincore() over their span, so only runs with a missing page are
-  // requested; sparse ones (rows of a window across a large plane) by the
-  // first page of up to 16 runs, all runs requested if one is missing. A
-  // store in the page cache pays one mincore() (dense) or up to 16 (sparse).
+  // requested; up to 64 sparse runs (a window's tile rows) by one mincore()
+  // each, likewise; more (rows of a window across a large plane) by the
+  // first page of 16 of them, all runs requested if one is missing. A store
+  // in the page cache pays at most 64 mincore() calls per call.
   void WillNeed(const std::vector<std::pair<const void*, size_t>>& ranges) const;
   // Whether the page holding `data` is in memory (mincore); false on error.
   bool Resident(const void* data) const;
