@@ -273,6 +273,12 @@ void PatchSampler::Candidate(uint64_t key, int t, int64_t ny, int64_t nx, int64_
   *x = static_cast<int64_t>(Below(Mix(key ^ (0x21u + 2u * static_cast<uint64_t>(t))), static_cast<uint64_t>(nx)));
 }
 
+void PatchSampler::WindowPositions(uint64_t sample, int field, int64_t* ny, int64_t* nx) const {
+  const RecordSummary& s = reader_->summary(sample, field);
+  *ny = static_cast<int64_t>(s.shape[1]) - options_.height() + 1;
+  *nx = static_cast<int64_t>(s.shape[2]) - options_.width() + 1;
+}
+
 Result<std::shared_ptr<const PatchSampler::SampleSets>> PatchSampler::ListsForDraw(uint64_t sample) const {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -319,8 +325,8 @@ Status PatchSampler::DrawMany(const std::vector<std::pair<uint64_t, uint64_t>>& 
     }
     // Every window qualifies: candidate 0 (so a mask valid everywhere draws
     // the same windows as no mask).
-    const RecordSummary& s = reader_->summary(w.sample, fields_[0]);
-    const int64_t ny = static_cast<int64_t>(s.shape[1]) - ph + 1, nx = static_cast<int64_t>(s.shape[2]) - pw + 1;
+    int64_t ny = 0, nx = 0;
+    WindowPositions(w.sample, fields_[0], &ny, &nx);
     if (ny > 0 && nx > 0) {
       Candidate(draws[i].second, 0, ny, nx, &w.y, &w.x);
       found[i] = 1;
@@ -336,8 +342,8 @@ Status PatchSampler::DrawMany(const std::vector<std::pair<uint64_t, uint64_t>>& 
     at.resize(pending.size());
     for (size_t k = 0; k < pending.size(); ++k) {
       const uint64_t sample = draws[pending[k]].first;
-      const RecordSummary& s = reader_->summary(sample, mask_field_);
-      const int64_t ny = static_cast<int64_t>(s.shape[1]) - ph + 1, nx = static_cast<int64_t>(s.shape[2]) - pw + 1;
+      int64_t ny = 0, nx = 0;
+      WindowPositions(sample, mask_field_, &ny, &nx);
       if (ny <= 0 || nx <= 0)
         return Status::OutOfRange("sampling " + reader_->Describe(sample, fields_[0]) + ": no admissible window");
       Candidate(draws[pending[k]].second, t, ny, nx, &at[k].first, &at[k].second);
@@ -601,33 +607,31 @@ void PatchSampler::PrefetchAhead(uint64_t epoch, uint64_t first, int64_t n) cons
   // after them. With MaskIndex::kBuild, the visits of those later ones
   // (their lists need whole masks).
   std::vector<std::pair<uint64_t, uint64_t>> draws, after;
-  std::vector<uint64_t> later;
   draws.reserve(static_cast<size_t>(n));
-  uint64_t e = epoch, w = first, last_visit = UINT64_MAX, last_epoch = UINT64_MAX;
-  const bool whole_masks = mask_field_ >= 0 && options_.mask_index == MaskIndex::kBuild;
+  uint64_t e = epoch, w = first;
   for (int64_t i = 0; i < (mask_field_ >= 0 ? 2 * n : n); ++i) {
     (i < n ? draws : after).push_back(VisitDraw(e, w / k, static_cast<int>(w % k)));
-    if (whole_masks && i >= n && (w / k != last_visit || e != last_epoch)) later.push_back(SampleAt(e, w / k));
-    last_visit = w / k;
-    last_epoch = e;
     if (++w == per) {
       ++e;
       w = 0;
     }
   }
-  if (whole_masks) {
-    std::vector<uint64_t> now;
-    for (const auto& d : draws)
-      if (now.empty() || now.back() != d.first) now.push_back(d.first);
-    PrefetchMasks(now);
-  }
+  // The samples of those draws, each run of repeats once (a visit's k windows).
+  auto samples = [](const std::vector<std::pair<uint64_t, uint64_t>>& ds) {
+    std::vector<uint64_t> out;
+    for (const auto& d : ds)
+      if (out.empty() || out.back() != d.first) out.push_back(d.first);
+    return out;
+  };
+  const bool whole_masks = mask_field_ >= 0 && options_.mask_index == MaskIndex::kBuild;
+  if (whole_masks) PrefetchMasks(samples(draws));
   std::vector<Window> wins;
   if (!DrawMany(draws, &wins).ok()) return;  // the gather will report it
   const int64_t ph = options_.height(), pw = options_.width();
   for (const Window& win : wins)
     for (int f : fields_) reader_->PrefetchPatch(win.sample, f, win.y, win.x, ph, pw);
   if (whole_masks) {
-    PrefetchMasks(later);
+    PrefetchMasks(samples(after));
   } else if (mask_field_ >= 0) {
     // Draw the batch after it too, while the disk reads this one's windows:
     // its candidates' mask bytes are then in memory when its turn comes, so

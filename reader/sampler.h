@@ -313,6 +313,9 @@ class PatchSampler {
   Result<Window> Draw(uint64_t sample, uint64_t key) const;
   // The (sample, key) of window j of the visit at position p of `epoch`.
   std::pair<uint64_t, uint64_t> VisitDraw(uint64_t epoch, uint64_t p, int j) const;
+  // The ny x nx window positions of `sample` (from the field's summary);
+  // either is <= 0 when the window does not fit.
+  void WindowPositions(uint64_t sample, int field, int64_t* ny, int64_t* nx) const;
   // Candidate t of draw `key` in a sample with ny x nx window positions.
   static void Candidate(uint64_t key, int t, int64_t ny, int64_t nx, int64_t* y, int64_t* x);
   // Whether window (y, x) of `sample` qualifies (>= threshold_ valid mask
