@@ -260,13 +260,77 @@ Status Reader::UnlessChangedAt(uint64_t sample, Status st) const {
 
 bool Reader::InOpeningProcess() const { return ::getpid() == pid_; }
 
+namespace {
+
+// The candidate rule of a normalisation: the float32 steps of
+// Normalization::Apply written as ((float)v / div) * mul + add (or v != 0).
+// Only a candidate: MakeValueTable keeps it when it reproduces every value.
+ValueTable RuleOf(const Normalization& n) {
+  ValueTable t;
+  t.rule = ValueTable::Rule::kAffine;
+  switch (n.kind) {
+    case NormKind::kNone: break;
+    case NormKind::kUnit: t.div = static_cast<float>(n.scale); break;
+    case NormKind::kSymmetric:
+      t.div = static_cast<float>(n.scale);
+      t.mul = 2.0f;
+      t.add = -1.0f;
+      break;
+    case NormKind::kAffine:
+      t.mul = static_cast<float>(n.scale);
+      t.add = static_cast<float>(n.offset);
+      break;
+    case NormKind::kBinary: t.rule = ValueTable::Rule::kNonZero; break;
+    default: t.rule = ValueTable::Rule::kLookup;  // kRange: computed in double
+  }
+  t.clamp = n.clamp;
+  t.lo = static_cast<float>(n.clamp_lo);
+  t.hi = static_cast<float>(n.clamp_hi);
+  return t;
+}
+
+template <class T>
+void FillValueTable(const Normalization& norm, std::vector<float>* values, ValueTable* t) {
+  constexpr int64_t lo = std::is_signed_v<T> ? -32768 : 0;
+  constexpr int64_t count = int64_t{1} << (8 * sizeof(T));
+  values->resize(static_cast<size_t>(count));
+  std::vector<T> all(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) {
+    all[static_cast<size_t>(i)] = static_cast<T>(lo + i);
+    (*values)[static_cast<size_t>(i)] = norm.Apply(static_cast<double>(lo + i));
+  }
+  *t = RuleOf(norm);
+  t->values = values->data();
+  if (t->rule == ValueTable::Rule::kLookup) return;
+  // The rule through the same ConvertRun the gather kernels call, on every
+  // value at once (so vectorised exactly as there), compared bit for bit.
+  std::vector<float> by_rule(values->size());
+  ConvertRun(all.data(), count, by_rule.data(), t);
+  if (std::memcmp(by_rule.data(), values->data(), values->size() * sizeof(float)) != 0)
+    t->rule = ValueTable::Rule::kLookup;
+}
+
+}  // namespace
+
+std::shared_ptr<const ValueTable> MakeValueTable(DType dtype, const Normalization& norm) {
+  struct Owned {
+    std::vector<float> values;
+    ValueTable table;
+  };
+  auto o = std::make_shared<Owned>();
+  if (dtype == DType::kUInt8) FillValueTable<uint8_t>(norm, &o->values, &o->table);
+  else if (dtype == DType::kUInt16) FillValueTable<uint16_t>(norm, &o->values, &o->table);
+  else FillValueTable<int16_t>(norm, &o->values, &o->table);
+  return std::shared_ptr<const ValueTable>(o, &o->table);
+}
+
 void Reader::BuildFieldTables() {
   // One table per raw-source field, built with the same function (and the
   // same float32 arithmetic) as ingest: every converted value is exactly the
   // value a float32 record of the same source holds.
   struct Owned {
     std::shared_ptr<const void> owner;
-    std::vector<float> table;
+    std::shared_ptr<const ValueTable> table;
   };
   tables_.assign(meta().fields.size(), nullptr);
   view_owners_.assign(meta().fields.size(), owner_);
@@ -275,17 +339,8 @@ void Reader::BuildFieldTables() {
     if (!StoresRawSource(fm.dtype)) continue;
     auto o = std::make_shared<Owned>();
     o->owner = owner_;
-    if (fm.dtype == DType::kUInt8) {
-      o->table.resize(256);
-      for (int v = 0; v < 256; ++v) o->table[v] = fm.norm.Apply(v);
-    } else if (fm.dtype == DType::kUInt16) {
-      o->table.resize(65536);
-      for (int v = 0; v < 65536; ++v) o->table[v] = fm.norm.Apply(v);
-    } else {  // int16: indexed by value + 32768
-      o->table.resize(65536);
-      for (int v = -32768; v < 32768; ++v) o->table[v + 32768] = fm.norm.Apply(v);
-    }
-    tables_[f] = std::shared_ptr<const float>(o, o->table.data());
+    o->table = MakeValueTable(fm.dtype, fm.norm);
+    tables_[f] = std::shared_ptr<const ValueTable>(o, o->table.get());
     view_owners_[f] = o;
   }
 }
@@ -518,7 +573,7 @@ void UntileWindow(const uint8_t* payload, size_t es, const TileGrid& g, int64_t 
     }
 }
 
-TensorView OwnedView(std::shared_ptr<const void> keep, DType dtype, const float* lut, int64_t C, int64_t h,
+TensorView OwnedView(std::shared_ptr<const void> keep, DType dtype, const ValueTable* lut, int64_t C, int64_t h,
                      int64_t w) {
   auto o = std::make_shared<OwnedBytes>();
   o->keep = std::move(keep);
@@ -611,7 +666,7 @@ namespace {
 // element-wise ToFloat32 otherwise (this is where a compact record becomes
 // float32, inside the gather copy).
 template <class T>
-inline void ConvertRow(const uint8_t* src, int64_t w, float* dst, const float* lut) {
+inline void ConvertRow(const uint8_t* src, int64_t w, float* dst, const ValueTable* lut) {
   if constexpr (std::is_same_v<T, float>) {
     std::memcpy(dst, src, static_cast<size_t>(w) * sizeof(float));
   } else {
@@ -647,7 +702,7 @@ void CopyWindowAs(const TensorView& v, float* dst) {
 template <class T>
 void CopyTiledWindow(const WindowSource& s, float* dst) {
   const T* p = reinterpret_cast<const T*>(s.payload);
-  const float* const lut = s.lut;
+  const ValueTable* const lut = s.lut;
   const TileGrid g = s.grid();
   const int64_t TT = g.T;
   const int64_t ty0 = s.y / TT, ty1 = (s.y + s.h - 1) / TT, tx0 = s.x / TT, tx1 = (s.x + s.w - 1) / TT;

@@ -63,13 +63,21 @@ struct PatchRequest {
   int64_t y = 0, x = 0;
 };
 
+// The ValueTable (reader/tensor_view.h) of a raw-source field of dtype
+// uint8, uint16 or int16 normalised by `norm`: every value through
+// Normalization::Apply, and the fastest rule that reproduces all of them bit
+// for bit (each value is checked through ConvertRun; kLookup when no rule
+// does, e.g. "range" normalisation, computed in double). The shared_ptr
+// owns the table. REQUIRES: StoresRawSource(dtype).
+std::shared_ptr<const ValueTable> MakeValueTable(DType dtype, const Normalization& norm);
+
 // A checked window of one (C,H,W) or (S,H,W) record, located in the map but
 // not copied: what the gather kernels (CopyWindow) read from. `payload` is
 // the record's payload: row-major, or tiles when `tile` > 0 (TileGrid).
 struct WindowSource {
   const uint8_t* payload = nullptr;
   DType dtype = DType::kFloat32;
-  const float* lut = nullptr;  // the field's table for raw-source records (TensorView::lut)
+  const ValueTable* lut = nullptr;  // the field's table for raw-source records (TensorView::lut)
   int64_t C = 0, H = 0, W = 0;
   int64_t tile = 0;  // 0: rows
   int64_t y = 0, x = 0, h = 0, w = 0;
@@ -178,10 +186,10 @@ class Reader {
   // WindowByteRanges): checked as Patch, never copied, for both layouts.
   Result<WindowSource> Window(uint64_t sample, int field, int64_t y, int64_t x, int64_t h, int64_t w) const;
 
-  // The field's float32 table of normalised values for raw-source dtypes
-  // (TensorView::lut), built once at open with Normalization::Apply; null
-  // for float fields.
-  const float* field_table(int field) const { return tables_[field].get(); }
+  // The field's table of normalised values for raw-source dtypes
+  // (TensorView::lut), built once at open by MakeValueTable; null for float
+  // fields.
+  const ValueTable* field_table(int field) const { return tables_[field].get(); }
 
   // Copies that window into `dst`, a contiguous (C,h,w) float32 buffer of
   // at least C*h*w floats owned by the caller, converting from the record's
@@ -293,7 +301,7 @@ class Reader {
   const StoreMeta* meta_ = nullptr;        // snapshot_->meta(), or set_meta_
   StoreMeta set_meta_;
   std::shared_ptr<const void> owner_;      // what views hold: snapshot_, or all the snapshots of a set
-  std::vector<std::shared_ptr<const float>> tables_;       // per field; null for float fields
+  std::vector<std::shared_ptr<const ValueTable>> tables_;  // per field; null for float fields
   std::vector<std::shared_ptr<const void>> view_owners_;  // per field: owner_ + the table
   bool no_lock_ = false;
   std::vector<std::string_view> ids_;

@@ -30,6 +30,30 @@
 
 namespace patchstore {
 
+// How the stored values of a raw-source record (uint8/uint16/int16, compact
+// encodings: FORMAT.md "Encodings") become the normalised float32 a reader
+// returns. `values` is the table of every normalised value, built with
+// Normalization::Apply, the function ingest uses (uint8 and uint16 indexed
+// by value, int16 by value + 32768): it defines the result. `rule` is a
+// faster equal way to compute the same values on long runs, where a table
+// lookup per element does not vectorise:
+//   kLookup:  values[v]
+//   kAffine:  ((float)v / div) * mul + add, then clamped to [lo, hi] when
+//             `clamp` (the float32 steps of Normalization::Apply)
+//   kNonZero: v != 0 ? 1.0f : 0.0f
+// A rule other than kLookup is chosen only when it gives the bits of
+// `values` for every possible v (MakeValueTable in reader/reader.h checks
+// each one), so every path of ConvertRun (reader/transform.h) returns the
+// same floats.
+struct ValueTable {
+  enum class Rule : uint8_t { kLookup, kAffine, kNonZero };
+  const float* values = nullptr;
+  Rule rule = Rule::kLookup;
+  bool clamp = false;
+  float div = 1.0f, mul = 1.0f, add = 0.0f;
+  float lo = 0.0f, hi = 0.0f;
+};
+
 struct TensorView {
   const void* data = nullptr;         // the first element; untyped (see data_as)
   DType dtype = DType::kFloat32;      // the type of every element
@@ -38,11 +62,12 @@ struct TensorView {
   std::array<int64_t, 4> strides{};   // in bytes
   std::shared_ptr<const void> owner;  // keeps `data` (and `lut`) valid
   // Raw-source records (uint8/uint16/int16, compact encodings: the values
-  // of the source file, FORMAT.md "Encodings"): the field's float32[256] or
-  // float32[65536] table of normalised values (int16 indexed by value +
-  // 32768), which every conversion to float32 applies (ConvertElement in
-  // reader/transform.h). Null for float32/float16 views (already normalised).
-  const float* lut = nullptr;
+  // of the source file, FORMAT.md "Encodings"): the field's table of
+  // normalised values (`lut->values`: float32[256] or float32[65536], int16
+  // indexed by value + 32768), which every conversion to float32 applies
+  // (ConvertElement, ConvertRun in reader/transform.h). Null for
+  // float32/float16 views (already normalised).
+  const ValueTable* lut = nullptr;
 
   // `data` as `const T*`. Aborts with a message naming both dtypes when T is
   // not the C++ type of `dtype` (DTypeOf<T>::value != dtype).

@@ -47,7 +47,7 @@ inline __m128 Reverse4(__m128 v) { return _mm_shuffle_ps(v, v, _MM_SHUFFLE(0, 1,
 
 // Row d[j] = p[j] for j in [0, n).
 template <typename T>
-inline void CopyRow(const T* p, int64_t n, float* d, const float* lut) {
+inline void CopyRow(const T* p, int64_t n, float* d, const ValueTable* lut) {
   if constexpr (std::is_same<T, float>::value) {
     std::memcpy(d, p, static_cast<size_t>(n) * sizeof(float));
   } else {
@@ -57,7 +57,7 @@ inline void CopyRow(const T* p, int64_t n, float* d, const float* lut) {
 
 // Mirrored row: d[j] = p[-j] for j in [0, n).
 template <typename T>
-inline void CopyReversed(const T* p, int64_t n, float* d, const float* lut) {
+inline void CopyReversed(const T* p, int64_t n, float* d, const ValueTable* lut) {
   // From the end, so the source is read at ascending addresses.
   int64_t j = n;
 #if defined(__SSE2__)
@@ -113,7 +113,7 @@ inline void TransposeTile(const float* base, const PlaneMap& m, int64_t i0, int6
 // that the source (the memory map, usually not in cache) is read at
 // ascending addresses, which the hardware prefetchers follow.
 template <typename T>
-void ApplyRows(const T* src, const PlaneMap& m, float* dst, const float* lut) {
+void ApplyRows(const T* src, const PlaneMap& m, float* dst, const ValueTable* lut) {
   const T* base = src + m.origin;
   for (int64_t k = 0; k < m.oh; ++k) {
     const int64_t i = m.si > 0 ? k : m.oh - 1 - k;
@@ -142,7 +142,7 @@ void ApplyTransposed(const float* src, const PlaneMap& m, float* dst) {
 
 template <typename T>
 void CopyTransformed(const T* plane, int64_t row_stride, int64_t y, int64_t x, int64_t height, int64_t width,
-                     Transform t, float* dst, const float* lut) {
+                     Transform t, float* dst, const ValueTable* lut) {
   const T* window = plane + y * row_stride + x;
   const PlaneMap m = MapPlane(height, width, row_stride, t);
   if (m.sj == 1 || m.sj == -1) {
@@ -167,8 +167,9 @@ void CopyTransformed(const T* plane, int64_t row_stride, int64_t y, int64_t x, i
 }
 
 // One instantiation per element type of store/dtype.h.
-#define PATCHSTORE_COPY_TRANSFORMED_(e, code, T, name, fmt) \
-  template void CopyTransformed<T>(const T*, int64_t, int64_t, int64_t, int64_t, int64_t, Transform, float*, const float*);
+#define PATCHSTORE_COPY_TRANSFORMED_(e, code, T, name, fmt)                                                      \
+  template void CopyTransformed<T>(const T*, int64_t, int64_t, int64_t, int64_t, int64_t, Transform, float*, \
+                                   const ValueTable*);
 PATCHSTORE_FOR_EACH_DTYPE(PATCHSTORE_COPY_TRANSFORMED_)
 #undef PATCHSTORE_COPY_TRANSFORMED_
 

@@ -25,6 +25,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "patchstore/reader/tensor_view.h"
 #include "patchstore/store/dtype.h"
 
 namespace patchstore {
@@ -112,42 +113,59 @@ struct Transform {
 };
 
 // One stored element as the float32 a reader returns. `lut` is the field's
-// lookup table for raw-source records (uint8, uint16: indexed by value;
-// int16: by value + 32768; built with Normalization::Apply, see
-// Reader::FieldTable), or null: then a plain ToFloat32 (float16, or integers
-// that hold already-normalised values).
+// ValueTable for raw-source records (reader/tensor_view.h; built with
+// Normalization::Apply, see MakeValueTable in reader/reader.h), or null:
+// then a plain ToFloat32 (float16, or integers that hold already-normalised
+// values).
 template <typename T>
-inline float ConvertElement(T v, const float* lut) {
+inline float ConvertElement(T v, const ValueTable* lut) {
   if constexpr (std::is_same_v<T, float>) {
     return v;
   } else if constexpr (std::is_same_v<T, int16_t>) {
-    return lut ? lut[static_cast<int32_t>(v) + 32768] : ToFloat32(v);
+    return lut ? lut->values[static_cast<int32_t>(v) + 32768] : ToFloat32(v);
   } else if constexpr (std::is_integral_v<T> && sizeof(T) <= 2) {
-    return lut ? lut[v] : ToFloat32(v);
+    return lut ? lut->values[v] : ToFloat32(v);
   } else {
     return ToFloat32(v);
   }
 }
 
-// n elements from `src` into float32 at `dst` (ConvertElement, with the
-// table test hoisted out of the loop; a memcpy for float32).
+// n elements from `src` into float32 at `dst`: ConvertElement of each, with
+// the table's rule (ValueTable::Rule, equal to its values by construction)
+// chosen once per run so that the loop vectorises; a memcpy for float32.
 template <typename T>
-inline void ConvertRun(const T* src, int64_t n, float* dst, const float* lut) {
+inline void ConvertRun(const T* src, int64_t n, float* dst, const ValueTable* lut) {
   if constexpr (std::is_same_v<T, float>) {
     __builtin_memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-  } else if constexpr (std::is_same_v<T, int16_t>) {
-    if (lut != nullptr) {
-      const float* mid = lut + 32768;
-      for (int64_t j = 0; j < n; ++j) dst[j] = mid[src[j]];
-    } else {
-      for (int64_t j = 0; j < n; ++j) dst[j] = ToFloat32(src[j]);
-    }
   } else if constexpr (std::is_integral_v<T> && sizeof(T) <= 2) {
-    if (lut != nullptr) {
-      for (int64_t j = 0; j < n; ++j) dst[j] = lut[src[j]];
-    } else {
+    if (lut == nullptr) {
       for (int64_t j = 0; j < n; ++j) dst[j] = ToFloat32(src[j]);
+      return;
     }
+    switch (lut->rule) {
+      case ValueTable::Rule::kAffine: {
+        const float div = lut->div, mul = lut->mul, add = lut->add;
+        if (lut->clamp) {
+          const float lo = lut->lo, hi = lut->hi;
+          for (int64_t j = 0; j < n; ++j) {
+            float v = static_cast<float>(src[j]) / div * mul + add;
+            v = v < lo ? lo : v;
+            dst[j] = v > hi ? hi : v;
+          }
+        } else {
+          for (int64_t j = 0; j < n; ++j) dst[j] = static_cast<float>(src[j]) / div * mul + add;
+        }
+        return;
+      }
+      case ValueTable::Rule::kNonZero:
+        for (int64_t j = 0; j < n; ++j) dst[j] = src[j] != 0 ? 1.0f : 0.0f;
+        return;
+      case ValueTable::Rule::kLookup:
+        break;
+    }
+    const float* values = lut->values;
+    if constexpr (std::is_same_v<T, int16_t>) values += 32768;
+    for (int64_t j = 0; j < n; ++j) dst[j] = values[src[j]];
   } else {
     for (int64_t j = 0; j < n; ++j) dst[j] = ToFloat32(src[j]);
   }
@@ -165,11 +183,11 @@ inline void ConvertRun(const T* src, int64_t n, float* dst, const float* lut) {
 // element type of store/dtype.h.
 template <typename T>
 void CopyTransformed(const T* plane, int64_t row_stride, int64_t y, int64_t x, int64_t height, int64_t width,
-                     Transform t, float* dst, const float* lut = nullptr);
+                     Transform t, float* dst, const ValueTable* lut = nullptr);
 
 #define PATCHSTORE_COPY_TRANSFORMED_(e, code, T, name, fmt)                                                  \
   extern template void CopyTransformed<T>(const T*, int64_t, int64_t, int64_t, int64_t, int64_t, Transform, float*, \
-                                          const float*);
+                                          const ValueTable*);
 PATCHSTORE_FOR_EACH_DTYPE(PATCHSTORE_COPY_TRANSFORMED_)
 #undef PATCHSTORE_COPY_TRANSFORMED_
 

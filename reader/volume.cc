@@ -20,7 +20,7 @@ namespace {
 struct VolumeRef {
   const uint8_t* data = nullptr;
   DType dtype = DType::kFloat32;
-  const float* lut = nullptr;
+  const ValueTable* lut = nullptr;
   int64_t S = 0, H = 0, W = 0;
   size_t es() const { return DTypeSize(dtype); }
 };
@@ -55,10 +55,8 @@ void CopyStack(const VolumeRef& v, int64_t slice, int64_t context, const SliceTr
     VisitDType(v.dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
       const T* src = reinterpret_cast<const T*>(v.data) + s * plane;
-      if (identity && std::is_same_v<T, float>)
-        std::memcpy(dst + d * plane, src, static_cast<size_t>(plane) * sizeof(float));
-      else if (identity)
-        for (int64_t i = 0; i < plane; ++i) dst[d * plane + i] = ConvertElement(src[i], v.lut);
+      if (identity)
+        ConvertRun(src, plane, dst + d * plane, v.lut);  // a memcpy for float32
       else
         CopyTransformed(src, v.W, t.y, t.x, h, w, k, dst + d * h * w, v.lut);
     });

@@ -272,6 +272,57 @@ TEST(Encodings, CompactAndTiledStoresReadBitIdenticalToFloat32Rows) {
   }
 }
 
+// Each field's table converts by the fastest rule that gives Apply's bits
+// for every stored value: through ConvertElement, through ConvertRun over
+// all values at once, and through runs of every length 1..40 at offsets
+// across the range (vector bodies, heads and tails, nothing written past a
+// run). Range normalisation (computed in double) keeps the lookup.
+TEST(Encodings, ValueTableRulesReproduceEveryValue) {
+  using Rule = ValueTable::Rule;
+  struct K {
+    DType dtype;
+    Normalization norm;
+    Rule rule;
+  };
+  std::vector<K> ks;
+  const Rule want[] = {Rule::kAffine, Rule::kAffine, Rule::kNonZero, Rule::kAffine, Rule::kAffine,
+                       Rule::kAffine, Rule::kAffine, Rule::kLookup,  Rule::kLookup};
+  for (size_t i = 0; i < Cases().size(); ++i) ks.push_back({Cases()[i].dtype, Cases()[i].norm, want[i]});
+  ks.push_back({DType::kUInt8, Norm(NormKind::kAffine, 1.0 / 3, 0.1, true, 0.2, 50.5), Rule::kAffine});
+  ks.push_back({DType::kInt16, Norm(NormKind::kUnit, 4095, 0), Rule::kAffine});
+  ks.push_back({DType::kUInt16, Norm(NormKind::kBinary, 65535, 0), Rule::kNonZero});
+  for (const K& k : ks) {
+    SCOPED_TRACE(std::string(DTypeName(k.dtype)) + " " + k.norm.ToString());
+    auto table = MakeValueTable(k.dtype, k.norm);
+    EXPECT_EQ(table->rule, k.rule);
+    VisitDType(k.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (std::is_integral_v<T>) {
+        const int64_t lo = std::is_signed_v<T> ? -32768 : 0, count = int64_t{1} << (8 * sizeof(T));
+        std::vector<T> all(static_cast<size_t>(count));
+        std::vector<float> want_bits(all.size()), got(all.size() + 64);
+        for (int64_t i = 0; i < count; ++i) {
+          all[static_cast<size_t>(i)] = static_cast<T>(lo + i);
+          want_bits[static_cast<size_t>(i)] = k.norm.Apply(static_cast<double>(lo + i));
+          const float e = ConvertElement(all[static_cast<size_t>(i)], table.get());
+          ASSERT_EQ(std::memcmp(&e, &want_bits[static_cast<size_t>(i)], 4), 0) << "value " << lo + i;
+        }
+        ConvertRun(all.data(), count, got.data(), table.get());
+        ASSERT_EQ(std::memcmp(got.data(), want_bits.data(), want_bits.size() * 4), 0);
+        for (int64_t n = 1; n <= 40; ++n)
+          for (int64_t at = 0; at + n <= count; at += 997) {
+            std::fill(got.begin(), got.end(), -7.0f);
+            ConvertRun(all.data() + at, n, got.data() + 1, table.get());
+            ASSERT_EQ(std::memcmp(got.data() + 1, want_bits.data() + at, static_cast<size_t>(n) * 4), 0)
+                << "run of " << n << " at " << at;
+            ASSERT_EQ(got[0], -7.0f);
+            ASSERT_EQ(got[static_cast<size_t>(n) + 1], -7.0f) << "run of " << n << " wrote past its end";
+          }
+      }
+    });
+  }
+}
+
 TEST(Encodings, Float16RecordsReadAsTheirExactFloat32Values) {
   TempDir dir;
   const Normalization none = Norm(NormKind::kNone, 1, 0);
@@ -299,9 +350,9 @@ TEST(Encodings, TiledViewsAreRowMajorCopiesOfTheStoredDType) {
       for (int64_t x = 0; x < 12; ++x)
         ASSERT_EQ(v.data_as<uint8_t>()[(c * 10 + y) * 12 + x], SourceValue(DType::kUInt8, 1, 0, c, 3 + y, 5 + x));
   // The table converts: value 255 -> 1.0f, 0 -> 0.0f (unit).
-  EXPECT_EQ(v.lut[255], 1.0f);
-  EXPECT_EQ(v.lut[0], 0.0f);
-  EXPECT_EQ(v.lut[51], 51.0f / 255.0f);
+  EXPECT_EQ(v.lut->values[255], 1.0f);
+  EXPECT_EQ(v.lut->values[0], 0.0f);
+  EXPECT_EQ(v.lut->values[51], 51.0f / 255.0f);
   // A view outlives its Reader (it owns the copy and the table).
   r.reset();
   EXPECT_EQ(AsFloat32(v).data_as<float>()[0], unit.Apply(SourceValue(DType::kUInt8, 1, 0, 0, 3, 5)));
