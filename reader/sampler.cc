@@ -315,12 +315,24 @@ Status PatchSampler::DrawMany(const std::vector<std::pair<uint64_t, uint64_t>>& 
   std::vector<size_t> pending;  // draws still trying candidates
   const int64_t ph = options_.height(), pw = options_.width();
   std::vector<uint8_t> found(n, 0);
+  auto memo_key = [](uint64_t sample, uint64_t key) { return Mix(sample) ^ key; };
+  std::unique_lock<std::mutex> memo_lock(mu_, std::defer_lock);
+  if (mask_field_ >= 0) memo_lock.lock();
   for (size_t i = 0; i < n; ++i) {
     Window& w = (*out)[i];
     w.sample = draws[i].first;
     want[i] = policy_->WantQualifying(Mix(draws[i].second ^ 1)) ? 1 : 0;
     if (mask_field_ >= 0) {
-      pending.push_back(i);
+      // Drawn before (PrefetchAhead drew the batches that Gather draws now).
+      auto it = draw_memo_.find(memo_key(draws[i].first, draws[i].second));
+      if (it != draw_memo_.end() && it->second.sample == draws[i].first && it->second.key == draws[i].second) {
+        w.y = it->second.y;
+        w.x = it->second.x;
+        w.positive = it->second.positive;
+        found[i] = 1;
+      } else {
+        pending.push_back(i);
+      }
       continue;
     }
     // Every window qualifies: candidate 0 (so a mask valid everywhere draws
@@ -332,6 +344,8 @@ Status PatchSampler::DrawMany(const std::vector<std::pair<uint64_t, uint64_t>>& 
       found[i] = 1;
     }
   }
+  if (memo_lock.owns_lock()) memo_lock.unlock();
+  const std::vector<size_t> computed = pending;  // remembered at the end
   std::vector<std::shared_ptr<const SampleSets>> lists;
   std::vector<std::pair<int64_t, int64_t>> at;
   std::vector<size_t> next;
@@ -385,6 +399,14 @@ Status PatchSampler::DrawMany(const std::vector<std::pair<uint64_t, uint64_t>>& 
     const uint64_t aug = Mix(key ^ 3);
     if (options_.flip) w.flip = static_cast<uint8_t>(aug & 3);
     if (options_.rot90) w.rot = static_cast<uint8_t>((aug >> 2) & 3);
+  }
+  if (!computed.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (draw_memo_.size() + computed.size() > kDrawMemo) draw_memo_.clear();
+    for (size_t i : computed) {
+      const Window& w = (*out)[i];
+      draw_memo_[memo_key(w.sample, draws[i].second)] = MemoWindow{w.sample, draws[i].second, w.y, w.x, w.positive};
+    }
   }
   return Status::OK();
 }

@@ -78,6 +78,10 @@
 //   windows (n x sum_f C_f x h x w x 4 bytes, rounded out to pages) and
 //   their candidates' mask windows, plus the window list (n Windows) while
 //   it runs. The windows served are identical with it on or off.
+//   Each mask-aware draw is computed once: DrawMany keeps the windows of
+//   recent draws (up to kDrawMemo, about 3 MB) for the Gather and
+//   PrefetchAhead calls that ask for the same draws again, so candidate
+//   masks are counted once, not three times per window.
 //
 // Adding a sampling policy: one enum value below (and its name in
 // reader/sampling_policy.cc), one class deriving from WindowPolicy in
@@ -274,6 +278,8 @@ class PatchSampler {
   // Candidate windows a mask-aware draw tries before it draws from the
   // sample's window lists.
   static constexpr int kWindowTries = 16;
+  // Draws whose windows DrawMany remembers (then forgets all at once).
+  static constexpr size_t kDrawMemo = size_t{1} << 16;
   // The windows of draws (sample, key) as Draw gives them one by one, with
   // each round of candidates' mask bytes requested at once (many reads in
   // flight when the store is not in the page cache).
@@ -346,6 +352,14 @@ class PatchSampler {
   mutable uint64_t sets_bytes_ = 0;
   mutable uint64_t perm_epoch_ = UINT64_MAX;
   mutable std::shared_ptr<const std::vector<uint64_t>> perm_;
+  // DrawMany's windows of mask-aware draws, by Mix(sample) ^ key (each
+  // entry holds its draw, so a collision is a miss), under mu_.
+  struct MemoWindow {
+    uint64_t sample = 0, key = 0;
+    int64_t y = 0, x = 0;
+    bool positive = false;
+  };
+  mutable std::unordered_map<uint64_t, MemoWindow> draw_memo_;
 };
 
 }  // namespace patchstore
