@@ -697,20 +697,18 @@ void CopyWindowAs(const TensorView& v, float* dst) {
   }
 }
 
-// The window of a tiled record, untransformed, into C planes of h x w at
-// `dst`: tile by tile, each tile's rows in address order.
-template <class T>
-void CopyTiledWindow(const WindowSource& s, float* dst) {
+// Visits the window of a tiled record run by run: fn(c, r, x, src, n) for
+// the n elements of channel c, window row r, window columns [x, x+n) at
+// `src`; tile row by tile row, each tile's rows in address order.
+template <class T, class Fn>
+void ForEachTiledRun(const WindowSource& s, Fn&& fn) {
   const T* p = reinterpret_cast<const T*>(s.payload);
-  const ValueTable* const lut = s.lut;
   const TileGrid g = s.grid();
   const int64_t TT = g.T;
   const int64_t ty0 = s.y / TT, ty1 = (s.y + s.h - 1) / TT, tx0 = s.x / TT, tx1 = (s.x + s.w - 1) / TT;
-  // Output rows in order (each written whole, left to right, reading one
-  // segment from each tile it crosses).
   // The tiles of one tile row are one contiguous range: while a tile row is
-  // copied, the next one is prefetched whole into the cache (the rows of
-  // one output row come from several tiles, which the hardware prefetcher
+  // visited, the next one is prefetched whole into the cache (the rows of
+  // one window row come from several tiles, which the hardware prefetcher
   // does not follow).
   auto prefetch_tile_row = [&](int64_t ty) {
     const uint8_t* b = reinterpret_cast<const uint8_t*>(p + g.TileOffset(ty, tx0));
@@ -725,13 +723,51 @@ void CopyTiledWindow(const WindowSource& s, float* dst) {
     for (int64_t c = 0; c < g.C; ++c)
       for (int64_t r = r0; r < r1; ++r) {
         const T* plane_row = row_tiles + c * TT * TT + (r % TT) * TT;
-        float* d = dst + (c * s.h + r - s.y) * s.w;
         for (int64_t tx = tx0; tx <= tx1; ++tx) {
           const int64_t c0 = std::max(s.x, tx * TT), c1 = std::min(s.x + s.w, (tx + 1) * TT);
-          ConvertRun(plane_row + tx * g.tile_elements() + c0 % TT, c1 - c0, d + (c0 - s.x), lut);
+          fn(c, r - s.y, c0 - s.x, plane_row + tx * g.tile_elements() + c0 % TT, c1 - c0);
         }
       }
   }
+}
+
+// The window of a tiled record, untransformed, into C planes of h x w at
+// `dst`: each output row written left to right, a segment from each tile it
+// crosses.
+template <class T>
+void CopyTiledWindow(const WindowSource& s, float* dst) {
+  const ValueTable* const lut = s.lut;
+  ForEachTiledRun<T>(s, [&](int64_t c, int64_t r, int64_t x, const T* src, int64_t n) {
+    ConvertRun(src, n, dst + (c * s.h + r) * s.w + x, lut);
+  });
+}
+
+// Elements of the window whose normalised value is non-zero and not NaN,
+// without writing them anywhere: float32 counted in place, other dtypes
+// converted by ConvertRun in cache-sized pieces (the values a copy gives).
+template <class T>
+uint64_t CountNonZeroT(const WindowSource& s) {
+  uint64_t count = 0;
+  auto run = [&](const T* src, int64_t n) {
+    if constexpr (std::is_same_v<T, float>) {
+      for (int64_t j = 0; j < n; ++j) count += (src[j] == src[j] && src[j] != 0.0f) ? 1u : 0u;
+    } else {
+      float piece[256];
+      for (int64_t at = 0; at < n; at += 256) {
+        const int64_t m = std::min<int64_t>(256, n - at);
+        ConvertRun(src + at, m, piece, s.lut);
+        for (int64_t j = 0; j < m; ++j) count += (piece[j] == piece[j] && piece[j] != 0.0f) ? 1u : 0u;
+      }
+    }
+  };
+  if (s.tile) {
+    ForEachTiledRun<T>(s, [&](int64_t, int64_t, int64_t, const T* src, int64_t n) { run(src, n); });
+  } else {
+    const T* p = reinterpret_cast<const T*>(s.payload);
+    for (int64_t c = 0; c < s.C; ++c)
+      for (int64_t r = 0; r < s.h; ++r) run(p + (c * s.H + s.y + r) * s.W + s.x, s.w);
+  }
+  return count;
 }
 
 template <class T>
@@ -811,6 +847,12 @@ TensorView AsFloat32(const TensorView& v) {
 
 void CopyWindow(const WindowSource& src, Transform t, float* dst) {
   VisitDType(src.dtype, [&](auto tag) { CopyWindowT<typename decltype(tag)::type>(src, t, dst); });
+}
+
+uint64_t CountNonZero(const WindowSource& src) {
+  uint64_t n = 0;
+  VisitDType(src.dtype, [&](auto tag) { n = CountNonZeroT<typename decltype(tag)::type>(src); });
+  return n;
 }
 
 std::vector<std::pair<const void*, size_t>> WindowByteRanges(const WindowSource& s) {

@@ -90,6 +90,11 @@ struct WindowSource {
 // allocated except a per-thread staging plane for transformed tiled windows.
 void CopyWindow(const WindowSource& src, Transform t, float* dst);
 
+// The number of elements of the window of `src` whose float32 value (as
+// CopyWindow gives it) is non-zero and not NaN: what a mask requirement
+// counts (reader/sat.h). Reads the window once and writes nothing.
+uint64_t CountNonZero(const WindowSource& src);
+
 // The contiguous byte ranges of the map that the window of `src` reads: one
 // per row of every channel for rows, one per tile row for tiled records
 // (the tiles of a tile row are contiguous). For prefetching (WILLNEED).

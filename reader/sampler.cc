@@ -298,13 +298,9 @@ Result<std::shared_ptr<const PatchSampler::SampleSets>> PatchSampler::ListsForDr
 Result<bool> PatchSampler::WindowQualifies(uint64_t sample, int64_t y, int64_t x) const {
   const int64_t ph = options_.height(), pw = options_.width();
   PS_ASSIGN_OR_RETURN(WindowSource src, reader_->Window(sample, mask_field_, y, x, ph, pw));
-  // The normalised values, as the summed-area table counts them (reader/sat.h).
-  thread_local std::vector<float> values;
-  values.resize(static_cast<size_t>(src.C * ph * pw));
-  CopyWindow(src, Transform{}, values.data());
-  uint64_t n = 0;
-  for (float v : values) n += (v != 0.0f && !std::isnan(v)) ? 1u : 0u;
-  return n >= threshold_;
+  // The normalised values, counted as the summed-area table counts them
+  // (reader/sat.h).
+  return CountNonZero(src) >= threshold_;
 }
 
 Status PatchSampler::DrawMany(const std::vector<std::pair<uint64_t, uint64_t>>& draws,

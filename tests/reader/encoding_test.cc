@@ -4,6 +4,7 @@
 // the same data; damaged tiled / compact records are refused by name.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -185,6 +186,31 @@ void ExpectSameReads(const Reader& ref, const Reader& r) {
 }
 
 // PatchSampler batches with flips and quarter turns: same windows, same bytes.
+// CountNonZero (a mask requirement's count, read in place) equals the
+// count of non-zero values CopyWindow gives, on both stores, for windows at
+// tile edges, inside one tile and across the whole record. Returns how
+// many windows held both zero and non-zero values.
+int ExpectSameCounts(const Reader& ref, const Reader& r) {
+  int mixed = 0;
+  const int64_t windows[][4] = {{0, 0, kH, kW}, {3, 5, 10, 12}, {8, 16, 8, 8}, {9, 17, 1, 27}, {kH - 16, kW - 16, 16, 16}};
+  for (uint64_t s = 0; s < kSamples; ++s)
+    for (int f = 0; f < 2; ++f)
+      for (const auto& w : windows) {
+        const WindowSource a = ref.Window(s, f, w[0], w[1], w[2], w[3]).value();
+        const WindowSource b = r.Window(s, f, w[0], w[1], w[2], w[3]).value();
+        std::vector<float> values(static_cast<size_t>(b.C * w[2] * w[3]));
+        CopyWindow(b, Transform{}, values.data());
+        uint64_t brute = 0;
+        for (float v : values) brute += (v != 0.0f && !std::isnan(v)) ? 1u : 0u;
+        SCOPED_TRACE("sample " + std::to_string(s) + " field " + std::to_string(f) + " window at " +
+                     std::to_string(w[0]) + "," + std::to_string(w[1]));
+        EXPECT_EQ(CountNonZero(b), brute);
+        EXPECT_EQ(CountNonZero(a), brute);
+        mixed += brute > 0 && brute < values.size() ? 1 : 0;
+      }
+  return mixed;
+}
+
 void ExpectSameBatches(std::shared_ptr<Reader> ref, std::shared_ptr<Reader> r) {
   for (uint64_t seed : {1u, 2u, 7u}) {
     SamplerOptions o;
@@ -248,6 +274,7 @@ std::vector<Case> Cases() {
 }
 
 TEST(Encodings, CompactAndTiledStoresReadBitIdenticalToFloat32Rows) {
+  int mixed = 0;  // count windows with zeros and non-zeros (masks of unit, binary, none)
   for (const Case& k : Cases()) {
     SCOPED_TRACE(k.what);
     TempDir dir;
@@ -266,10 +293,12 @@ TEST(Encodings, CompactAndTiledStoresReadBitIdenticalToFloat32Rows) {
       }
       ExpectSameReads(*ref, *r);
       if (::testing::Test::HasFatalFailure()) return;
+      mixed += ExpectSameCounts(*ref, *r);
       ExpectSameBatches(ref, r);
       if (::testing::Test::HasFatalFailure()) return;
     }
   }
+  EXPECT_GT(mixed, 100);
 }
 
 // Each field's table converts by the fastest rule that gives Apply's bits
