@@ -744,19 +744,30 @@ void CopyTiledWindow(const WindowSource& s, float* dst) {
 
 // Elements of the window whose normalised value is non-zero and not NaN,
 // without writing them anywhere: float32 counted in place, other dtypes
-// converted by ConvertRun in cache-sized pieces (the values a copy gives).
+// converted by ConvertRun (the values a copy gives) into a piece of 1,024
+// floats that stays in L1 and is counted whenever it is full (runs of a
+// tiled window are as short as a tile's width).
 template <class T>
 uint64_t CountNonZeroT(const WindowSource& s) {
   uint64_t count = 0;
+  constexpr int64_t kPiece = 1024;
+  float piece[kPiece];
+  int64_t fill = 0;
+  auto count_piece = [&] {
+    for (int64_t j = 0; j < fill; ++j) count += (piece[j] == piece[j] && piece[j] != 0.0f) ? 1u : 0u;
+    fill = 0;
+  };
   auto run = [&](const T* src, int64_t n) {
     if constexpr (std::is_same_v<T, float>) {
       for (int64_t j = 0; j < n; ++j) count += (src[j] == src[j] && src[j] != 0.0f) ? 1u : 0u;
     } else {
-      float piece[256];
-      for (int64_t at = 0; at < n; at += 256) {
-        const int64_t m = std::min<int64_t>(256, n - at);
-        ConvertRun(src + at, m, piece, s.lut);
-        for (int64_t j = 0; j < m; ++j) count += (piece[j] == piece[j] && piece[j] != 0.0f) ? 1u : 0u;
+      while (n > 0) {
+        const int64_t m = std::min(n, kPiece - fill);
+        ConvertRun(src, m, piece + fill, s.lut);
+        fill += m;
+        src += m;
+        n -= m;
+        if (fill == kPiece) count_piece();
       }
     }
   };
@@ -767,6 +778,7 @@ uint64_t CountNonZeroT(const WindowSource& s) {
     for (int64_t c = 0; c < s.C; ++c)
       for (int64_t r = 0; r < s.h; ++r) run(p + (c * s.H + s.y + r) * s.W + s.x, s.w);
   }
+  count_piece();
   return count;
 }
 

@@ -312,15 +312,17 @@ Status PatchSampler::DrawMany(const std::vector<std::pair<uint64_t, uint64_t>>& 
   const int64_t ph = options_.height(), pw = options_.width();
   std::vector<uint8_t> found(n, 0);
   auto memo_key = [](uint64_t sample, uint64_t key) { return Mix(sample) ^ key; };
+  // Only draws decided by counting are remembered: a draw from the lists
+  // costs less than the lookup, so list-only samplers never take the lock.
   std::unique_lock<std::mutex> memo_lock(mu_, std::defer_lock);
-  if (mask_field_ >= 0) memo_lock.lock();
+  if (mask_field_ >= 0 && draw_memo_size_.load(std::memory_order_relaxed) > 0) memo_lock.lock();
   for (size_t i = 0; i < n; ++i) {
     Window& w = (*out)[i];
     w.sample = draws[i].first;
     want[i] = policy_->WantQualifying(Mix(draws[i].second ^ 1)) ? 1 : 0;
     if (mask_field_ >= 0) {
       // Drawn before (PrefetchAhead drew the batches that Gather draws now).
-      auto it = draw_memo_.find(memo_key(draws[i].first, draws[i].second));
+      auto it = memo_lock.owns_lock() ? draw_memo_.find(memo_key(draws[i].first, draws[i].second)) : draw_memo_.end();
       if (it != draw_memo_.end() && it->second.sample == draws[i].first && it->second.key == draws[i].second) {
         w.y = it->second.y;
         w.x = it->second.x;
@@ -341,7 +343,7 @@ Status PatchSampler::DrawMany(const std::vector<std::pair<uint64_t, uint64_t>>& 
     }
   }
   if (memo_lock.owns_lock()) memo_lock.unlock();
-  const std::vector<size_t> computed = pending;  // remembered at the end
+  std::vector<uint8_t> counted(n, 0);  // decided by counting a candidate's mask: remembered at the end
   std::vector<std::shared_ptr<const SampleSets>> lists;
   std::vector<std::pair<int64_t, int64_t>> at;
   std::vector<size_t> next;
@@ -368,6 +370,7 @@ Status PatchSampler::DrawMany(const std::vector<std::pair<uint64_t, uint64_t>>& 
         q = lists[k]->pos.Contains(at[k].first, at[k].second);
       } else {
         PS_ASSIGN_OR_RETURN(q, WindowQualifies(draws[i].first, at[k].first, at[k].second));
+        counted[i] = 1;
       }
       if (q == (want[i] != 0)) {
         (*out)[i].y = at[k].first;
@@ -396,13 +399,16 @@ Status PatchSampler::DrawMany(const std::vector<std::pair<uint64_t, uint64_t>>& 
     if (options_.flip) w.flip = static_cast<uint8_t>(aug & 3);
     if (options_.rot90) w.rot = static_cast<uint8_t>((aug >> 2) & 3);
   }
-  if (!computed.empty()) {
+  const size_t remember = static_cast<size_t>(std::count(counted.begin(), counted.end(), 1));
+  if (remember > 0) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (draw_memo_.size() + computed.size() > kDrawMemo) draw_memo_.clear();
-    for (size_t i : computed) {
+    if (draw_memo_.size() + remember > kDrawMemo) draw_memo_.clear();
+    for (size_t i = 0; i < n; ++i) {
+      if (!counted[i]) continue;
       const Window& w = (*out)[i];
       draw_memo_[memo_key(w.sample, draws[i].second)] = MemoWindow{w.sample, draws[i].second, w.y, w.x, w.positive};
     }
+    draw_memo_size_.store(draw_memo_.size(), std::memory_order_relaxed);
   }
   return Status::OK();
 }

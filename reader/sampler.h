@@ -78,10 +78,10 @@
 //   windows (n x sum_f C_f x h x w x 4 bytes, rounded out to pages) and
 //   their candidates' mask windows, plus the window list (n Windows) while
 //   it runs. The windows served are identical with it on or off.
-//   Each mask-aware draw is computed once: DrawMany keeps the windows of
-//   recent draws (up to kDrawMemo, about 3 MB) for the Gather and
-//   PrefetchAhead calls that ask for the same draws again, so candidate
-//   masks are counted once, not three times per window.
+//   Each draw decided by counting candidate masks is computed once:
+//   DrawMany keeps the windows of recent ones (up to kDrawMemo, about 3 MB)
+//   for the Gather and PrefetchAhead calls that ask for the same draws
+//   again, so candidate masks are counted once, not three times per window.
 //
 // Adding a sampling policy: one enum value below (and its name in
 // reader/sampling_policy.cc), one class deriving from WindowPolicy in
@@ -92,6 +92,7 @@
 // SetEpoch() mutate the cursor and need external synchronisation.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -360,6 +361,7 @@ class PatchSampler {
     bool positive = false;
   };
   mutable std::unordered_map<uint64_t, MemoWindow> draw_memo_;
+  mutable std::atomic<size_t> draw_memo_size_{0};  // draw_memo_.size(), read without mu_
 };
 
 }  // namespace patchstore
