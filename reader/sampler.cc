@@ -344,6 +344,16 @@ Status PatchSampler::DrawMany(const std::vector<std::pair<uint64_t, uint64_t>>& 
   }
   if (memo_lock.owns_lock()) memo_lock.unlock();
   std::vector<uint8_t> counted(n, 0);  // decided by counting a candidate's mask: remembered at the end
+  // Per pending draw, once: its window positions and its lists (null: its
+  // candidates are checked by counting).
+  std::vector<std::pair<int64_t, int64_t>> positions(n);
+  std::vector<std::shared_ptr<const SampleSets>> lists_of(n);
+  for (size_t i : pending) {
+    WindowPositions(draws[i].first, mask_field_, &positions[i].first, &positions[i].second);
+    if (positions[i].first <= 0 || positions[i].second <= 0)
+      return Status::OutOfRange("sampling " + reader_->Describe(draws[i].first, fields_[0]) + ": no admissible window");
+    PS_ASSIGN_OR_RETURN(lists_of[i], ListsForDraw(draws[i].first));
+  }
   std::vector<std::shared_ptr<const SampleSets>> lists;
   std::vector<std::pair<int64_t, int64_t>> at;
   std::vector<size_t> next;
@@ -353,14 +363,10 @@ Status PatchSampler::DrawMany(const std::vector<std::pair<uint64_t, uint64_t>>& 
     lists.assign(pending.size(), nullptr);
     at.resize(pending.size());
     for (size_t k = 0; k < pending.size(); ++k) {
-      const uint64_t sample = draws[pending[k]].first;
-      int64_t ny = 0, nx = 0;
-      WindowPositions(sample, mask_field_, &ny, &nx);
-      if (ny <= 0 || nx <= 0)
-        return Status::OutOfRange("sampling " + reader_->Describe(sample, fields_[0]) + ": no admissible window");
-      Candidate(draws[pending[k]].second, t, ny, nx, &at[k].first, &at[k].second);
-      PS_ASSIGN_OR_RETURN(lists[k], ListsForDraw(sample));
-      if (!lists[k]) reader_->PrefetchPatch(sample, mask_field_, at[k].first, at[k].second, ph, pw);
+      const size_t i = pending[k];
+      Candidate(draws[i].second, t, positions[i].first, positions[i].second, &at[k].first, &at[k].second);
+      lists[k] = lists_of[i];
+      if (!lists[k]) reader_->PrefetchPatch(draws[i].first, mask_field_, at[k].first, at[k].second, ph, pw);
     }
     next.clear();
     for (size_t k = 0; k < pending.size(); ++k) {
