@@ -662,18 +662,6 @@ Result<TensorView> Reader::Patch(uint64_t sample, int field, int64_t y, int64_t 
 
 namespace {
 
-// One row of `w` elements of type T into float32: a memcpy for float32, an
-// element-wise ToFloat32 otherwise (this is where a compact record becomes
-// float32, inside the gather copy).
-template <class T>
-inline void ConvertRow(const uint8_t* src, int64_t w, float* dst, const ValueTable* lut) {
-  if constexpr (std::is_same_v<T, float>) {
-    std::memcpy(dst, src, static_cast<size_t>(w) * sizeof(float));
-  } else {
-    ConvertRun(reinterpret_cast<const T*>(src), w, dst, lut);
-  }
-}
-
 template <class T>
 void CopyWindowAs(const TensorView& v, float* dst) {
   const int64_t C = v.shape[0], h = v.shape[1], w = v.shape[2];
@@ -692,7 +680,7 @@ void CopyWindowAs(const TensorView& v, float* dst) {
       const uint8_t* ahead = row_ptr(i + kAhead);
       for (size_t b = 0; b < row; b += 64) __builtin_prefetch(ahead + b);
     }
-    ConvertRow<T>(row_ptr(i), w, dst, v.lut);
+    ConvertRun(reinterpret_cast<const T*>(row_ptr(i)), w, dst, v.lut);  // a memcpy for float32
     dst += w;
   }
 }

@@ -354,26 +354,23 @@ Status PatchSampler::DrawMany(const std::vector<std::pair<uint64_t, uint64_t>>& 
       return Status::OutOfRange("sampling " + reader_->Describe(draws[i].first, fields_[0]) + ": no admissible window");
     PS_ASSIGN_OR_RETURN(lists_of[i], ListsForDraw(draws[i].first));
   }
-  std::vector<std::shared_ptr<const SampleSets>> lists;
   std::vector<std::pair<int64_t, int64_t>> at;
   std::vector<size_t> next;
   for (int t = 0; t < kWindowTries && !pending.empty(); ++t) {
     // Candidate t of every pending draw; the mask bytes of those checked by
     // counting are requested together, so the disk sees them all at once.
-    lists.assign(pending.size(), nullptr);
     at.resize(pending.size());
     for (size_t k = 0; k < pending.size(); ++k) {
       const size_t i = pending[k];
       Candidate(draws[i].second, t, positions[i].first, positions[i].second, &at[k].first, &at[k].second);
-      lists[k] = lists_of[i];
-      if (!lists[k]) reader_->PrefetchPatch(draws[i].first, mask_field_, at[k].first, at[k].second, ph, pw);
+      if (!lists_of[i]) reader_->PrefetchPatch(draws[i].first, mask_field_, at[k].first, at[k].second, ph, pw);
     }
     next.clear();
     for (size_t k = 0; k < pending.size(); ++k) {
       const size_t i = pending[k];
       bool q = false;
-      if (lists[k]) {
-        q = lists[k]->pos.Contains(at[k].first, at[k].second);
+      if (lists_of[i]) {
+        q = lists_of[i]->pos.Contains(at[k].first, at[k].second);
       } else {
         PS_ASSIGN_OR_RETURN(q, WindowQualifies(draws[i].first, at[k].first, at[k].second));
         counted[i] = 1;
