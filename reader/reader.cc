@@ -957,6 +957,65 @@ Result<SatView> Reader::Sat(uint64_t sample, int field, bool cache) const {
   return v;
 }
 
+Result<MaskBlocksView> Reader::MaskBlocks(uint64_t sample, int field) const {
+  if (sample >= ids_.size()) return Status::OutOfRange("sample " + std::to_string(sample) + " out of range");
+  if (field < 0 || field >= field_count()) return Status::NotFound("no field #" + std::to_string(field));
+  uint64_t local = 0;
+  const StoreRef& store = Locate(sample, &local);
+  // The store's own metadata: stores of a set written before block counts
+  // existed have none.
+  const uint32_t b = store.snapshot->meta().fields[field].mask_blocks;
+  const RecordSummary& sum = summary(sample, field);
+  if (b == 0 || !sum.present) return Status::NotFound(Describe(sample, field) + " has no mask block counts");
+  const std::string what = "reading the mask block counts of " + Describe(sample, field);
+  auto aux = store.snapshot->GetRecord(local, static_cast<uint16_t>(kAuxFieldBase + field));
+  if (!aux.ok()) {
+    if (aux.status().code() == Code::kNotFound)
+      return Status::Corruption(what + ": the record is missing (run `patchstore verify`)");
+    return aux.status().WithContext(what);
+  }
+  auto h = ParseRecordHeader(aux->data(), aux->size());
+  if (!h.ok()) return h.status().WithContext(what);
+  RecordHeader mask;
+  mask.layout = sum.layout;
+  mask.rank = sum.rank;
+  mask.shape = sum.shape;
+  auto want = MaskBlocksHeader(mask, b);
+  if (!want.ok()) return Status::Corruption(what + ": " + want.status().message());
+  if (h->dtype != want->dtype || h->layout != want->layout || h->rank != want->rank || h->shape != want->shape ||
+      h->tile != 0)
+    return Status::Corruption(what + ": its shape disagrees with the mask's");
+  const auto* data = reinterpret_cast<const uint8_t*>(aux->data());
+  if (reinterpret_cast<uintptr_t>(data + kRecordHeaderSize) % kPayloadAlignment != 0)
+    return Status::Corruption(what + ": unaligned");
+  Status body = VerifyRecordBody(*h, data);
+  if (!body.ok()) return body.WithContext(what);
+  MaskBlocksView v;
+  v.data = reinterpret_cast<const uint32_t*>(data + kRecordHeaderSize);
+  v.B = b;
+  v.H = static_cast<int64_t>(sum.shape[1]);
+  v.W = static_cast<int64_t>(sum.shape[2]);
+  v.by = static_cast<int64_t>(h->shape[1]) - 1;
+  v.bx = static_cast<int64_t>(h->shape[2]) - 1;
+  v.owner = owner_;
+  return v;
+}
+
+uint32_t Reader::MaskBlockEdge(uint64_t sample, int field) const {
+  if (sample >= ids_.size() || field < 0 || field >= field_count()) return 0;
+  uint64_t local = 0;
+  return Locate(sample, &local).snapshot->meta().fields[field].mask_blocks;
+}
+
+void Reader::PrefetchMaskBlocks(uint64_t sample, int field) const {
+  if (sample >= ids_.size() || field < 0 || field >= field_count() || !InOpeningProcess()) return;
+  uint64_t local = 0;
+  const StoreRef& store = Locate(sample, &local);
+  if (store.snapshot->meta().fields[field].mask_blocks == 0) return;
+  auto aux = store.snapshot->GetRecord(local, static_cast<uint16_t>(kAuxFieldBase + field));
+  if (aux.ok()) store.snapshot->Advise(Access::kWillNeed, aux->data(), aux->size());
+}
+
 void Reader::Prefetch(uint64_t sample, int field) const {
   if (sample >= ids_.size() || field < 0 || field >= field_count()) return;
   auto ref = Ref(sample, field);

@@ -216,6 +216,19 @@ class Reader {
   // InvalidArgument when the field is not 1-channel.
   Result<SatView> Sat(uint64_t sample, int field, bool cache = true) const;
 
+  // The block counts of mask field `field` for `sample` (reader/sat.h,
+  // FORMAT.md "Mask block counts"): zero-copy, header and body checksum
+  // checked on every call (a few kilobytes). NotFound when the field has
+  // none (its store was written before them, or it is not a 1-channel image
+  // mask) or the sample has no such record; Corruption when the store says
+  // the field has them and the record is missing or damaged.
+  Result<MaskBlocksView> MaskBlocks(uint64_t sample, int field) const;
+  // Their block edge B, from the sample's store's metadata alone; 0 when
+  // there are none (or sample/field is out of range).
+  uint32_t MaskBlockEdge(uint64_t sample, int field) const;
+  // Read-ahead of those counts (no-op where there are none).
+  void PrefetchMaskBlocks(uint64_t sample, int field) const;
+
   // Read-ahead hints for stores that are not in the page cache (the map is
   // opened without kernel readahead). Both only start reads and return at
   // once; they never fail (a bad sample or field is ignored).

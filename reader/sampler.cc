@@ -285,12 +285,16 @@ Result<std::shared_ptr<const PatchSampler::SampleSets>> PatchSampler::ListsForDr
     auto it = sets_.find(sample);
     if (it != sets_.end()) return it->second;
   }
-  // kAuto: a row-major mask costs a page per row of every candidate, the
-  // whole mask one sequential read: build the lists; a tiled one a few tile
-  // rows per candidate: build them only when the mask is in memory anyway.
+  // kAuto: a mask in memory: build the lists. Out of memory, candidates are
+  // decided by the mask's block counts where it has them (most candidates,
+  // without reading the mask), else by counting their mask pixels: a few
+  // tile rows of a tiled mask, but a page per row of a row-major one, whose
+  // whole mask is then cheaper to read once (one sequential read).
   const bool build = options_.mask_index == MaskIndex::kBuild ||
                      (options_.mask_index == MaskIndex::kAuto &&
-                      (reader_->summary(sample, mask_field_).tile == 0 || reader_->RecordResident(sample, mask_field_)));
+                      ((reader_->summary(sample, mask_field_).tile == 0 &&
+                        reader_->MaskBlockEdge(sample, mask_field_) == 0) ||
+                       reader_->RecordResident(sample, mask_field_)));
   if (!build) return std::shared_ptr<const SampleSets>();
   return Sets(sample);
 }
@@ -348,32 +352,53 @@ Status PatchSampler::DrawMany(const std::vector<std::pair<uint64_t, uint64_t>>& 
   // candidates are checked by counting).
   std::vector<std::pair<int64_t, int64_t>> positions(n);
   std::vector<std::shared_ptr<const SampleSets>> lists_of(n);
+  std::vector<MaskBlocksView> blocks_of(n);  // data null: none
   for (size_t i : pending) {
     WindowPositions(draws[i].first, mask_field_, &positions[i].first, &positions[i].second);
     if (positions[i].first <= 0 || positions[i].second <= 0)
       return Status::OutOfRange("sampling " + reader_->Describe(draws[i].first, fields_[0]) + ": no admissible window");
     PS_ASSIGN_OR_RETURN(lists_of[i], ListsForDraw(draws[i].first));
+    if (!lists_of[i]) reader_->PrefetchMaskBlocks(draws[i].first, mask_field_);
+  }
+  for (size_t i : pending) {
+    if (lists_of[i] || reader_->MaskBlockEdge(draws[i].first, mask_field_) == 0) continue;
+    PS_ASSIGN_OR_RETURN(blocks_of[i], reader_->MaskBlocks(draws[i].first, mask_field_));
   }
   std::vector<std::pair<int64_t, int64_t>> at;
+  std::vector<int8_t> decided;  // per candidate: 1 qualifies, 0 does not, -1 count its mask
   std::vector<size_t> next;
+  uint64_t by_lists = 0, by_blocks = 0, by_counting = 0;
   for (int t = 0; t < kWindowTries && !pending.empty(); ++t) {
-    // Candidate t of every pending draw; the mask bytes of those checked by
-    // counting are requested together, so the disk sees them all at once.
+    // Candidate t of every pending draw, decided from the lists or the
+    // mask's block counts where they tell; the mask bytes of the others are
+    // requested together, so the disk sees them all at once, then counted.
     at.resize(pending.size());
+    decided.assign(pending.size(), -1);
     for (size_t k = 0; k < pending.size(); ++k) {
       const size_t i = pending[k];
       Candidate(draws[i].second, t, positions[i].first, positions[i].second, &at[k].first, &at[k].second);
-      if (!lists_of[i]) reader_->PrefetchPatch(draws[i].first, mask_field_, at[k].first, at[k].second, ph, pw);
+      if (lists_of[i]) {
+        decided[k] = lists_of[i]->pos.Contains(at[k].first, at[k].second) ? 1 : 0;
+        ++by_lists;
+        continue;
+      }
+      if (blocks_of[i].data != nullptr) {
+        uint64_t lo = 0, hi = 0;
+        blocks_of[i].Bounds(at[k].first, at[k].second, ph, pw, &lo, &hi);
+        if (lo >= threshold_) decided[k] = 1;
+        else if (hi < threshold_) decided[k] = 0;
+        by_blocks += decided[k] >= 0;
+      }
+      if (decided[k] < 0) reader_->PrefetchPatch(draws[i].first, mask_field_, at[k].first, at[k].second, ph, pw);
     }
     next.clear();
     for (size_t k = 0; k < pending.size(); ++k) {
       const size_t i = pending[k];
-      bool q = false;
-      if (lists_of[i]) {
-        q = lists_of[i]->pos.Contains(at[k].first, at[k].second);
-      } else {
+      bool q = decided[k] > 0;
+      if (decided[k] < 0) {
         PS_ASSIGN_OR_RETURN(q, WindowQualifies(draws[i].first, at[k].first, at[k].second));
         counted[i] = 1;
+        ++by_counting;
       }
       if (q == (want[i] != 0)) {
         (*out)[i].y = at[k].first;
@@ -386,6 +411,9 @@ Status PatchSampler::DrawMany(const std::vector<std::pair<uint64_t, uint64_t>>& 
     }
     pending.swap(next);
   }
+  if (by_lists) stats_lists_.fetch_add(by_lists, std::memory_order_relaxed);
+  if (by_blocks) stats_blocks_.fetch_add(by_blocks, std::memory_order_relaxed);
+  if (by_counting) stats_counting_.fetch_add(by_counting, std::memory_order_relaxed);
   for (size_t i = 0; i < n; ++i) {
     Window& w = (*out)[i];
     const uint64_t key = draws[i].second;

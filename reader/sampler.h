@@ -17,17 +17,20 @@
 //     (MaskIndex; the windows drawn are the same either way): it tries up
 //     to kWindowTries candidates, each uniform over all h x w windows of
 //     the sample, and takes the first that qualifies — checked in the
-//     sample's window lists when they are built, else by counting the
-//     candidate's own mask pixels (the bytes the gather reads anyway), so
-//     a store larger than RAM never reads a whole mask to draw; only when
+//     sample's window lists when they are built, else by the mask's block
+//     counts where their bounds decide it (a few KB per sample written by
+//     the writer, reader/sat.h MaskBlocksView: most candidates), else by
+//     counting the candidate's own mask pixels (the bytes the gather reads
+//     anyway), so a store larger than RAM never reads a whole mask to draw
+//     and reads rejected candidates' masks only near mask edges; only when
 //     every candidate fails (a small valid area) does it draw from the
 //     window lists, built once per sample from the mask's summed-area
 //     table (reader/sat.h, exact for any h x w) and kept as runs (a draw is
 //     then a binary search, whatever the valid area). Rejection of uniform
 //     candidates, then an exact draw from the lists: uniform either way.
 //     The lists are built on a sample's first draw when its whole mask is
-//     in memory or row-major (kAuto), so a store in the page cache draws
-//     from them; tiled masks out of memory use candidates.
+//     in memory, or row-major without block counts (kAuto), so a store in
+//     the page cache draws from them; masks out of memory use candidates.
 //   - kPositiveFraction (`positive_fraction` in 0..1): each window comes from
 //     the qualifying set with that probability and from the non-qualifying
 //     set otherwise (as MONAI's RandCropByPosNegLabel); a sample lacking one
@@ -121,10 +124,12 @@ enum class SamplingPolicy : uint8_t {
 // windows drawn are identical for every value; only the bytes read and the
 // CPU differ.
 enum class MaskIndex : uint8_t {
-  kAuto = 0,     // build a sample's window lists on its first draw when its mask is row-major (a
-                 // candidate would read a page per row) or already in memory; else kWindows
+  kAuto = 0,     // build a sample's window lists on its first draw when its mask is already in
+                 // memory, or row-major without block counts (a counted candidate reads a page per
+                 // row); else kWindows
   kBuild = 1,    // always build them on the first draw (reads the whole mask)
-  kWindows = 2,  // only when every candidate fails: count the candidates' own mask pixels
+  kWindows = 2,  // only when every candidate fails; candidates are decided by the mask's block
+                 // counts where they can be, else by counting their own mask pixels
 };
 
 // "auto", "uniform", "min_valid", "positive_fraction".
@@ -223,6 +228,19 @@ class PatchSampler {
   // 64x64 window with >= 1 valid pixel of 'mask', or smaller than 64x64):
   // 'a', 'b'" (the first 20 ids).
   std::string SkippedReport() const;
+
+  // How the candidate windows of mask-aware draws were decided since
+  // Create (in this process): from the window lists, from the mask's block
+  // counts, or by counting the candidate's mask pixels (the only way that
+  // reads the mask). For benchmarks and tests; draws are the same whatever
+  // decides them.
+  struct CandidateStats {
+    uint64_t by_lists = 0, by_blocks = 0, by_counting = 0;
+  };
+  CandidateStats candidate_stats() const {
+    return {stats_lists_.load(std::memory_order_relaxed), stats_blocks_.load(std::memory_order_relaxed),
+            stats_counting_.load(std::memory_order_relaxed)};
+  }
 
   // Sample visits per epoch on this rank: ceil(eligible / world_size).
   uint64_t visits_per_epoch() const;
@@ -362,6 +380,7 @@ class PatchSampler {
   };
   mutable std::unordered_map<uint64_t, MemoWindow> draw_memo_;
   mutable std::atomic<size_t> draw_memo_size_{0};  // draw_memo_.size(), read without mu_
+  mutable std::atomic<uint64_t> stats_lists_{0}, stats_blocks_{0}, stats_counting_{0};  // candidate_stats()
 };
 
 }  // namespace patchstore

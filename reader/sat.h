@@ -8,9 +8,16 @@
 // Ingest stores one table per mask record as an auxiliary record (layout SAT,
 // see store/FORMAT.md); readers of older stores compute it on demand.
 //
-// Thread-safety: the functions are reentrant; SatView is an immutable value.
+// Mask block counts (MaskBlocksView) are the same table over B x B blocks
+// instead of pixels, stored by the writer for every record of a 1-channel
+// image mask (store/FORMAT.md "Mask block counts"): a few kilobytes that
+// bound the valid count of any window without reading the mask.
+//
+// Thread-safety: the functions are reentrant; SatView and MaskBlocksView are
+// immutable values.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 
@@ -34,6 +41,33 @@ struct SatView {
     const int64_t stride = W + 1;
     return static_cast<uint64_t>(s[(y + h) * stride + x + w]) - s[y * stride + x + w] -
            s[(y + h) * stride + x] + s[y * stride + x];
+  }
+};
+
+// A read-only view of one mask record's block counts: a summed-area table
+// of (by+1) x (bx+1) entries over the mask's B x B blocks (edge blocks are
+// cut at H and W). `owner` keeps `data` alive.
+struct MaskBlocksView {
+  const uint32_t* data = nullptr;
+  int64_t B = 0, H = 0, W = 0;  // block edge; the mask's height and width
+  int64_t by = 0, bx = 0;       // blocks down and across: ceil(H/B), ceil(W/B)
+  std::shared_ptr<const void> owner;
+
+  // Bounds of the valid pixels of window [y, y+h) x [x, x+w): `lo` counts
+  // the blocks wholly inside it, `hi` the blocks it meets, so
+  // lo <= count <= hi. REQUIRES: the window lies inside the mask.
+  void Bounds(int64_t y, int64_t x, int64_t h, int64_t w, uint64_t* lo, uint64_t* hi) const {
+    // Block j spans rows [jB, min((j+1)B, H)).
+    auto inner_end = [this](int64_t end, int64_t size, int64_t n) { return end >= size ? n : end / B; };
+    const int64_t j0 = (y + B - 1) / B, j1 = inner_end(y + h, H, by);
+    const int64_t i0 = (x + B - 1) / B, i1 = inner_end(x + w, W, bx);
+    *lo = (j0 < j1 && i0 < i1) ? Sum(j0, i0, j1, i1) : 0;
+    *hi = Sum(y / B, x / B, std::min(by, (y + h + B - 1) / B), std::min(bx, (x + w + B - 1) / B));
+  }
+  // Valid pixels of blocks [j0, j1) x [i0, i1).
+  uint64_t Sum(int64_t j0, int64_t i0, int64_t j1, int64_t i1) const {
+    const int64_t s = bx + 1;
+    return static_cast<uint32_t>(data[j1 * s + i1] - data[j0 * s + i1] - data[j1 * s + i0] + data[j0 * s + i0]);
   }
 };
 

@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -10,6 +12,38 @@
 #include "patchstore/store/store.h"
 
 namespace patchstore {
+
+namespace {
+
+struct RecordRef {
+  uint64_t sample;
+  uint16_t field;
+  const uint8_t* data;
+  size_t size;
+};
+
+// The block counts (header `h`, record at `data`) of field `f` of sample `s`
+// against the ones its mask record gives (FORMAT.md "Mask block counts").
+Status CheckMaskBlocks(const std::vector<RecordRef>& refs,
+                       const std::map<std::pair<uint64_t, uint16_t>, size_t>& record_at, uint64_t s, uint16_t f,
+                       uint32_t b, const RecordHeader& h, const uint8_t* data) {
+  auto it = record_at.find({s, f});
+  if (it == record_at.end()) return Status::Corruption("mask block counts without their mask record");
+  const RecordRef& m = refs[it->second];
+  auto mh = ParseRecordHeader(m.data, m.size);
+  if (!mh.ok()) return Status::Corruption("mask block counts of a damaged mask record");
+  auto want = MaskBlocksHeader(*mh, b);
+  if (!want.ok()) return Status::Corruption("mask block counts of a mask that cannot have them: " + want.status().message());
+  if (h.shape != want->shape || h.dtype != want->dtype || h.rank != want->rank || h.tile != 0)
+    return Status::Corruption("mask block counts' shape disagrees with the mask");
+  std::vector<uint32_t> expect(want->payload_bytes / sizeof(uint32_t));
+  ComputeMaskBlocks(*mh, m.data + kRecordHeaderSize, b, expect.data());
+  if (std::memcmp(expect.data(), data + kRecordHeaderSize, want->payload_bytes) != 0)
+    return Status::Corruption("mask block counts disagree with the mask");
+  return Status::OK();
+}
+
+}  // namespace
 
 Result<VerifyReport> VerifyStore(const std::string& path, const std::function<void(uint64_t, uint64_t)>& progress) {
   SnapshotOptions so;
@@ -98,17 +132,13 @@ Result<VerifyReport> VerifyStore(const std::string& path, const std::function<vo
   // and drop each record's pages from this process once checked, so memory
   // stays flat whatever the store's size (the pages stay in the page cache
   // for other readers).
-  struct Ref {
-    uint64_t sample;
-    uint16_t field;
-    const uint8_t* data;
-    size_t size;
-  };
-  std::vector<Ref> refs;
+  std::vector<RecordRef> refs;
   Status st = snap->ForEachRecord([&](uint64_t s, uint16_t f, const uint8_t* data, size_t size) -> Status {
     refs.push_back({s, f, data, size});
     return Status::OK();
   });
+  std::map<std::pair<uint64_t, uint16_t>, size_t> record_at;  // (sample, field) -> refs index
+  for (size_t i = 0; i < refs.size(); ++i) record_at.emplace(std::make_pair(refs[i].sample, refs[i].field), i);
   constexpr uint64_t kReadAhead = uint64_t{64} << 20;
   const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   size_t ahead = 0;
@@ -133,8 +163,10 @@ Result<VerifyReport> VerifyStore(const std::string& path, const std::function<vo
     }
     auto h = ParseRecordHeader(data, size);
     Status rst = h.ok() ? VerifyRecordBody(*h, data) : h.status();
-    if (rst.ok() && h->layout != (f >= kAuxFieldBase ? Layout::kSAT : meta.fields[f].layout))
+    const uint32_t blocks = f >= kAuxFieldBase ? meta.fields[f - kAuxFieldBase].mask_blocks : 0;
+    if (rst.ok() && h->layout != (f >= kAuxFieldBase ? (blocks ? Layout::kBlocks : Layout::kSAT) : meta.fields[f].layout))
       rst = Status::Corruption("record layout disagrees with the field");
+    if (rst.ok() && blocks != 0) rst = CheckMaskBlocks(refs, record_at, s, static_cast<uint16_t>(f - kAuxFieldBase), blocks, *h, data);
     // A record holds its field's dtype (summed-area tables: uint32); the valid
     // count below is computed for that dtype (SummarizeRecord dispatches with
     // VisitDType).
@@ -164,6 +196,8 @@ Result<VerifyReport> VerifyStore(const std::string& path, const std::function<vo
         report.problems.push_back({sample_name(s), meta.fields[f].name, "record missing"});
       } else if (have_sum[s] && !sums[s].fields[f].present) {
         report.problems.push_back({sample_name(s), meta.fields[f].name, "record not listed in the sample index"});
+      } else if (meta.fields[f].mask_blocks != 0 && !seen.count({s, static_cast<uint16_t>(kAuxFieldBase + f)})) {
+        report.problems.push_back({sample_name(s), meta.fields[f].name, "mask block counts missing"});
       }
   return report;
 }

@@ -38,7 +38,10 @@ double GetF64(const uint8_t* p) {
   return d;
 }
 
+// Layouts of fields and sample summaries; record headers also take kBlocks
+// (auxiliary records only).
 bool ValidLayout(uint8_t v) { return v >= 1 && v <= 3; }
+bool ValidRecordLayout(uint8_t v) { return v >= 1 && v <= 4; }
 bool ValidNorm(uint8_t v) { return v <= 5; }
 bool ValidSource(uint8_t v) { return v <= 11; }
 
@@ -231,7 +234,7 @@ Result<RecordHeader> ParseRecordHeader(const void* data, size_t size) {
   h.dtype = static_cast<DType>(p[8]);
   h.rank = p[9];
   if (h.rank < 1 || h.rank > kMaxRank) return Status::Corruption("bad record rank");
-  if (!ValidLayout(p[10])) return Status::Corruption("bad record layout");
+  if (!ValidRecordLayout(p[10])) return Status::Corruption("bad record layout");
   h.layout = static_cast<Layout>(p[10]);
   if (!ValidNorm(p[11])) return Status::Corruption("bad record normalisation");
   h.norm.kind = static_cast<NormKind>(p[11]);
@@ -459,6 +462,7 @@ std::string StoreMeta::Encode() const {
     os << p << "channel_names=" << Escape(f.channel_names) << "\n";
     os << p << "is_mask=" << (f.is_mask ? 1 : 0) << "\n";
     os << p << "has_sat=" << (f.has_sat ? 1 : 0) << "\n";
+    if (f.mask_blocks != 0) os << p << "mask_blocks=" << f.mask_blocks << "\n";
     os << p << "source_format=" << Escape(f.source_format) << "\n";
   }
   for (const auto& [k, v] : attributes) os << "attr." << Escape(k) << "=" << Escape(v) << "\n";
@@ -539,47 +543,118 @@ uint64_t CountValid(DType dtype, const void* data, uint64_t n) {
   });
 }
 
-uint64_t CountValid(const RecordHeader& h, const void* payload) {
-  return VisitDType(h.dtype, [&](auto tag) -> uint64_t {
-    using T = typename decltype(tag)::type;
-    // Raw-source dtypes: a value is valid when its normalised value is.
-    auto valid = [&](T v) -> bool {
-      if constexpr (std::is_integral_v<T>) {
-        if (StoresRawSource(h.dtype) && h.norm.kind != NormKind::kNone)
-          return IsValidMaskValue(h.norm.Apply(static_cast<double>(v)));
-      }
-      return IsValidMaskValue(v);
-    };
-    std::vector<uint8_t> table;  // 8/16-bit integers: one decision per value
+namespace {
+
+// Which stored values of a record are valid mask values as readers see them:
+// raw-source dtypes after the record's normalisation (IsValidMaskValue).
+// 8/16-bit integers decide through a table, one entry per value.
+template <typename T>
+class Validity {
+ public:
+  explicit Validity(const RecordHeader& h) : h_(h) {
     if constexpr (std::is_integral_v<T> && sizeof(T) <= 2) {
-      table.resize(size_t{1} << (8 * sizeof(T)));
-      for (size_t i = 0; i < table.size(); ++i) {
+      table_.resize(size_t{1} << (8 * sizeof(T)));
+      for (size_t i = 0; i < table_.size(); ++i) {
         T v;
         const auto u = static_cast<std::make_unsigned_t<T>>(i);
         std::memcpy(&v, &u, sizeof v);
-        table[i] = valid(v);
+        table_[i] = Valid(v);
       }
     }
-    auto count_run = [&](const T* p, uint64_t n) -> uint64_t {
-      if constexpr (std::is_same_v<T, float>) {
-        if (!(StoresRawSource(h.dtype))) return CountValid(p, n);
-      }
-      uint64_t c = 0;
-      if constexpr (std::is_integral_v<T> && sizeof(T) <= 2) {
-        for (uint64_t i = 0; i < n; ++i) c += table[static_cast<std::make_unsigned_t<T>>(p[i])];
-      } else {
-        for (uint64_t i = 0; i < n; ++i) c += valid(p[i]);
-      }
-      return c;
-    };
+  }
+  // Valid values among p[0..n).
+  uint64_t CountRun(const T* p, uint64_t n) const {
+    if constexpr (std::is_same_v<T, float>) {
+      if (!(StoresRawSource(h_.dtype))) return CountValid(p, n);
+    }
+    uint64_t c = 0;
+    if constexpr (std::is_integral_v<T> && sizeof(T) <= 2) {
+      for (uint64_t i = 0; i < n; ++i) c += table_[static_cast<std::make_unsigned_t<T>>(p[i])];
+    } else {
+      for (uint64_t i = 0; i < n; ++i) c += Valid(p[i]);
+    }
+    return c;
+  }
+
+ private:
+  bool Valid(T v) const {
+    if constexpr (std::is_integral_v<T>) {
+      if (StoresRawSource(h_.dtype) && h_.norm.kind != NormKind::kNone)
+        return IsValidMaskValue(h_.norm.Apply(static_cast<double>(v)));
+    }
+    return IsValidMaskValue(v);
+  }
+  const RecordHeader& h_;
+  std::vector<uint8_t> table_;
+};
+
+}  // namespace
+
+uint64_t CountValid(const RecordHeader& h, const void* payload) {
+  return VisitDType(h.dtype, [&](auto tag) -> uint64_t {
+    using T = typename decltype(tag)::type;
+    const Validity<T> validity(h);
     const T* data = static_cast<const T*>(payload);
-    if (!h.tiled()) return count_run(data, h.elements());
+    if (!h.tiled()) return validity.CountRun(data, h.elements());
     uint64_t c = 0;
     ForEachTileRow(sizeof(T), h.grid(), [&](size_t tile_off, size_t, size_t n) {
-      c += count_run(data + tile_off / sizeof(T), n / sizeof(T));
+      c += validity.CountRun(data + tile_off / sizeof(T), n / sizeof(T));
     });
     return c;
   });
+}
+
+Result<RecordHeader> MaskBlocksHeader(const RecordHeader& mask, uint32_t b) {
+  if (mask.layout != Layout::kCHW || mask.rank != 3 || mask.shape[0] != 1)
+    return Status::InvalidArgument("mask block counts need a 1-channel image record");
+  if (!ValidMaskBlock(b)) return Status::InvalidArgument("mask block edge must be in 8..4096");
+  const uint64_t H = mask.shape[1], W = mask.shape[2];
+  if (H > (uint64_t{1} << 32) / W) return Status::InvalidArgument("mask of 2^32 pixels or more has no block counts");
+  RecordHeader h;
+  h.dtype = DType::kUInt32;
+  h.layout = Layout::kBlocks;
+  h.rank = 3;
+  h.shape = {1, (H + b - 1) / b + 1, (W + b - 1) / b + 1, 0};
+  PS_RETURN_IF_ERROR(FinalizeHeader(&h));
+  return h;
+}
+
+void ComputeMaskBlocks(const RecordHeader& h, const void* payload, uint32_t b, uint32_t* out) {
+  const int64_t H = static_cast<int64_t>(h.shape[1]), W = static_cast<int64_t>(h.shape[2]);
+  const int64_t B = b, by = (H + B - 1) / B, bx = (W + B - 1) / B, stride = bx + 1;
+  std::vector<uint32_t> counts(static_cast<size_t>(by * bx), 0);  // per block
+  VisitDType(h.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const Validity<T> validity(h);
+    const T* data = static_cast<const T*>(payload);
+    const TileGrid g = h.tiled() ? h.grid() : TileGrid{};
+    for (int64_t y = 0; y < H; ++y) {
+      uint32_t* row = counts.data() + (y / B) * bx;
+      // Segments of the row that lie in one block and (tiled) one tile.
+      for (int64_t x = 0; x < W;) {
+        int64_t end = std::min(W, (x / B + 1) * B);
+        const T* p;
+        if (h.tiled()) {
+          end = std::min(end, (x / g.T + 1) * g.T);
+          p = data + g.ElementOffset(0, y, x);
+        } else {
+          p = data + y * W + x;
+        }
+        row[x / B] += static_cast<uint32_t>(validity.CountRun(p, static_cast<uint64_t>(end - x)));
+        x = end;
+      }
+    }
+  });
+  // Integrate: out(j, i) = sum of counts over blocks [0, j) x [0, i).
+  for (int64_t i = 0; i <= bx; ++i) out[i] = 0;
+  for (int64_t j = 1; j <= by; ++j) {
+    uint32_t run = 0;
+    out[j * stride] = 0;
+    for (int64_t i = 1; i <= bx; ++i) {
+      run += counts[(j - 1) * bx + (i - 1)];
+      out[j * stride + i] = out[(j - 1) * stride + i] + run;
+    }
+  }
 }
 
 uint64_t CountValid(const float* data, uint64_t n) {
@@ -821,6 +896,14 @@ Result<StoreMeta> StoreMeta::Decode(std::string_view text) {
     f.is_mask = im == 1;
     PS_ASSIGN_OR_RETURN(uint64_t hs, need_u64(p + "has_sat", 1));
     f.has_sat = hs == 1;
+    if (kv.count(p + "mask_blocks")) {
+      PS_ASSIGN_OR_RETURN(uint64_t mb, need_u64(p + "mask_blocks", 4096));
+      if (mb != 0 && (!ValidMaskBlock(static_cast<uint32_t>(mb)) || !f.is_mask || f.has_sat || f.channels != 1 ||
+                      f.layout != Layout::kCHW))
+        return Status::Corruption("store metadata: field '" + f.name + "' has a bad mask block edge " +
+                                  std::to_string(mb));
+      f.mask_blocks = static_cast<uint16_t>(mb);
+    }
     PS_ASSIGN_OR_RETURN(f.source_format, need(p + "source_format"));
     m.fields.push_back(std::move(f));
   }

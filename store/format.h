@@ -54,6 +54,10 @@ enum class Layout : uint8_t {
   kCHW = 1,  // an image: channels, height, width
   kSHW = 2,  // a volume: slices, height, width
   kSAT = 3,  // a summed-area table of a mask: (planes, H+1, W+1) uint32
+  // Mask block counts (auxiliary records only): a summed-area table of the
+  // valid pixels of a 1-channel image mask per B x B block,
+  // (1, ceil(H/B)+1, ceil(W/B)+1) uint32; B is the field's mask_blocks.
+  kBlocks = 4,
 };
 
 // The type a value had in its source file, before conversion to float32.
@@ -210,9 +214,23 @@ std::string EncodeIdValue(uint64_t sample, std::string_view id);
 // Returns the id (a view into `data`) or Corruption.
 Result<std::string_view> DecodeIdValue(uint64_t sample, const void* data, size_t size);
 
-// Field slots at or above this index hold auxiliary records (summed-area
-// tables) of field `slot - kAuxFieldBase`.
+// Field slots at or above this index hold auxiliary records of field
+// `slot - kAuxFieldBase`: its summed-area tables (has_sat, format 1) or its
+// mask block counts (mask_blocks), never both.
 inline constexpr uint16_t kAuxFieldBase = 0x8000;
+
+// Mask block counts (FORMAT.md "Mask block counts"). The block edge B the
+// writer gives new 1-channel image mask fields; valid edges are 8..4096.
+inline constexpr uint32_t kDefaultMaskBlock = 32;
+constexpr bool ValidMaskBlock(uint32_t b) { return b >= 8 && b <= 4096; }
+// The header of the block-count record of a mask record `mask` (1-channel
+// CHW) with block edge `b`, finalized. InvalidArgument when the mask is not
+// a 1-channel image record or has 2^32 or more pixels.
+Result<RecordHeader> MaskBlocksHeader(const RecordHeader& mask, uint32_t b);
+// Fills `out` (MaskBlocksHeader(mask, b)'s (by+1) x (bx+1) entries): entry
+// (j, i) = the valid values (as CountValid counts them) of the mask's
+// [0, min(jB, H)) x [0, min(iB, W)) pixels. `payload` is the mask's payload.
+void ComputeMaskBlocks(const RecordHeader& mask, const void* payload, uint32_t b, uint32_t* out);
 
 // ---------------------------------------------------------------------------
 // Store metadata: the record "store" in the `meta` database, UTF-8 text of
@@ -234,6 +252,11 @@ struct FieldMeta {
   std::string channel_names;    // comma-separated, e.g. "R,G,B" or "Z"
   bool is_mask = false;
   bool has_sat = false;         // summed-area table records exist
+  // Block edge B of the mask block-count records that every record of this
+  // field has ("field.N.mask_blocks"; absent or 0: none). Only for
+  // 1-channel CHW mask fields without has_sat. The writer gives new such
+  // fields kDefaultMaskBlock, or the edge set here (8..4096).
+  uint16_t mask_blocks = 0;
   std::string source_format;    // "png", "exr", "hdf5", ...
 };
 

@@ -816,7 +816,18 @@ Result<uint16_t> Writer::EnsureField(const FieldMeta& field) {
   }
   if (field.name.empty()) return Status::InvalidArgument("empty field name");
   if (meta_.fields.size() + 1 >= kAuxFieldBase) return Status::InvalidArgument("too many fields");
-  meta_.fields.push_back(field);
+  // Block counts for every record of a new 1-channel image mask, so that a
+  // sampler decides most candidate windows without reading the mask
+  // (FORMAT.md "Mask block counts"). Fields of older stores keep none.
+  FieldMeta added = field;
+  if (!(added.is_mask && added.channels == 1 && added.layout == Layout::kCHW && !added.has_sat))
+    added.mask_blocks = 0;
+  else if (added.mask_blocks == 0)
+    added.mask_blocks = static_cast<uint16_t>(kDefaultMaskBlock);
+  else if (!ValidMaskBlock(added.mask_blocks))
+    return Status::InvalidArgument("field '" + field.name + "': mask block edge must be in 8..4096, got " +
+                                   std::to_string(added.mask_blocks));
+  meta_.fields.push_back(std::move(added));
   return static_cast<uint16_t>(meta_.fields.size() - 1);
 }
 
@@ -921,6 +932,27 @@ Status Writer::TryWrite(const std::vector<SampleInput>& samples, bool* map_full)
       EncodeRecordHeader(h, base);
       if (r.field < summary.fields.size())
         summary.fields[r.field] = SummarizeRecord(h, base, meta_.fields[r.field].is_mask);
+      if (r.field < meta_.fields.size() && meta_.fields[r.field].mask_blocks != 0) {
+        // The mask's block counts, derived from the record just written, in
+        // the same transaction.
+        const uint32_t b = meta_.fields[r.field].mask_blocks;
+        auto bh = MaskBlocksHeader(h, b);
+        if (!bh.ok())
+          return fail(bh.status().WithContext("writing sample '" + s.id + "' field '" + meta_.fields[r.field].name + "'"));
+        auto bkey = RecordKey(index, static_cast<uint16_t>(kAuxFieldBase + r.field));
+        MDB_val bk = Val(bkey.data(), bkey.size());
+        MDB_val bv{bh->record_bytes(), nullptr};
+        rc = mdb_put(txn, env_->records_dbi, &bk, &bv, MDB_NOOVERWRITE | MDB_RESERVE);
+        if (rc != 0) return lmdb_fail("writing the mask block counts of sample '" + s.id + "' to", rc);
+        auto* bbase = static_cast<uint8_t*>(bv.mv_data);
+        uint8_t* bbody = bbase + kRecordHeaderSize;
+        if (reinterpret_cast<uintptr_t>(bbody) % kPayloadAlignment != 0)
+          return fail(Status::Internal("LMDB placed a record payload at an unaligned address"));
+        ComputeMaskBlocks(h, body, b, reinterpret_cast<uint32_t*>(bbody));
+        std::memset(bbody + bh->payload_bytes, 0, bh->body_bytes - bh->payload_bytes);
+        bh->body_checksum = Checksum64(bbody, bh->body_bytes);
+        EncodeRecordHeader(*bh, bbase);
+      }
     }
     const std::string sval = EncodeSampleSummary(index, summary);
     MDB_val sk = Val(ikey.data(), ikey.size()), sv = Val(sval.data(), sval.size());

@@ -146,7 +146,8 @@ while True:
         next_t += interval
     if now - t0 >= seconds:
         break
-print(json.dumps({'event': 'end', 't': time.perf_counter() - t0, 'windows': n, 'io': io_read()}), flush=True)
+print(json.dumps({'event': 'end', 't': time.perf_counter() - t0, 'windows': n, 'io': io_read(),
+                  'candidates': sp.candidate_stats}), flush=True)
 """ % (PATCH, PATCH, PATCH)
 
 
@@ -191,6 +192,7 @@ def run_reader(store, seconds, batch, threads, interval, env, stored_window_byte
         "process_read_bytes": final["io"],
         "amplification": total_disk / (w * stored_window_bytes) if w else None,
         "float32_MBps_delivered": w * PATCH * PATCH * 5 * 4 / final["t"] / 1e6,
+        "candidates": final.get("candidates"),
         "ticks": ticks,
     }
 
@@ -236,7 +238,13 @@ def report(res, args, path):
     lines.append("Read amplification: bytes read from the disk (/proc/diskstats) / stored bytes of the windows "
                  "delivered (float32: 1.31 MB per window; compact: 0.52 MB).")
     lines.append("")
-    lines.append("Drawing a window (`reader/sampler.h`): a tiled mask out of memory is checked by each candidate window's own mask tiles (uniform candidates, the first that qualifies), so no whole mask is read; a row-major mask would cost a 4 KiB page per row of every candidate, so the sampler reads the frame's whole mask once (8.3 MB float32, 2 MB uint8) on its first visit and keeps its qualifying windows: with `patches_per_sample=1` that is the whole first epoch of a rows store (900-2,300 frames), the low end of its range. Later, windows increasingly come from the page cache (the store is 1.5x RAM), which is why amplification falls below 1 and the rate climbs (the high end). Read-ahead requests every run of a window with a page out of memory, and the batch after next is drawn while the next one is read.")
+    lines.append("Drawing a window (`reader/sampler.h`): uniform candidate windows, the first that qualifies. Out of memory a candidate is decided by the mask's block counts (FORMAT.md \"Mask block counts\": 32x32-block counts, ~8.5 KB per frame) where their bounds tell, else by counting its own mask pixels (a few tile rows of a tiled mask; a page per row of a row-major one), so no whole mask is read. Stores without block counts (written before them) read a row-major frame's whole mask once on its first visit instead. Later, windows increasingly come from the page cache (the store is 1.5x RAM), which is why amplification falls below 1 and the rate climbs (the high end). Read-ahead requests every run of a window with a page out of memory, and the batch after next is drawn while the next one is read.")
+    stats = [(r["layout"], r["encoding"], r["read"].get("candidates")) for r in res["runs"]]
+    if any(c for _, _, c in stats):
+        lines.append("")
+        lines.append("Candidates decided (reader process, whole run): " + "; ".join(
+            f"{lay} {enc}: {c['by_blocks']} by block counts, {c['by_counting']} by counting mask pixels, "
+            f"{c['by_lists']} by window lists" for lay, enc, c in stats if c) + ".")
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

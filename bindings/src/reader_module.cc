@@ -55,6 +55,7 @@ const char* LayoutName(patchstore::Layout l) {
     case patchstore::Layout::kCHW: return "CHW";
     case patchstore::Layout::kSHW: return "SHW";
     case patchstore::Layout::kSAT: return "SAT";
+    case patchstore::Layout::kBlocks: return "BLOCKS";
   }
   return "unknown";
 }
@@ -99,6 +100,7 @@ py::dict FieldInfo(const FieldMeta& f) {
   d["channel_names"] = f.channel_names;
   d["is_mask"] = f.is_mask;
   d["has_sat"] = f.has_sat;
+  d["mask_blocks"] = f.mask_blocks;
   d["source_format"] = f.source_format;
   return d;
 }

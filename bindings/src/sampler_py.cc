@@ -298,6 +298,18 @@ void BindSampler(py::module_& m) {
                              [](const PySampler& ps) { return ps.s->options().patches_per_sample; })
       .def_property_readonly("eligible_samples", [](const PySampler& ps) { return ps.s->eligible_samples(); })
       .def_property_readonly("skipped_samples", [](const PySampler& ps) { return ps.s->skipped_samples(); })
+      .def_property_readonly(
+          "candidate_stats",
+          [](const PySampler& ps) {
+            const auto st = ps.s->candidate_stats();
+            py::dict d;
+            d["by_lists"] = st.by_lists;
+            d["by_blocks"] = st.by_blocks;
+            d["by_counting"] = st.by_counting;
+            return d;
+          },
+          "How this process decided the candidate windows of mask-aware draws so far: {'by_lists',\n"
+          "'by_blocks', 'by_counting'} (only counting reads the mask). The windows do not depend on it.")
       .def_property_readonly("skipped_ids",
                              [](const PySampler& ps) {
                                py::list out;

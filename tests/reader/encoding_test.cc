@@ -17,6 +17,7 @@
 #include "patchstore/reader/reader.h"
 #include "patchstore/reader/sampler.h"
 #include "patchstore/reader/tensor_view.h"
+#include "patchstore/reader/verify.h"
 #include "patchstore/reader/volume.h"
 #include "patchstore/store/store.h"
 #include "test_util.h"
@@ -67,6 +68,7 @@ std::string WriteStore(const TempDir& dir, const std::string& name, DType source
     fm.tile = enc.tile;
     fm.norm = norm;
     fm.is_mask = f == 1;
+    if (f == 1) fm.mask_blocks = 8;  // 5 x 6 blocks, the last ones cut at kH, kW
     EXPECT_TRUE(w->EnsureField(fm).ok());
   }
   for (uint64_t s = 0; s < kSamples; ++s) {
@@ -273,6 +275,51 @@ std::vector<Case> Cases() {
   };
 }
 
+// The mask block counts the writer derived from each mask record count
+// exactly what a reader counts in every block (edge blocks cut at kH, kW),
+// and bound the count of every window: exact for windows of whole blocks.
+// Returns the windows whose bounds differ (the ones a sampler counts).
+void ExpectExactBlockCounts(const Reader& r, int* undecided) {
+  for (uint64_t s = 0; s < kSamples; ++s) {
+    auto v = r.MaskBlocks(s, 1);
+    EXPECT_TRUE(v.ok()) << v.status().ToString();
+    if (!v.ok()) return;
+    EXPECT_EQ(v->B, 8);
+    EXPECT_EQ(v->by, 5);
+    EXPECT_EQ(v->bx, 6);
+    std::vector<float> m(static_cast<size_t>(kH * kW));
+    EXPECT_TRUE(r.CopyPatch(s, 1, 0, 0, kH, kW, m.data()).ok());
+    auto brute = [&](int64_t y, int64_t x, int64_t h, int64_t w) {
+      uint64_t c = 0;
+      for (int64_t yy = y; yy < y + h; ++yy)
+        for (int64_t xx = x; xx < x + w; ++xx) c += (m[yy * kW + xx] != 0.0f && !std::isnan(m[yy * kW + xx]));
+      return c;
+    };
+    for (int64_t j = 0; j < 5; ++j)
+      for (int64_t i = 0; i < 6; ++i)
+        ASSERT_EQ(v->Sum(j, i, j + 1, i + 1),
+                  brute(j * 8, i * 8, std::min<int64_t>(8, kH - j * 8), std::min<int64_t>(8, kW - i * 8)))
+            << "sample " << s << " block " << j << "," << i;
+    for (int64_t h : {int64_t{1}, int64_t{9}, int64_t{16}, int64_t{23}, kH})
+      for (int64_t w : {int64_t{1}, int64_t{8}, int64_t{17}, int64_t{30}, kW})
+        for (int64_t y = 0; y + h <= kH; y += 3)
+          for (int64_t x = 0; x + w <= kW; x += 5) {
+            uint64_t lo = 0, hi = 0;
+            v->Bounds(y, x, h, w, &lo, &hi);
+            const uint64_t c = brute(y, x, h, w);
+            ASSERT_LE(lo, c) << y << "," << x << " " << h << "x" << w;
+            ASSERT_GE(hi, c) << y << "," << x << " " << h << "x" << w;
+            *undecided += lo != hi;
+            if (y % 8 == 0 && x % 8 == 0 && (h % 8 == 0 || y + h == kH) && (w % 8 == 0 || x + w == kW)) {
+              ASSERT_EQ(lo, hi) << y << "," << x << " " << h << "x" << w;
+            }
+          }
+  }
+  auto none = r.MaskBlocks(0, 0);  // rgb is not a mask
+  EXPECT_EQ(none.status().code(), Code::kNotFound);
+  EXPECT_EQ(r.MaskBlockEdge(0, 0), 0u);
+}
+
 TEST(Encodings, CompactAndTiledStoresReadBitIdenticalToFloat32Rows) {
   int mixed = 0;  // count windows with zeros and non-zeros (masks of unit, binary, none)
   for (const Case& k : Cases()) {
@@ -294,6 +341,10 @@ TEST(Encodings, CompactAndTiledStoresReadBitIdenticalToFloat32Rows) {
       ExpectSameReads(*ref, *r);
       if (::testing::Test::HasFatalFailure()) return;
       mixed += ExpectSameCounts(*ref, *r);
+      int undecided = 0;
+      ExpectExactBlockCounts(*r, &undecided);
+      if (::testing::Test::HasFatalFailure()) return;
+      EXPECT_GT(undecided, 0);
       ExpectSameBatches(ref, r);
       if (::testing::Test::HasFatalFailure()) return;
     }
@@ -523,6 +574,65 @@ TEST(EncodingDamage, ATiledRecordWithAFlippedTileByteIsRefusedNamingSampleAndFie
     EXPECT_NE(g.status().message().find("'s/1' field 'rgb'"), std::string::npos) << g.status().message();
     float out[64];
     EXPECT_FALSE((*r)->CopyPatch(1, 0, 0, 0, 4, 4, out).ok());
+  }
+}
+
+// Damaged or misplaced block counts are refused by name (reader)
+// and listed by verify; they never decide a draw.
+TEST(EncodingDamage, DamagedMaskBlockCountsAreRefusedAndListedByVerify) {
+  TempDir dir;
+  const Normalization binary = Norm(NormKind::kBinary, 255, 0);
+  const std::string path = WriteStore(dir, "t.ps", DType::kUInt8, binary, {DType::kUInt8, 8});
+  ASSERT_TRUE(VerifyStore(path).value().ok());
+  const std::string data = path + "/data.mdb", good = ReadAll(data);
+  std::vector<size_t> blocks;  // headers of layout BLOCKS (byte 10)
+  for (size_t at = good.find("PSR1"); at != std::string::npos; at = good.find("PSR1", at + 1))
+    if (good[at + 10] == static_cast<char>(Layout::kBlocks)) blocks.push_back(at);
+  ASSERT_EQ(blocks.size(), kSamples);
+  // One flipped byte of each table's body (entry (1, 1), 128 bytes after the
+  // header start + 112): the body checksum disagrees.
+  std::string bad = good;
+  for (size_t h : blocks) bad[h + kRecordHeaderSize + 4 * 8] ^= 0x10;
+  WriteAll(data, bad);
+  {
+    auto r = Reader::Open(path).value();
+    auto v = r->MaskBlocks(1, 1);
+    ASSERT_FALSE(v.ok());
+    EXPECT_EQ(v.status().code(), Code::kCorruption);
+    EXPECT_NE(v.status().message().find("mask block counts of 's/1' field 'mask'"), std::string::npos)
+        << v.status().message();
+    SamplerOptions o;
+    o.fields = {"rgb"};
+    o.patch_size = 16;
+    o.require = "mask";
+    o.mask_index = MaskIndex::kWindows;
+    auto sampler = PatchSampler::Create(r, o).value();
+    std::vector<float> out(16 * 16 * 3 * 3);
+    Status g = sampler->Gather(0, 0, 3, {out.data()});
+    EXPECT_EQ(g.code(), Code::kCorruption) << g.ToString();
+    auto rep = VerifyStore(path).value();
+    ASSERT_EQ(rep.problems.size(), kSamples);
+    for (const auto& p : rep.problems) EXPECT_EQ(p.field, "mask (index)");
+  }
+  // The counts of sample 0 replaced by sample 1's (a valid checksum, the
+  // wrong values): verify recomputes them from the mask.
+  {
+    WriteAll(data, good);
+    auto r = Reader::Open(path).value();
+    const std::string zero = std::string(r->snapshot()->GetRecord(0, kAuxFieldBase + 1).value());
+    const std::string one = std::string(r->snapshot()->GetRecord(1, kAuxFieldBase + 1).value());
+    ASSERT_EQ(zero.size(), one.size());
+    ASSERT_NE(zero, one);
+    std::string swapped = good;
+    const size_t at0 = good.find(zero);
+    ASSERT_NE(at0, std::string::npos);
+    swapped.replace(at0, one.size(), one);
+    WriteAll(data, swapped);
+    auto rep = VerifyStore(path).value();
+    ASSERT_EQ(rep.problems.size(), 1u);
+    EXPECT_EQ(rep.problems[0].id, "s/0");
+    EXPECT_NE(rep.problems[0].message.find("mask block counts disagree with the mask"), std::string::npos)
+        << rep.problems[0].message;
   }
 }
 

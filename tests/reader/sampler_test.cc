@@ -194,7 +194,7 @@ TEST_F(SamplerTest, DrawsAreUniformOverQualifyingWindows) {
 // float32, or every field in tiles of `tile` with the mask as uint8 source
 // values (binary normalisation), as `--layout tiles --encoding compact`.
 std::string MakeMaskStore(const TempDir& dir, const std::string& name, const std::vector<std::vector<float>>& masks,
-                          int64_t H, int64_t W, uint16_t tile) {
+                          int64_t H, int64_t W, uint16_t tile, uint16_t mask_blocks = 0) {
   const std::string path = dir / name;
   WriterOptions wo;
   wo.durable = false;
@@ -207,6 +207,7 @@ std::string MakeMaskStore(const TempDir& dir, const std::string& name, const std
   mask.channels = 1;
   mask.is_mask = true;
   mask.tile = tile;
+  mask.mask_blocks = mask_blocks;  // 0: the writer's default
   if (tile) {
     mask.dtype = DType::kUInt8;
     mask.norm.kind = NormKind::kBinary;
@@ -314,6 +315,70 @@ TEST(SamplerMaskIndex, CandidateChecksDrawTheWindowsOfTheWindowLists) {
       ASSERT_TRUE(s[1]->Gather(1, 0, n, {b0.data(), b1.data()}).ok());
       EXPECT_EQ(a0, b0);
       EXPECT_EQ(a1, b1);
+    }
+  }
+}
+
+TEST(SamplerMaskIndex, BlockCountsDecideMostCandidatesAndDrawTheSameWindows) {
+  // Candidates decided by the mask's block counts (no mask read), the rest
+  // by counting: the same windows as the window lists, for every policy and
+  // layout, and the block counts decide most candidates.
+  const int64_t H = 64, W = 80;
+  std::mt19937 rng(23);
+  std::vector<std::vector<float>> masks;
+  for (int s = 0; s < 5; ++s) {
+    std::vector<float> m(H * W, 0.0f);
+    // A rectangle of valid pixels plus a few stray ones.
+    const int64_t y0 = rng() % 40, x0 = rng() % 50, h = 4 + rng() % 20, w = 4 + rng() % 25;
+    for (int64_t y = y0; y < std::min(H, y0 + h); ++y)
+      for (int64_t x = x0; x < std::min(W, x0 + w); ++x) m[y * W + x] = 1.0f;
+    for (int k = 0; k < 3 * s; ++k) m[(rng() % H) * W + rng() % W] = 1.0f;
+    masks.push_back(m);
+  }
+  TempDir dir;
+  for (uint16_t tile : {uint16_t{0}, uint16_t{16}}) {
+    auto reader =
+        Reader::Open(MakeMaskStore(dir, "b" + std::to_string(tile) + ".ps", masks, H, W, tile, /*mask_blocks=*/8))
+            .value();
+    ASSERT_EQ(reader->MaskBlockEdge(0, 1), 8u);
+    for (int variant = 0; variant < 4; ++variant) {
+      SCOPED_TRACE("tile " + std::to_string(tile) + " variant " + std::to_string(variant));
+      SamplerOptions o;
+      o.fields = {"img", "mask"};
+      o.patch_size = 20;
+      o.patches_per_sample = 6;
+      o.require = "mask";
+      o.seed = 70 + variant;
+      if (variant == 1) o.min_valid = 40;
+      if (variant == 2) o.positive_fraction = 0.3;
+      if (variant == 3) o.patch_h = 17, o.patch_w = 29;
+      const int64_t ph = o.height(), pw = o.width();
+      const uint64_t need = variant == 1 ? 40 : 1;
+      o.mask_index = MaskIndex::kBuild;
+      auto lists = PatchSampler::Create(reader, o).value();
+      o.mask_index = MaskIndex::kWindows;
+      auto blocks = PatchSampler::Create(reader, o).value();
+      for (uint64_t e = 0; e < 4; ++e)
+        for (uint64_t p = 0; p < lists->visits_per_epoch(); ++p)
+          for (int j = 0; j < 6; ++j) {
+            const Window a = lists->WindowAt(e, p, j).value();
+            const Window b = blocks->WindowAt(e, p, j).value();
+            ASSERT_EQ(std::make_tuple(a.sample, a.y, a.x, a.positive), std::make_tuple(b.sample, b.y, b.x, b.positive))
+                << e << "/" << p << "/" << j;
+            ASSERT_EQ(BruteCountHW(masks[a.sample], W, a.y, a.x, ph, pw) >= need, a.positive);
+          }
+      // min_valid > 1 decides eligibility from each mask when the sampler is
+      // created, which builds the lists: they decide every draw.
+      const auto st = blocks->candidate_stats();
+      if (variant == 1) {
+        EXPECT_GT(st.by_lists, 0u);
+        continue;
+      }
+      EXPECT_EQ(st.by_lists, 0u);
+      EXPECT_GT(st.by_blocks, st.by_counting) << st.by_blocks << " by blocks, " << st.by_counting << " counted";
+      EXPECT_GT(st.by_counting, 0u);
+      EXPECT_EQ(lists->candidate_stats().by_blocks, 0u);
+      EXPECT_GT(lists->candidate_stats().by_lists, 0u);
     }
   }
 }
