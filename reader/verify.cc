@@ -125,7 +125,6 @@ Result<VerifyReport> VerifyStore(const std::string& path, const std::function<vo
     }
   }
   std::set<std::pair<uint64_t, uint16_t>> seen;
-  uint64_t total = ids.size() * nf;
   // Streaming with the map opened for random access (no kernel readahead):
   // list the records first (keys only, no record is touched), then keep
   // kReadAhead bytes of records requested ahead of the one being checked,
@@ -137,6 +136,7 @@ Result<VerifyReport> VerifyStore(const std::string& path, const std::function<vo
     refs.push_back({s, f, data, size});
     return Status::OK();
   });
+  const uint64_t total = refs.size();  // data records and their auxiliary ones
   std::map<std::pair<uint64_t, uint16_t>, size_t> record_at;  // (sample, field) -> refs index
   for (size_t i = 0; i < refs.size(); ++i) record_at.emplace(std::make_pair(refs[i].sample, refs[i].field), i);
   constexpr uint64_t kReadAhead = uint64_t{64} << 20;

@@ -361,6 +361,14 @@ class PatchSampler:
         return int(self._s().skipped_samples)
 
     @property
+    def candidate_stats(self) -> Dict[str, int]:
+        """How this process decided candidate windows of mask-aware draws so far:
+        {'by_lists', 'by_blocks', 'by_counting'} (window lists, the mask's block counts, or
+        counting the candidate's mask pixels, the only one that reads the mask). The windows
+        drawn do not depend on it."""
+        return {k: int(v) for k, v in self._s().candidate_stats.items()}
+
+    @property
     def skipped_ids(self) -> List[str]:
         """Ids of the skipped samples (the first 1000)."""
         return [_decode_id(b) for b in self._s().skipped_ids]
