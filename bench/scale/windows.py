@@ -147,7 +147,7 @@ while True:
     if now - t0 >= seconds:
         break
 print(json.dumps({'event': 'end', 't': time.perf_counter() - t0, 'windows': n, 'io': io_read(),
-                  'candidates': sp.candidate_stats}), flush=True)
+                  'candidates': getattr(sp, 'candidate_stats', None)}), flush=True)
 """ % (PATCH, PATCH, PATCH)
 
 
