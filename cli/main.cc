@@ -226,8 +226,10 @@ int main(int argc, char** argv) {
   std::string upgrade_store;
   upgrade->add_option("STORE", upgrade_store, "Store directory")->required();
   upgrade->footer("Format 1 -> 2 adds the sample index (shapes, mask counts) that lets open, info, ls and "
-                  "samplers\nwork without reading records. One transaction: an interrupted upgrade leaves the "
-                  "store as it was.");
+                  "samplers\nwork without reading records. Mask fields written before mask block counts existed "
+                  "get them\n(FORMAT.md \"Mask block counts\"): samplers then decide candidate windows of stores "
+                  "larger than\nRAM without reading masks. Each step is one transaction: an interrupted upgrade "
+                  "leaves the\nstore as it was. Reopen readers of the store afterwards.");
 
   // ---- export
   auto* exp = app.add_subcommand("export", "Write records back to images: OUTDIR/<id>/<field>.<ext>");
@@ -526,10 +528,15 @@ int main(int argc, char** argv) {
   if (upgrade->parsed()) {
     auto r = ps::UpgradeStore(upgrade_store);
     if (!r.ok()) return Fail(r.status());
-    if (*r == ps::kStoreFormatVersion)
-      std::printf("'%s' already has store format %u: nothing to do\n", upgrade_store.c_str(), ps::kStoreFormatVersion);
-    else
+    if (*r != ps::kStoreFormatVersion)
       std::printf("upgraded '%s' from store format %u to %u\n", upgrade_store.c_str(), *r, ps::kStoreFormatVersion);
+    auto blocks = ps::AddMaskBlocks(upgrade_store);
+    if (!blocks.ok()) return Fail(blocks.status());
+    for (const std::string& f : *blocks)
+      std::printf("added mask block counts to field '%s' of '%s'\n", f.c_str(), upgrade_store.c_str());
+    if (*r == ps::kStoreFormatVersion && blocks->empty())
+      std::printf("'%s' already has store format %u and mask block counts: nothing to do\n", upgrade_store.c_str(),
+                  ps::kStoreFormatVersion);
     return 0;
   }
 

@@ -841,6 +841,43 @@ Status Writer::Grow() {
   return Status::OK();
 }
 
+namespace {
+
+// Writes the block counts of mask record (index, field) — finalized header
+// `mask`, payload at `payload` — as its auxiliary record (FORMAT.md "Mask
+// block counts"). The table is computed before the put: a put may move or
+// spill the transaction's dirty pages, the mask's among them. Returns the
+// LMDB code (MDB_MAP_FULL included); a failure that is not LMDB's goes to
+// *st (then the code is 0).
+int PutMaskBlocks(MDB_txn* txn, MDB_dbi dbi, uint64_t index, uint16_t field, const RecordHeader& mask,
+                  const void* payload, uint32_t b, Status* st) {
+  auto bh = MaskBlocksHeader(mask, b);
+  if (!bh.ok()) {
+    *st = bh.status();
+    return 0;
+  }
+  std::vector<uint32_t> table(bh->payload_bytes / sizeof(uint32_t));
+  ComputeMaskBlocks(mask, payload, b, table.data());
+  auto key = RecordKey(index, static_cast<uint16_t>(kAuxFieldBase + field));
+  MDB_val k = Val(key.data(), key.size());
+  MDB_val v{bh->record_bytes(), nullptr};
+  const int rc = mdb_put(txn, dbi, &k, &v, MDB_NOOVERWRITE | MDB_RESERVE);
+  if (rc != 0) return rc;
+  auto* base = static_cast<uint8_t*>(v.mv_data);
+  uint8_t* body = base + kRecordHeaderSize;
+  if (reinterpret_cast<uintptr_t>(body) % kPayloadAlignment != 0) {
+    *st = Status::Internal("LMDB placed a record payload at an unaligned address");
+    return 0;
+  }
+  std::memcpy(body, table.data(), bh->payload_bytes);
+  std::memset(body + bh->payload_bytes, 0, bh->body_bytes - bh->payload_bytes);
+  bh->body_checksum = Checksum64(body, bh->body_bytes);
+  EncodeRecordHeader(*bh, base);
+  return 0;
+}
+
+}  // namespace
+
 Status Writer::TryWrite(const std::vector<SampleInput>& samples, bool* map_full) {
   *map_full = false;
   const std::string& path = env_->path();
@@ -935,23 +972,11 @@ Status Writer::TryWrite(const std::vector<SampleInput>& samples, bool* map_full)
       if (r.field < meta_.fields.size() && meta_.fields[r.field].mask_blocks != 0) {
         // The mask's block counts, derived from the record just written, in
         // the same transaction.
-        const uint32_t b = meta_.fields[r.field].mask_blocks;
-        auto bh = MaskBlocksHeader(h, b);
-        if (!bh.ok())
-          return fail(bh.status().WithContext("writing sample '" + s.id + "' field '" + meta_.fields[r.field].name + "'"));
-        auto bkey = RecordKey(index, static_cast<uint16_t>(kAuxFieldBase + r.field));
-        MDB_val bk = Val(bkey.data(), bkey.size());
-        MDB_val bv{bh->record_bytes(), nullptr};
-        rc = mdb_put(txn, env_->records_dbi, &bk, &bv, MDB_NOOVERWRITE | MDB_RESERVE);
+        Status bst;
+        rc = PutMaskBlocks(txn, env_->records_dbi, index, r.field, h, body, meta_.fields[r.field].mask_blocks, &bst);
+        if (!bst.ok())
+          return fail(bst.WithContext("writing sample '" + s.id + "' field '" + meta_.fields[r.field].name + "'"));
         if (rc != 0) return lmdb_fail("writing the mask block counts of sample '" + s.id + "' to", rc);
-        auto* bbase = static_cast<uint8_t*>(bv.mv_data);
-        uint8_t* bbody = bbase + kRecordHeaderSize;
-        if (reinterpret_cast<uintptr_t>(bbody) % kPayloadAlignment != 0)
-          return fail(Status::Internal("LMDB placed a record payload at an unaligned address"));
-        ComputeMaskBlocks(h, body, b, reinterpret_cast<uint32_t*>(bbody));
-        std::memset(bbody + bh->payload_bytes, 0, bh->body_bytes - bh->payload_bytes);
-        bh->body_checksum = Checksum64(bbody, bh->body_bytes);
-        EncodeRecordHeader(*bh, bbase);
       }
     }
     const std::string sval = EncodeSampleSummary(index, summary);
@@ -1059,6 +1084,83 @@ Status Writer::WriteBatch(const std::vector<SampleInput>& samples) {
 
 Status Writer::CommitMeta() { return WriteBatch({}); }
 
+Result<std::vector<std::string>> Writer::AddMaskBlocks() {
+  std::vector<uint16_t> fields;
+  std::vector<std::string> names;
+  for (size_t f = 0; f < meta_.fields.size(); ++f) {
+    const FieldMeta& m = meta_.fields[f];
+    if (m.is_mask && m.channels == 1 && m.layout == Layout::kCHW && !m.has_sat && m.mask_blocks == 0) {
+      fields.push_back(static_cast<uint16_t>(f));
+      names.push_back(m.name);
+    }
+  }
+  if (fields.empty()) return names;
+  for (int attempt = 0; attempt < 40; ++attempt) {
+    bool map_full = false;
+    Status st = TryAddMaskBlocks(fields, &map_full);
+    if (!map_full) {
+      if (!st.ok()) return st;
+      return names;
+    }
+    PS_RETURN_IF_ERROR(Grow());
+  }
+  return Status::IOError("writing to '" + env_->path() + "': map could not grow enough");
+}
+
+Status Writer::TryAddMaskBlocks(const std::vector<uint16_t>& fields, bool* map_full) {
+  *map_full = false;
+  const std::string& path = env_->path();
+  MDB_txn* txn = nullptr;
+  int rc = mdb_txn_begin(env_->raw(), nullptr, 0, &txn);
+  if (rc != 0) return LmdbError("starting write transaction on", path, rc);
+  auto fail = [&](Status st) {
+    mdb_txn_abort(txn);
+    return st;
+  };
+  StoreMeta next = meta_;
+  for (uint16_t f : fields) {
+    const std::string& name = meta_.fields[f].name;
+    next.fields[f].mask_blocks = static_cast<uint16_t>(kDefaultMaskBlock);
+    for (uint64_t i = 0; i < meta_.sample_count; ++i) {
+      auto key = RecordKey(i, f);
+      MDB_val k = Val(key.data(), key.size()), v;
+      rc = mdb_get(txn, env_->records_dbi, &k, &v);
+      if (rc == MDB_NOTFOUND) continue;  // the sample has no such record
+      if (rc != 0) return fail(LmdbError("reading a mask record of", path, rc));
+      const std::string where = "adding mask block counts to '" + path + "': sample #" + std::to_string(i) +
+                                " field '" + name + "'";
+      auto h = ParseRecordHeader(v.mv_data, v.mv_size);
+      if (!h.ok()) return fail(h.status().WithContext(where + " (run `patchstore verify`)"));
+      Status st;
+      rc = PutMaskBlocks(txn, env_->records_dbi, i, f, *h, static_cast<const uint8_t*>(v.mv_data) + kRecordHeaderSize,
+                         kDefaultMaskBlock, &st);
+      if (!st.ok()) return fail(st.WithContext(where));
+      if (rc == MDB_MAP_FULL) {
+        *map_full = true;
+        return fail(Status::IOError("map full"));
+      }
+      if (rc == MDB_KEYEXIST) return fail(Status::Corruption(where + ": an auxiliary record is already there"));
+      if (rc != 0) return fail(LmdbError("writing mask block counts to", path, rc));
+    }
+  }
+  const std::string text = next.Encode();
+  MDB_val mk = Val(kMetaKey, sizeof(kMetaKey) - 1), mv = Val(text.data(), text.size());
+  rc = mdb_put(txn, env_->meta_dbi, &mk, &mv, 0);
+  if (rc == MDB_MAP_FULL) {
+    *map_full = true;
+    return fail(Status::IOError("map full"));
+  }
+  if (rc != 0) return fail(LmdbError("writing metadata to", path, rc));
+  rc = mdb_txn_commit(txn);
+  if (rc == MDB_MAP_FULL) {
+    *map_full = true;
+    return Status::IOError("map full");
+  }
+  if (rc != 0) return LmdbError("committing to", path, rc);
+  meta_ = std::move(next);
+  return Status::OK();
+}
+
 Status Writer::Seal(const OrdinalOf& input_ordinal) {
   // The sealed index is one value as large as all ids and summaries: after
   // a long ingest the map may be full; grow and try again, as WriteBatch does.
@@ -1112,6 +1214,18 @@ Result<uint16_t> UpgradeStore(const std::string& path) {
   wo.kind = kind;
   PS_ASSIGN_OR_RETURN(auto writer, Writer::Open(path, wo));  // upgrades in its opening transaction
   return writer->upgraded() ? writer->upgraded_from() : kStoreFormatVersion;
+}
+
+Result<std::vector<std::string>> AddMaskBlocks(const std::string& path) {
+  std::string kind;
+  {
+    PS_ASSIGN_OR_RETURN(auto snap, Snapshot::Open(path));
+    kind = snap->meta().kind;
+  }
+  WriterOptions wo;
+  wo.kind = kind;
+  PS_ASSIGN_OR_RETURN(auto writer, Writer::Open(path, wo));
+  return writer->AddMaskBlocks();
 }
 
 // ---------------------------------------------------------------------------

@@ -191,6 +191,14 @@ class Writer {
   bool upgraded() const { return upgraded_from_ != 0; }
   uint16_t upgraded_from() const { return upgraded_from_; }
 
+  // Gives the 1-channel image mask fields that lack them (written before
+  // they existed) mask block counts (FORMAT.md "Mask block counts"): one
+  // auxiliary record per mask record, and the field's mask_blocks, in one
+  // transaction (a kill leaves none). Returns the names of the fields
+  // given them (empty: nothing to do). Like appending, it changes a sealed
+  // store under its readers: reopen them afterwards.
+  Result<std::vector<std::string>> AddMaskBlocks();
+
   // Writes the metadata alone (e.g. after EnsureField) and commits.
   Status CommitMeta();
   // Marks the store sealed (ingest finished) and commits. With
@@ -206,6 +214,7 @@ class Writer {
   Status Grow();
   Status Upgrade(void* txn);  // in the given LMDB write transaction
   Status TrySeal(bool* map_full, const OrdinalOf& input_ordinal);
+  Status TryAddMaskBlocks(const std::vector<uint16_t>& fields, bool* map_full);
   std::shared_ptr<Env> env_;
   uint16_t upgraded_from_ = 0;
   StoreMeta meta_;
@@ -219,5 +228,7 @@ class Writer {
 // adds the sample index. Returns the format it had (equal to
 // kStoreFormatVersion when there was nothing to do). Takes the writer lock.
 Result<uint16_t> UpgradeStore(const std::string& path);
+// Writer::AddMaskBlocks on the store at `path` (takes the writer lock).
+Result<std::vector<std::string>> AddMaskBlocks(const std::string& path);
 
 }  // namespace patchstore

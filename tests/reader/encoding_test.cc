@@ -12,6 +12,7 @@
 #include <functional>
 #include <iterator>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "patchstore/reader/reader.h"
@@ -634,6 +635,84 @@ TEST(EncodingDamage, DamagedMaskBlockCountsAreRefusedAndListedByVerify) {
     EXPECT_NE(rep.problems[0].message.find("mask block counts disagree with the mask"), std::string::npos)
         << rep.problems[0].message;
   }
+}
+
+// A store of uint8 binary masks in 16-pixel tiles, 70 x 90 (3 x 3 blocks of
+// 32, the last ones cut), with or without mask block counts: `old` writes
+// the field flagged as holding summed-area tables (so the writer gives it no
+// block counts) and then clears the flag, which is what a store written
+// before block counts existed looks like.
+std::string WriteMaskOnlyStore(const TempDir& dir, const std::string& name, bool old) {
+  const std::string path = dir / name;
+  const int64_t H = 70, W = 90;
+  {
+    WriterOptions wo;
+    wo.durable = false;
+    auto w = Writer::Open(path, wo).value();
+    FieldMeta fm;
+    fm.name = "mask";
+    fm.channels = 1;
+    fm.dtype = DType::kUInt8;
+    fm.tile = 16;
+    fm.norm = Norm(NormKind::kBinary, 255, 0);
+    fm.is_mask = true;
+    fm.has_sat = old;
+    EXPECT_TRUE(w->EnsureField(fm).ok());
+    std::vector<SampleInput> batch;
+    std::vector<std::vector<uint8_t>> bufs;
+    for (uint64_t s = 0; s < 4; ++s) {
+      std::vector<uint8_t> rows(H * W);
+      for (int64_t i = 0; i < H * W; ++i) rows[i] = ((i * 7 + static_cast<int64_t>(s) * 13) % 11 < static_cast<int64_t>(s)) ? 255 : 0;
+      const TileGrid g{1, H, W, 16};
+      bufs.emplace_back(static_cast<size_t>(g.elements()));
+      TileCHW(rows.data(), 1, g, bufs.back().data());
+      SampleInput in;
+      in.id = "m" + std::to_string(s);
+      RecordInput r;
+      r.header.dtype = DType::kUInt8;
+      r.header.shape = {1, H, W, 0};
+      r.header.tile = 16;
+      r.header.norm = fm.norm;
+      r.data = bufs.back().data();
+      in.records = {r};
+      batch.push_back(std::move(in));
+    }
+    EXPECT_TRUE(w->WriteBatch(batch).ok());
+    if (old) {
+      w->mutable_meta().fields[0].has_sat = false;
+      EXPECT_TRUE(w->CommitMeta().ok());
+    }
+    EXPECT_TRUE(w->Seal().ok());
+  }
+  return path;
+}
+
+TEST(MaskBlockCounts, UpgradeGivesAStoreWrittenBeforeThemTheCountsIngestWrites) {
+  TempDir dir;
+  const std::string ref = WriteMaskOnlyStore(dir, "new.ps", false), old = WriteMaskOnlyStore(dir, "old.ps", true);
+  {
+    auto r = Reader::Open(old).value();
+    EXPECT_EQ(r->MaskBlockEdge(0, 0), 0u);
+    EXPECT_EQ(r->MaskBlocks(0, 0).status().code(), Code::kNotFound);
+    ASSERT_TRUE(VerifyStore(old).value().ok());
+  }
+  auto added = AddMaskBlocks(old);
+  ASSERT_TRUE(added.ok()) << added.status().ToString();
+  EXPECT_EQ(*added, std::vector<std::string>{"mask"});
+  EXPECT_TRUE(AddMaskBlocks(old).value().empty());  // nothing left to do
+  auto a = Reader::Open(ref).value(), b = Reader::Open(old).value();
+  ASSERT_EQ(b->size(), 4u);
+  EXPECT_EQ(b->MaskBlockEdge(0, 0), kDefaultMaskBlock);
+  for (uint64_t s = 0; s < 4; ++s) {
+    const MaskBlocksView x = a->MaskBlocks(s, 0).value(), y = b->MaskBlocks(s, 0).value();
+    ASSERT_EQ(std::make_tuple(x.B, x.by, x.bx), std::make_tuple(int64_t{32}, int64_t{3}, int64_t{3}));
+    ASSERT_EQ(std::make_tuple(y.B, y.by, y.bx), std::make_tuple(x.B, x.by, x.bx));
+    EXPECT_EQ(std::vector<uint32_t>(x.data, x.data + 16), std::vector<uint32_t>(y.data, y.data + 16)) << s;
+    EXPECT_EQ(static_cast<uint64_t>(y.data[15]), b->Summary(s, 0)->valid_count) << s;  // the whole mask
+  }
+  EXPECT_GT(a->MaskBlocks(3, 0)->data[15], 0u);
+  auto rep = VerifyStore(old).value();
+  EXPECT_TRUE(rep.ok()) << (rep.problems.empty() ? "" : rep.problems[0].message);
 }
 
 TEST(EncodingDamage, ARawSourceRecordWhoseNormalisationDisagreesWithItsFieldIsRefused) {
