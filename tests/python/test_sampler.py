@@ -491,3 +491,22 @@ def test_rank_shards_are_disjoint_and_cover_with_torch_distributed(frameset, wor
     import torch.multiprocessing as tmp
 
     tmp.spawn(_rank_main, args=(world, free_port(), frameset.store, require), nprocs=world, join=True)
+
+
+def test_candidate_stats_count_every_candidate_decision(masks_store):
+    # Every candidate a mask-aware draw tries is decided one way (window lists,
+    # the mask's block counts, or counting its mask pixels); the windows do not
+    # depend on which, so two samplers with the same seed agree.
+    path, cases = masks_store
+    a = PatchSampler(path, FIELDS, 6, patches_per_sample=4, require="mask", seed=5)
+    st = a.candidate_stats
+    assert st == {"by_lists": 0, "by_blocks": 0, "by_counting": 0}
+    b1, w1 = a.gather(0, 0, len(a), return_windows=True)
+    st = a.candidate_stats
+    assert sorted(st) == ["by_blocks", "by_counting", "by_lists"]
+    assert all(isinstance(v, int) and v >= 0 for v in st.values())
+    assert sum(st.values()) >= len(a)  # at least one candidate per window drawn
+    b2, w2 = PatchSampler(path, FIELDS, 6, patches_per_sample=4, require="mask", seed=5).gather(
+        0, 0, len(a), return_windows=True)
+    assert list(w1.y) == list(w2.y) and list(w1.x) == list(w2.x)
+    np.testing.assert_array_equal(b1["mask"], b2["mask"])
