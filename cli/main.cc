@@ -535,8 +535,8 @@ int main(int argc, char** argv) {
     for (const std::string& f : *blocks)
       std::printf("added mask block counts to field '%s' of '%s'\n", f.c_str(), upgrade_store.c_str());
     if (*r == ps::kStoreFormatVersion && blocks->empty())
-      std::printf("'%s' already has store format %u and mask block counts: nothing to do\n", upgrade_store.c_str(),
-                  ps::kStoreFormatVersion);
+      std::printf("'%s' is up to date (store format %u; every mask field has block counts): nothing to do\n",
+                  upgrade_store.c_str(), ps::kStoreFormatVersion);
     return 0;
   }
 

@@ -22,7 +22,10 @@
 //     the writer, reader/sat.h MaskBlocksView: most candidates), else by
 //     counting the candidate's own mask pixels (the bytes the gather reads
 //     anyway), so a store larger than RAM never reads a whole mask to draw
-//     and reads rejected candidates' masks only near mask edges; only when
+//     and reads rejected candidates' masks only near mask edges (block
+//     counts accept a candidate only when it holds whole 32x32 blocks
+//     with valid pixels: windows under about 64 pixels are only
+//     rejected by them); only when
 //     every candidate fails (a small valid area) does it draw from the
 //     window lists, built once per sample from the mask's summed-area
 //     table (reader/sat.h, exact for any h x w) and kept as runs (a draw is

@@ -73,7 +73,8 @@ Result<VerifyReport> VerifyStore(const std::string& path, const std::function<vo
   const size_t nf = meta.fields.size();
   auto field_name = [&](uint16_t f) -> std::string {
     if (f < nf) return meta.fields[f].name;
-    if (f >= kAuxFieldBase && static_cast<size_t>(f - kAuxFieldBase) < nf) return meta.fields[f - kAuxFieldBase].name + " (index)";
+    if (f >= kAuxFieldBase && static_cast<size_t>(f - kAuxFieldBase) < nf)
+      return meta.fields[f - kAuxFieldBase].name + (meta.fields[f - kAuxFieldBase].mask_blocks ? " (block counts)" : " (index)");
     return "#" + std::to_string(f);
   };
   auto sample_name = [&](uint64_t s) { return s < ids.size() && have_id[s] ? ids[s] : "#" + std::to_string(s); };
@@ -164,7 +165,10 @@ Result<VerifyReport> VerifyStore(const std::string& path, const std::function<vo
     auto h = ParseRecordHeader(data, size);
     Status rst = h.ok() ? VerifyRecordBody(*h, data) : h.status();
     const uint32_t blocks = f >= kAuxFieldBase ? meta.fields[f - kAuxFieldBase].mask_blocks : 0;
-    if (rst.ok() && h->layout != (f >= kAuxFieldBase ? (blocks ? Layout::kBlocks : Layout::kSAT) : meta.fields[f].layout))
+    if (rst.ok() && f >= kAuxFieldBase && !blocks && h->layout == Layout::kBlocks)
+      rst = Status::Corruption("stale mask block counts: the metadata lost the field's mask_blocks (an older "
+                               "patchstore appended to the store); run `patchstore upgrade` to rewrite them");
+    else if (rst.ok() && h->layout != (f >= kAuxFieldBase ? (blocks ? Layout::kBlocks : Layout::kSAT) : meta.fields[f].layout))
       rst = Status::Corruption("record layout disagrees with the field");
     if (rst.ok() && blocks != 0) rst = CheckMaskBlocks(refs, record_at, s, static_cast<uint16_t>(f - kAuxFieldBase), blocks, *h, data);
     // A record holds its field's dtype (summed-area tables: uint32); the valid

@@ -609,7 +609,8 @@ Result<RecordHeader> MaskBlocksHeader(const RecordHeader& mask, uint32_t b) {
     return Status::InvalidArgument("mask block counts need a 1-channel image record");
   if (!ValidMaskBlock(b)) return Status::InvalidArgument("mask block edge must be in 8..4096");
   const uint64_t H = mask.shape[1], W = mask.shape[2];
-  if (H > (uint64_t{1} << 32) / W) return Status::InvalidArgument("mask of 2^32 pixels or more has no block counts");
+  if (H > ((uint64_t{1} << 32) - 1) / W)
+    return Status::InvalidArgument("mask of 2^32 pixels or more has no block counts");
   RecordHeader h;
   h.dtype = DType::kUInt32;
   h.layout = Layout::kBlocks;

@@ -1130,7 +1130,20 @@ Status Writer::TryAddMaskBlocks(const std::vector<uint16_t>& fields, bool* map_f
       const std::string where = "adding mask block counts to '" + path + "': sample #" + std::to_string(i) +
                                 " field '" + name + "'";
       auto h = ParseRecordHeader(v.mv_data, v.mv_size);
-      if (!h.ok()) return fail(h.status().WithContext(where + " (run `patchstore verify`)"));
+      Status body = h.ok() ? VerifyRecordBody(*h, v.mv_data) : h.status();
+      if (!body.ok()) return fail(body.WithContext(where + " (run `patchstore verify`)"));
+      // Block counts left by a newer writer whose metadata key an older one
+      // dropped (it rewrites metadata without unknown keys): replace them.
+      auto akey = RecordKey(i, static_cast<uint16_t>(kAuxFieldBase + f));
+      MDB_val ak = Val(akey.data(), akey.size()), av;
+      rc = mdb_get(txn, env_->records_dbi, &ak, &av);
+      if (rc == 0) {
+        auto ah = ParseRecordHeader(av.mv_data, av.mv_size);
+        if (!ah.ok() || ah->layout != Layout::kBlocks)
+          return fail(Status::Corruption(where + ": another auxiliary record is already there (run `patchstore verify`)"));
+        rc = mdb_del(txn, env_->records_dbi, &ak, nullptr);
+      }
+      if (rc != 0 && rc != MDB_NOTFOUND) return fail(LmdbError("replacing mask block counts in", path, rc));
       Status st;
       rc = PutMaskBlocks(txn, env_->records_dbi, i, f, *h, static_cast<const uint8_t*>(v.mv_data) + kRecordHeaderSize,
                          kDefaultMaskBlock, &st);
@@ -1139,7 +1152,6 @@ Status Writer::TryAddMaskBlocks(const std::vector<uint16_t>& fields, bool* map_f
         *map_full = true;
         return fail(Status::IOError("map full"));
       }
-      if (rc == MDB_KEYEXIST) return fail(Status::Corruption(where + ": an auxiliary record is already there"));
       if (rc != 0) return fail(LmdbError("writing mask block counts to", path, rc));
     }
   }
@@ -1221,6 +1233,12 @@ Result<std::vector<std::string>> AddMaskBlocks(const std::string& path) {
   {
     PS_ASSIGN_OR_RETURN(auto snap, Snapshot::Open(path));
     kind = snap->meta().kind;
+    // Nothing to do: no writer (no lock file, no refusal while another
+    // process writes, none on a read-only copy).
+    bool lacking = false;
+    for (const FieldMeta& m : snap->meta().fields)
+      lacking |= m.is_mask && m.channels == 1 && m.layout == Layout::kCHW && !m.has_sat && m.mask_blocks == 0;
+    if (!lacking) return std::vector<std::string>{};
   }
   WriterOptions wo;
   wo.kind = kind;

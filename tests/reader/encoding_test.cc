@@ -613,7 +613,7 @@ TEST(EncodingDamage, DamagedMaskBlockCountsAreRefusedAndListedByVerify) {
     EXPECT_EQ(g.code(), Code::kCorruption) << g.ToString();
     auto rep = VerifyStore(path).value();
     ASSERT_EQ(rep.problems.size(), kSamples);
-    for (const auto& p : rep.problems) EXPECT_EQ(p.field, "mask (index)");
+    for (const auto& p : rep.problems) EXPECT_EQ(p.field, "mask (block counts)");
   }
   // The counts of sample 0 replaced by sample 1's (a valid checksum, the
   // wrong values): verify recomputes them from the mask.
@@ -713,6 +713,29 @@ TEST(MaskBlockCounts, UpgradeGivesAStoreWrittenBeforeThemTheCountsIngestWrites) 
   EXPECT_GT(a->MaskBlocks(3, 0)->data[15], 0u);
   auto rep = VerifyStore(old).value();
   EXPECT_TRUE(rep.ok()) << (rep.problems.empty() ? "" : rep.problems[0].message);
+
+  // An older writer appending to the store rewrites its metadata without
+  // the mask_blocks key and leaves the records: verify calls them stale,
+  // readers count again, and upgrade rewrites them.
+  {
+    WriterOptions wo;
+    wo.durable = false;
+    auto w = Writer::Open(ref, wo).value();
+    w->mutable_meta().fields[0].mask_blocks = 0;
+    ASSERT_TRUE(w->CommitMeta().ok());
+  }
+  rep = VerifyStore(ref).value();
+  ASSERT_EQ(rep.problems.size(), 4u);
+  EXPECT_NE(rep.problems[0].message.find("stale mask block counts"), std::string::npos) << rep.problems[0].message;
+  EXPECT_EQ(Reader::Open(ref).value()->MaskBlocks(0, 0).status().code(), Code::kNotFound);
+  EXPECT_EQ(AddMaskBlocks(ref).value(), std::vector<std::string>{"mask"});
+  rep = VerifyStore(ref).value();
+  EXPECT_TRUE(rep.ok()) << (rep.problems.empty() ? "" : rep.problems[0].message);
+  auto c = Reader::Open(ref).value();
+  for (uint64_t s = 0; s < 4; ++s) {
+    const MaskBlocksView x = c->MaskBlocks(s, 0).value(), y = b->MaskBlocks(s, 0).value();
+    EXPECT_EQ(std::vector<uint32_t>(x.data, x.data + 16), std::vector<uint32_t>(y.data, y.data + 16)) << s;
+  }
 }
 
 TEST(EncodingDamage, ARawSourceRecordWhoseNormalisationDisagreesWithItsFieldIsRefused) {
