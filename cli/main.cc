@@ -35,6 +35,16 @@ using patchstore::cli::JsonString;
 namespace {
 
 // Printable form of an id for terminal output: control bytes escaped.
+// " (mask)" and whether its block counts exist (FORMAT.md "Mask block
+// counts"), for `info`; "" for other fields.
+std::string MaskNote(const ps::FieldMeta& f) {
+  if (!f.is_mask) return "";
+  if (f.mask_blocks) return " (mask; block counts " + std::to_string(f.mask_blocks) + "x" + std::to_string(f.mask_blocks) + ")";
+  if (f.channels == 1 && f.layout == ps::Layout::kCHW && !f.has_sat)
+    return " (mask; no block counts: `patchstore upgrade` adds them)";
+  return " (mask)";
+}
+
 std::string Printable(std::string_view s) {
   std::string out;
   for (unsigned char c : s) {
@@ -408,7 +418,7 @@ int main(int argc, char** argv) {
            << ", \"channel_names\": " << JsonList(fm.channel_names) << ", \"mask\": "
            << (fm.is_mask ? "true" : "false") << ", \"dtype\": " << JsonString(ps::DTypeName(fm.dtype))
            << ", \"layout\": " << JsonString(fm.tile ? "tiles" : "rows") << ", \"tile_size\": " << fm.tile;
-        if (fm.is_mask) os << ", \"empty_masks\": " << empty_masks[f];
+        if (fm.is_mask) os << ", \"empty_masks\": " << empty_masks[f] << ", \"mask_blocks\": " << fm.mask_blocks;
         os << ", \"shape_range\": " << ps::cli::ShapeRangeJson(ps::cli::FieldShapeRange(*reader, static_cast<int>(f)))
            << "}";
       }
@@ -443,7 +453,7 @@ int main(int argc, char** argv) {
         std::printf("  %-10s C=%u shape=%s dtype=%s layout=%s source=%s %s norm=%s channels=%s%s\n", fm.name.c_str(),
                     fm.channels, shapes[f].c_str(), ps::DTypeName(fm.dtype), layout.c_str(),
                     fm.source_format.c_str(), ps::SourceTypeName(fm.source_type), fm.norm.ToString().c_str(),
-                    fm.channel_names.c_str(), fm.is_mask ? " (mask)" : "");
+                    fm.channel_names.c_str(), MaskNote(fm).c_str());
         if (shapes[f] == "varies")
           std::printf("  %-10s shapes: %s%s\n", "", ps::cli::ShapeRangeText(
                           ps::cli::FieldShapeRange(*reader, static_cast<int>(f)), m.kind == "volumes").c_str(),

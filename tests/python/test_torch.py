@@ -356,3 +356,6 @@ def test_info_reports_samples_with_an_empty_mask(frameset):
     fields = {f["name"]: f for f in json.loads(subprocess.run([cli, "info", "--json", frameset.store],
                                                               capture_output=True, text=True, check=True).stdout)["fields"]}
     assert fields["mask"]["empty_masks"] == 1 and "empty_masks" not in fields["rgb"]
+    # Ingest gives the mask block counts (FORMAT.md "Mask block counts"), and info says so.
+    assert fields["mask"]["mask_blocks"] == 32 and "mask_blocks" not in fields["rgb"]
+    assert "(mask; block counts 32x32)" in text
