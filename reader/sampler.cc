@@ -311,10 +311,37 @@ Status PatchSampler::DrawMany(const std::vector<std::pair<uint64_t, uint64_t>>& 
                               std::vector<Window>* out) const {
   const size_t n = draws.size();
   out->assign(n, Window{});
-  std::vector<uint8_t> want(n);
-  std::vector<size_t> pending;  // draws still trying candidates
+  // Working vectors, kept per thread: a one-window Draw (WindowAt, a
+  // PatchDataset item) allocates nothing once warm. Released views and
+  // lists at exit; a nested call (none today) would use fresh ones.
+  struct Scratch {
+    std::vector<uint8_t> want, found, counted;
+    std::vector<size_t> pending, next;
+    std::vector<std::pair<int64_t, int64_t>> positions, at;
+    std::vector<std::shared_ptr<const SampleSets>> lists_of;
+    std::vector<MaskBlocksView> blocks_of;
+    std::vector<int8_t> decided;
+    bool busy = false;
+  };
+  thread_local Scratch kept;
+  Scratch fresh;
+  Scratch& sc = kept.busy ? fresh : kept;
+  struct Release {
+    Scratch& sc;
+    ~Release() {
+      sc.lists_of.clear();
+      sc.blocks_of.clear();
+      sc.busy = false;
+    }
+  } release{sc};
+  sc.busy = true;
+  std::vector<uint8_t>& want = sc.want;
+  want.assign(n, 0);
+  std::vector<size_t>& pending = sc.pending;  // draws still trying candidates
+  pending.clear();
   const int64_t ph = options_.height(), pw = options_.width();
-  std::vector<uint8_t> found(n, 0);
+  std::vector<uint8_t>& found = sc.found;
+  found.assign(n, 0);
   auto memo_key = [](uint64_t sample, uint64_t key) { return Mix(sample) ^ key; };
   // Only draws decided by counting are remembered: a draw from the lists
   // costs less than the lookup, so list-only samplers never take the lock.
@@ -347,12 +374,16 @@ Status PatchSampler::DrawMany(const std::vector<std::pair<uint64_t, uint64_t>>& 
     }
   }
   if (memo_lock.owns_lock()) memo_lock.unlock();
-  std::vector<uint8_t> counted(n, 0);  // decided by counting a candidate's mask: remembered at the end
+  std::vector<uint8_t>& counted = sc.counted;  // decided by counting a candidate's mask: remembered at the end
+  counted.assign(n, 0);
   // Per pending draw, once: its window positions and its lists (null: its
   // candidates are checked by counting).
-  std::vector<std::pair<int64_t, int64_t>> positions(n);
-  std::vector<std::shared_ptr<const SampleSets>> lists_of(n);
-  std::vector<MaskBlocksView> blocks_of(n);  // data null: none
+  std::vector<std::pair<int64_t, int64_t>>& positions = sc.positions;
+  positions.assign(n, {0, 0});
+  std::vector<std::shared_ptr<const SampleSets>>& lists_of = sc.lists_of;
+  lists_of.assign(n, nullptr);
+  std::vector<MaskBlocksView>& blocks_of = sc.blocks_of;  // data null: none
+  blocks_of.assign(n, MaskBlocksView{});
   for (size_t i : pending) {
     WindowPositions(draws[i].first, mask_field_, &positions[i].first, &positions[i].second);
     if (positions[i].first <= 0 || positions[i].second <= 0)
@@ -364,9 +395,9 @@ Status PatchSampler::DrawMany(const std::vector<std::pair<uint64_t, uint64_t>>& 
     if (lists_of[i] || reader_->MaskBlockEdge(draws[i].first, mask_field_) == 0) continue;
     PS_ASSIGN_OR_RETURN(blocks_of[i], reader_->MaskBlocks(draws[i].first, mask_field_));
   }
-  std::vector<std::pair<int64_t, int64_t>> at;
-  std::vector<int8_t> decided;  // per candidate: 1 qualifies, 0 does not, -1 count its mask
-  std::vector<size_t> next;
+  std::vector<std::pair<int64_t, int64_t>>& at = sc.at;
+  std::vector<int8_t>& decided = sc.decided;  // per candidate: 1 qualifies, 0 does not, -1 count its mask
+  std::vector<size_t>& next = sc.next;
   uint64_t by_lists = 0, by_blocks = 0, by_counting = 0;
   for (int t = 0; t < kWindowTries && !pending.empty(); ++t) {
     // Candidate t of every pending draw, decided from the lists or the
@@ -445,8 +476,11 @@ Status PatchSampler::DrawMany(const std::vector<std::pair<uint64_t, uint64_t>>& 
 }
 
 Result<Window> PatchSampler::Draw(uint64_t sample, uint64_t key) const {
-  std::vector<Window> out;
-  PS_RETURN_IF_ERROR(DrawMany({{sample, key}}, &out));
+  // Per thread, as DrawMany's vectors (DrawMany never calls Draw).
+  thread_local std::vector<std::pair<uint64_t, uint64_t>> one(1);
+  thread_local std::vector<Window> out;
+  one[0] = {sample, key};
+  PS_RETURN_IF_ERROR(DrawMany(one, &out));
   return out[0];
 }
 
