@@ -1072,14 +1072,18 @@ Status Writer::Upgrade(void* txn_ptr) {
   return Status::OK();
 }
 
-Status Writer::WriteBatch(const std::vector<SampleInput>& samples) {
-  for (int attempt = 0; attempt < 40; ++attempt) {
+Status Writer::GrowingAsNeeded(const std::string& what, const std::function<Status(bool* map_full)>& attempt) {
+  for (int tries = 0; tries < 40; ++tries) {
     bool map_full = false;
-    Status st = TryWrite(samples, &map_full);
+    Status st = attempt(&map_full);
     if (!map_full) return st;
     PS_RETURN_IF_ERROR(Grow());
   }
-  return Status::IOError("writing to '" + env_->path() + "': map could not grow enough");
+  return Status::IOError(what + " '" + env_->path() + "': map could not grow enough");
+}
+
+Status Writer::WriteBatch(const std::vector<SampleInput>& samples) {
+  return GrowingAsNeeded("writing to", [&](bool* map_full) { return TryWrite(samples, map_full); });
 }
 
 Status Writer::CommitMeta() { return WriteBatch({}); }
@@ -1095,16 +1099,9 @@ Result<std::vector<std::string>> Writer::AddMaskBlocks() {
     }
   }
   if (fields.empty()) return names;
-  for (int attempt = 0; attempt < 40; ++attempt) {
-    bool map_full = false;
-    Status st = TryAddMaskBlocks(fields, &map_full);
-    if (!map_full) {
-      if (!st.ok()) return st;
-      return names;
-    }
-    PS_RETURN_IF_ERROR(Grow());
-  }
-  return Status::IOError("writing to '" + env_->path() + "': map could not grow enough");
+  PS_RETURN_IF_ERROR(
+      GrowingAsNeeded("writing to", [&](bool* map_full) { return TryAddMaskBlocks(fields, map_full); }));
+  return names;
 }
 
 Status Writer::TryAddMaskBlocks(const std::vector<uint16_t>& fields, bool* map_full) {
@@ -1176,13 +1173,7 @@ Status Writer::TryAddMaskBlocks(const std::vector<uint16_t>& fields, bool* map_f
 Status Writer::Seal(const OrdinalOf& input_ordinal) {
   // The sealed index is one value as large as all ids and summaries: after
   // a long ingest the map may be full; grow and try again, as WriteBatch does.
-  for (int attempt = 0; attempt < 40; ++attempt) {
-    bool map_full = false;
-    Status st = TrySeal(&map_full, input_ordinal);
-    if (!map_full) return st;
-    PS_RETURN_IF_ERROR(Grow());
-  }
-  return Status::IOError("sealing '" + env_->path() + "': map could not grow enough");
+  return GrowingAsNeeded("sealing", [&](bool* map_full) { return TrySeal(map_full, input_ordinal); });
 }
 
 Status Writer::TrySeal(bool* map_full, const OrdinalOf& input_ordinal) {

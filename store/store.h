@@ -215,6 +215,10 @@ class Writer {
   Status Upgrade(void* txn);  // in the given LMDB write transaction
   Status TrySeal(bool* map_full, const OrdinalOf& input_ordinal);
   Status TryAddMaskBlocks(const std::vector<uint16_t>& fields, bool* map_full);
+  // Runs `attempt` (one transaction) again after growing the map while it
+  // reports the map full, up to 40 times; "<what> '<path>': map could not
+  // grow enough" after that.
+  Status GrowingAsNeeded(const std::string& what, const std::function<Status(bool* map_full)>& attempt);
   std::shared_ptr<Env> env_;
   uint16_t upgraded_from_ = 0;
   StoreMeta meta_;
