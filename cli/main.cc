@@ -238,8 +238,10 @@ int main(int argc, char** argv) {
   upgrade->footer("Format 1 -> 2 adds the sample index (shapes, mask counts) that lets open, info, ls and "
                   "samplers\nwork without reading records. Mask fields written before mask block counts existed "
                   "get them\n(FORMAT.md \"Mask block counts\"): samplers then decide candidate windows of stores "
-                  "larger than\nRAM without reading masks. Each step is one transaction: an interrupted upgrade "
-                  "leaves the\nstore as it was. Reopen readers of the store afterwards.");
+                  "larger than\nRAM without reading masks. The format step is one transaction; block counts are "
+                  "written in\ntransactions of 1,024 samples and used only once all are there. Interrupted "
+                  "(Ctrl-C stops\nafter the current transaction), an upgrade leaves the store readable as "
+                  "before; run it\nagain to finish. Reopen readers of the store afterwards.");
 
   // ---- export
   auto* exp = app.add_subcommand("export", "Write records back to images: OUTDIR/<id>/<field>.<ext>");
@@ -540,7 +542,17 @@ int main(int argc, char** argv) {
     if (!r.ok()) return Fail(r.status());
     if (*r != ps::kStoreFormatVersion)
       std::printf("upgraded '%s' from store format %u to %u\n", upgrade_store.c_str(), *r, ps::kStoreFormatVersion);
-    auto blocks = ps::AddMaskBlocks(upgrade_store);
+    ps::cli::ProgressPrinter printer("upgrade: mask block counts", "samples", quiet, /*counts_only=*/true);
+    const auto t0 = std::chrono::steady_clock::now();
+    ps::cli::InstallInterruptHandler();  // Ctrl-C: stop after the current transaction
+    auto blocks = ps::AddMaskBlocks(upgrade_store, [&](uint64_t done, uint64_t total) {
+      ps::Progress p;
+      p.done = done;
+      p.total = total;
+      p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      printer(p);
+      return !ps::cli::Interrupted();
+    });
     if (!blocks.ok()) return Fail(blocks.status());
     for (const std::string& f : *blocks)
       std::printf("added mask block counts to field '%s' of '%s'\n", f.c_str(), upgrade_store.c_str());

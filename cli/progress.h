@@ -48,8 +48,9 @@ inline bool Interrupted() { return InterruptFlag().load(); }
 class ProgressPrinter {
  public:
   // `what` prefixes each line ("ingest"); `unit` names the items ("samples").
-  ProgressPrinter(std::string what, std::string unit, bool quiet)
-      : what_(std::move(what)), unit_(std::move(unit)), quiet_(quiet), tty_(isatty(2)) {}
+  // `counts_only`: no MB/s and failure count (for work that has neither).
+  ProgressPrinter(std::string what, std::string unit, bool quiet, bool counts_only = false)
+      : what_(std::move(what)), unit_(std::move(unit)), quiet_(quiet), counts_only_(counts_only), tty_(isatty(2)) {}
 
   void operator()(const Progress& p) {
     if (quiet_) return;
@@ -61,7 +62,12 @@ class ProgressPrinter {
     last_ = now;
     const double mbs = p.seconds > 0 ? p.bytes / p.seconds / 1e6 : 0;
     char line[256];
-    if (tty_) {
+    if (counts_only_) {
+      std::snprintf(line, sizeof line, "%s%s: %llu/%llu %s, %.1f s%s", tty_ ? "\r" : "", what_.c_str(),
+                    static_cast<unsigned long long>(p.done), static_cast<unsigned long long>(p.total), unit_.c_str(),
+                    p.seconds, tty_ && p.done < p.total ? " " : "\n");
+      std::cerr << line << std::flush;
+    } else if (tty_) {
       const int width = 30;
       int filled = p.total ? static_cast<int>(width * p.done / p.total) : width;
       std::string bar(filled, '#');
@@ -80,7 +86,7 @@ class ProgressPrinter {
 
  private:
   std::string what_, unit_;
-  bool quiet_, tty_;
+  bool quiet_, counts_only_, tty_;
   bool final_printed_ = false;
   std::chrono::steady_clock::time_point last_{};
 };

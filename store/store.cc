@@ -878,23 +878,61 @@ int PutMaskBlocks(MDB_txn* txn, MDB_dbi dbi, uint64_t index, uint16_t field, con
 
 }  // namespace
 
-Status Writer::TryWrite(const std::vector<SampleInput>& samples, bool* map_full) {
+// One LMDB write transaction (InWriteTxn): what a step inside it needs.
+class WriteTxn {
+ public:
+  WriteTxn(MDB_txn* txn, const std::string& path, bool* map_full) : txn_(txn), path_(path), map_full_(map_full) {}
+  MDB_txn* txn() const { return txn_; }
+  // An LMDB error as a Status ("<what> '<path>': ..."); MDB_MAP_FULL sets
+  // *map_full as well, so that GrowingAsNeeded grows the map and retries.
+  Status Lmdb(const std::string& what, int rc) const {
+    if (rc == MDB_MAP_FULL) {
+      *map_full_ = true;
+      return Status::IOError("map full");
+    }
+    return LmdbError(what, path_, rc);
+  }
+
+ private:
+  MDB_txn* txn_;
+  const std::string& path_;
+  bool* map_full_;
+};
+
+namespace {
+
+// Begins a write transaction, runs `body` in it and commits it; aborts it
+// when `body` fails. *map_full tells whether LMDB's map was full (in the
+// body or at commit).
+Status InWriteTxn(Env* env, bool* map_full, const std::function<Status(WriteTxn&)>& body) {
   *map_full = false;
-  const std::string& path = env_->path();
   MDB_txn* txn = nullptr;
-  int rc = mdb_txn_begin(env_->raw(), nullptr, 0, &txn);
-  if (rc != 0) return LmdbError("starting write transaction on", path, rc);
-  auto fail = [&](Status st) {
+  int rc = mdb_txn_begin(env->raw(), nullptr, 0, &txn);
+  if (rc != 0) return LmdbError("starting write transaction on", env->path(), rc);
+  WriteTxn t(txn, env->path(), map_full);
+  Status st = body(t);
+  if (!st.ok()) {
     mdb_txn_abort(txn);
     return st;
-  };
-  auto lmdb_fail = [&](const std::string& what, int code) {
-    if (code == MDB_MAP_FULL) {
-      *map_full = true;
-      return fail(Status::IOError("map full"));
-    }
-    return fail(LmdbError(what, path, code));
-  };
+  }
+  rc = mdb_txn_commit(txn);  // frees txn whatever the result
+  return rc == 0 ? Status::OK() : t.Lmdb("committing to", rc);
+}
+
+}  // namespace
+
+Status Writer::TryWrite(const std::vector<SampleInput>& samples, bool* map_full) {
+  StoreMeta next = meta_;
+  PS_RETURN_IF_ERROR(InWriteTxn(env_.get(), map_full, [&](WriteTxn& t) { return WriteSamples(t, samples, &next); }));
+  meta_ = std::move(next);
+  for (const SampleInput& s : samples) ids_.insert(s.id);
+  return Status::OK();
+}
+
+Status Writer::WriteSamples(WriteTxn& t, const std::vector<SampleInput>& samples, StoreMeta* next_meta) {
+  const std::string& path = env_->path();
+  MDB_txn* txn = t.txn();
+  int rc = 0;
 
   // Guard against a second writer that slipped past the lock (e.g. a copy of
   // the store written elsewhere): the stored count must be ours.
@@ -904,65 +942,65 @@ Status Writer::TryWrite(const std::vector<SampleInput>& samples, bool* map_full)
     if (rc == 0) {
       auto stored = StoreMeta::Decode(std::string_view(static_cast<const char*>(v.mv_data), v.mv_size));
       if (stored.ok() && stored->sample_count != meta_.sample_count)
-        return fail(Status::Aborted("writing to '" + path + "': the store was changed by another writer"));
+        return Status::Aborted("writing to '" + path + "': the store was changed by another writer");
     }
   }
 
-  StoreMeta next = meta_;
+  StoreMeta& next = *next_meta;
   next.sealed = false;
   {
     // Unsealing: the sealed index describes the samples of the sealed store
     // only; it goes in the same transaction as the first new sample.
     MDB_val bk = Val(kSealedIndexKey, sizeof(kSealedIndexKey) - 1);
     rc = mdb_del(txn, env_->meta_dbi, &bk, nullptr);
-    if (rc != 0 && rc != MDB_NOTFOUND) return lmdb_fail("removing the sealed index of", rc);
+    if (rc != 0 && rc != MDB_NOTFOUND) return t.Lmdb("removing the sealed index of", rc);
     // So does the input order of a shard: the next seal writes it again.
     MDB_val ok = Val(kInputOrderKey, sizeof(kInputOrderKey) - 1);
     rc = mdb_del(txn, env_->meta_dbi, &ok, nullptr);
-    if (rc != 0 && rc != MDB_NOTFOUND) return lmdb_fail("removing the input order of", rc);
+    if (rc != 0 && rc != MDB_NOTFOUND) return t.Lmdb("removing the input order of", rc);
   }
   uint64_t index = meta_.sample_count;
   std::unordered_set<std::string> batch_ids;
   for (const SampleInput& s : samples) {
     if (ids_.count(s.id) || !batch_ids.insert(s.id).second)
-      return fail(Status::AlreadyExists("writing sample '" + s.id + "' to '" + path + "': id already present"));
+      return Status::AlreadyExists("writing sample '" + s.id + "' to '" + path + "': id already present");
     auto ikey = IndexKey(index);
     const std::string idval = EncodeIdValue(index, s.id);
     MDB_val k = Val(ikey.data(), ikey.size()), v = Val(idval.data(), idval.size());
     rc = mdb_put(txn, env_->ids_dbi, &k, &v, MDB_NOOVERWRITE);
-    if (rc != 0) return lmdb_fail("writing id of sample '" + s.id + "' to", rc);
+    if (rc != 0) return t.Lmdb("writing id of sample '" + s.id + "' to", rc);
     SampleSummary summary;
     summary.fields.resize(meta_.fields.size());
     for (const RecordInput& r : s.records) {
       RecordHeader h = r.header;
       Status st = FinalizeHeader(&h);
-      if (!st.ok()) return fail(st.WithContext("writing sample '" + s.id + "'"));
+      if (!st.ok()) return st.WithContext("writing sample '" + s.id + "'");
       if (r.field < meta_.fields.size() && h.dtype != meta_.fields[r.field].dtype)
-        return fail(Status::InvalidArgument("writing sample '" + s.id + "' to '" + path + "': field '" +
+        return Status::InvalidArgument("writing sample '" + s.id + "' to '" + path + "': field '" +
                                             meta_.fields[r.field].name + "' holds " +
                                             DTypeName(meta_.fields[r.field].dtype) + ", the record " +
-                                            DTypeName(h.dtype)));
+                                            DTypeName(h.dtype));
       if (r.field < meta_.fields.size() && h.tile != meta_.fields[r.field].tile)
-        return fail(Status::InvalidArgument("writing sample '" + s.id + "' to '" + path + "': field '" +
+        return Status::InvalidArgument("writing sample '" + s.id + "' to '" + path + "': field '" +
                                             meta_.fields[r.field].name + "' has tile size " +
                                             std::to_string(meta_.fields[r.field].tile) + ", the record " +
-                                            std::to_string(h.tile)));
+                                            std::to_string(h.tile));
       auto rkey = RecordKey(index, r.field);
       MDB_val rk = Val(rkey.data(), rkey.size());
       MDB_val rv{h.record_bytes(), nullptr};
       rc = mdb_put(txn, env_->records_dbi, &rk, &rv, MDB_NOOVERWRITE | MDB_RESERVE);
-      if (rc != 0) return lmdb_fail("writing sample '" + s.id + "' to", rc);
+      if (rc != 0) return t.Lmdb("writing sample '" + s.id + "' to", rc);
       auto* base = static_cast<uint8_t*>(rv.mv_data);
       uint8_t* body = base + kRecordHeaderSize;
       if (reinterpret_cast<uintptr_t>(body) % kPayloadAlignment != 0)
-        return fail(Status::Internal("LMDB placed a record payload at an unaligned address"));
+        return Status::Internal("LMDB placed a record payload at an unaligned address");
       if (r.fill) {
         st = r.fill(body);
-        if (!st.ok()) return fail(st.WithContext("writing sample '" + s.id + "'"));
+        if (!st.ok()) return st.WithContext("writing sample '" + s.id + "'");
       } else if (r.data != nullptr) {
         std::memcpy(body, r.data, h.payload_bytes);
       } else {
-        return fail(Status::Internal("record without data"));
+        return Status::Internal("record without data");
       }
       std::memset(body + h.payload_bytes, 0, h.body_bytes - h.payload_bytes);
       h.body_checksum = Checksum64(body, h.body_bytes);
@@ -975,29 +1013,21 @@ Status Writer::TryWrite(const std::vector<SampleInput>& samples, bool* map_full)
         Status bst;
         rc = PutMaskBlocks(txn, env_->records_dbi, index, r.field, h, body, meta_.fields[r.field].mask_blocks, &bst);
         if (!bst.ok())
-          return fail(bst.WithContext("writing sample '" + s.id + "' field '" + meta_.fields[r.field].name + "'"));
-        if (rc != 0) return lmdb_fail("writing the mask block counts of sample '" + s.id + "' to", rc);
+          return bst.WithContext("writing sample '" + s.id + "' field '" + meta_.fields[r.field].name + "'");
+        if (rc != 0) return t.Lmdb("writing the mask block counts of sample '" + s.id + "' to", rc);
       }
     }
     const std::string sval = EncodeSampleSummary(index, summary);
     MDB_val sk = Val(ikey.data(), ikey.size()), sv = Val(sval.data(), sval.size());
     rc = mdb_put(txn, env_->index_dbi, &sk, &sv, MDB_NOOVERWRITE);
-    if (rc != 0) return lmdb_fail("writing the index entry of sample '" + s.id + "' to", rc);
+    if (rc != 0) return t.Lmdb("writing the index entry of sample '" + s.id + "' to", rc);
     ++index;
   }
   next.sample_count = index;
   const std::string text = next.Encode();
   MDB_val mk = Val(kMetaKey, sizeof(kMetaKey) - 1), mv = Val(text.data(), text.size());
   rc = mdb_put(txn, env_->meta_dbi, &mk, &mv, 0);
-  if (rc != 0) return lmdb_fail("writing metadata to", rc);
-  rc = mdb_txn_commit(txn);  // frees txn whatever the result
-  if (rc == MDB_MAP_FULL) {
-    *map_full = true;
-    return Status::IOError("map full");
-  }
-  if (rc != 0) return LmdbError("committing to", path, rc);
-  meta_ = std::move(next);
-  for (const SampleInput& s : samples) ids_.insert(s.id);
+  if (rc != 0) return t.Lmdb("writing metadata to", rc);
   return Status::OK();
 }
 
@@ -1088,7 +1118,7 @@ Status Writer::WriteBatch(const std::vector<SampleInput>& samples) {
 
 Status Writer::CommitMeta() { return WriteBatch({}); }
 
-Result<std::vector<std::string>> Writer::AddMaskBlocks() {
+Result<std::vector<std::string>> Writer::AddMaskBlocks(const AddMaskBlocksProgress& progress, uint64_t batch) {
   std::vector<uint16_t> fields;
   std::vector<std::string> names;
   for (size_t f = 0; f < meta_.fields.size(); ++f) {
@@ -1099,74 +1129,72 @@ Result<std::vector<std::string>> Writer::AddMaskBlocks() {
     }
   }
   if (fields.empty()) return names;
-  PS_RETURN_IF_ERROR(
-      GrowingAsNeeded("writing to", [&](bool* map_full) { return TryAddMaskBlocks(fields, map_full); }));
+  // Batches of samples, one transaction each (a huge store's tables are not
+  // one transaction's dirty pages); the last one also sets the fields'
+  // mask_blocks, so readers use no table before all are written.
+  const uint64_t n = meta_.sample_count;
+  batch = std::max<uint64_t>(batch, 1);
+  uint64_t lo = 0;
+  do {
+    const uint64_t hi = n - lo > batch ? lo + batch : n;
+    StoreMeta next = meta_;
+    PS_RETURN_IF_ERROR(GrowingAsNeeded("writing to", [&](bool* map_full) {
+      return InWriteTxn(env_.get(), map_full, [&](WriteTxn& t) {
+        PS_RETURN_IF_ERROR(PutMaskBlocksOf(t, fields, lo, hi));
+        if (hi < n) return Status::OK();
+        for (uint16_t f : fields) next.fields[f].mask_blocks = static_cast<uint16_t>(kDefaultMaskBlock);
+        const std::string text = next.Encode();
+        MDB_val mk = Val(kMetaKey, sizeof(kMetaKey) - 1), mv = Val(text.data(), text.size());
+        int rc = mdb_put(t.txn(), env_->meta_dbi, &mk, &mv, 0);
+        return rc == 0 ? Status::OK() : t.Lmdb("writing metadata to", rc);
+      });
+    }));
+    if (hi == n) meta_ = std::move(next);
+    lo = hi;
+    if (progress && !progress(lo, n) && lo < n)
+      return Status::Aborted("adding mask block counts to '" + env_->path() + "': stopped after " +
+                             std::to_string(lo) + " of " + std::to_string(n) +
+                             " samples; run `patchstore upgrade` again to finish");
+  } while (lo < n);
   return names;
 }
 
-Status Writer::TryAddMaskBlocks(const std::vector<uint16_t>& fields, bool* map_full) {
-  *map_full = false;
+Status Writer::PutMaskBlocksOf(WriteTxn& t, const std::vector<uint16_t>& fields, uint64_t lo, uint64_t hi) {
   const std::string& path = env_->path();
-  MDB_txn* txn = nullptr;
-  int rc = mdb_txn_begin(env_->raw(), nullptr, 0, &txn);
-  if (rc != 0) return LmdbError("starting write transaction on", path, rc);
-  auto fail = [&](Status st) {
-    mdb_txn_abort(txn);
-    return st;
-  };
-  StoreMeta next = meta_;
-  for (uint16_t f : fields) {
-    const std::string& name = meta_.fields[f].name;
-    next.fields[f].mask_blocks = static_cast<uint16_t>(kDefaultMaskBlock);
-    for (uint64_t i = 0; i < meta_.sample_count; ++i) {
+  MDB_txn* txn = t.txn();
+  for (uint64_t i = lo; i < hi; ++i) {
+    for (uint16_t f : fields) {
+      const std::string& name = meta_.fields[f].name;
       auto key = RecordKey(i, f);
       MDB_val k = Val(key.data(), key.size()), v;
-      rc = mdb_get(txn, env_->records_dbi, &k, &v);
+      int rc = mdb_get(txn, env_->records_dbi, &k, &v);
       if (rc == MDB_NOTFOUND) continue;  // the sample has no such record
-      if (rc != 0) return fail(LmdbError("reading a mask record of", path, rc));
+      if (rc != 0) return t.Lmdb("reading a mask record of", rc);
       const std::string where = "adding mask block counts to '" + path + "': sample #" + std::to_string(i) +
                                 " field '" + name + "'";
       auto h = ParseRecordHeader(v.mv_data, v.mv_size);
       Status body = h.ok() ? VerifyRecordBody(*h, v.mv_data) : h.status();
-      if (!body.ok()) return fail(body.WithContext(where + " (run `patchstore verify`)"));
+      if (!body.ok()) return body.WithContext(where + " (run `patchstore verify`)");
       // Block counts left by a newer writer whose metadata key an older one
-      // dropped (it rewrites metadata without unknown keys): replace them.
+      // dropped (it rewrites metadata without unknown keys), or by an
+      // interrupted AddMaskBlocks: replace them.
       auto akey = RecordKey(i, static_cast<uint16_t>(kAuxFieldBase + f));
       MDB_val ak = Val(akey.data(), akey.size()), av;
       rc = mdb_get(txn, env_->records_dbi, &ak, &av);
       if (rc == 0) {
         auto ah = ParseRecordHeader(av.mv_data, av.mv_size);
         if (!ah.ok() || ah->layout != Layout::kBlocks)
-          return fail(Status::Corruption(where + ": another auxiliary record is already there (run `patchstore verify`)"));
+          return Status::Corruption(where + ": another auxiliary record is already there (run `patchstore verify`)");
         rc = mdb_del(txn, env_->records_dbi, &ak, nullptr);
       }
-      if (rc != 0 && rc != MDB_NOTFOUND) return fail(LmdbError("replacing mask block counts in", path, rc));
+      if (rc != 0 && rc != MDB_NOTFOUND) return t.Lmdb("replacing mask block counts in", rc);
       Status st;
       rc = PutMaskBlocks(txn, env_->records_dbi, i, f, *h, static_cast<const uint8_t*>(v.mv_data) + kRecordHeaderSize,
                          kDefaultMaskBlock, &st);
-      if (!st.ok()) return fail(st.WithContext(where));
-      if (rc == MDB_MAP_FULL) {
-        *map_full = true;
-        return fail(Status::IOError("map full"));
-      }
-      if (rc != 0) return fail(LmdbError("writing mask block counts to", path, rc));
+      if (!st.ok()) return st.WithContext(where);
+      if (rc != 0) return t.Lmdb("writing mask block counts to", rc);
     }
   }
-  const std::string text = next.Encode();
-  MDB_val mk = Val(kMetaKey, sizeof(kMetaKey) - 1), mv = Val(text.data(), text.size());
-  rc = mdb_put(txn, env_->meta_dbi, &mk, &mv, 0);
-  if (rc == MDB_MAP_FULL) {
-    *map_full = true;
-    return fail(Status::IOError("map full"));
-  }
-  if (rc != 0) return fail(LmdbError("writing metadata to", path, rc));
-  rc = mdb_txn_commit(txn);
-  if (rc == MDB_MAP_FULL) {
-    *map_full = true;
-    return Status::IOError("map full");
-  }
-  if (rc != 0) return LmdbError("committing to", path, rc);
-  meta_ = std::move(next);
   return Status::OK();
 }
 
@@ -1177,28 +1205,16 @@ Status Writer::Seal(const OrdinalOf& input_ordinal) {
 }
 
 Status Writer::TrySeal(bool* map_full, const OrdinalOf& input_ordinal) {
-  *map_full = false;
-  MDB_txn* txn = nullptr;
-  int rc = mdb_txn_begin(env_->raw(), nullptr, 0, &txn);
-  if (rc != 0) return LmdbError("starting write transaction on", env_->path(), rc);
   StoreMeta next = meta_;
   next.sealed = true;
-  const std::string text = next.Encode();
-  MDB_val mk = Val(kMetaKey, sizeof(kMetaKey) - 1), mv = Val(text.data(), text.size());
-  rc = mdb_put(txn, env_->meta_dbi, &mk, &mv, 0);
-  if (rc != 0) {
-    mdb_txn_abort(txn);
-    *map_full = rc == MDB_MAP_FULL;
-    return LmdbError("sealing", env_->path(), rc);
-  }
-  if (Status st = PutSealedIndex(env_.get(), txn, next.sample_count, map_full, input_ordinal); !st.ok()) {
-    mdb_txn_abort(txn);
-    return st;
-  }
-  rc = mdb_txn_commit(txn);
-  if (rc == MDB_MAP_FULL) *map_full = true;
-  if (rc != 0) return LmdbError("sealing", env_->path(), rc);
-  rc = mdb_env_sync(env_->raw(), 1);
+  PS_RETURN_IF_ERROR(InWriteTxn(env_.get(), map_full, [&](WriteTxn& t) {
+    const std::string text = next.Encode();
+    MDB_val mk = Val(kMetaKey, sizeof(kMetaKey) - 1), mv = Val(text.data(), text.size());
+    int rc = mdb_put(t.txn(), env_->meta_dbi, &mk, &mv, 0);
+    if (rc != 0) return t.Lmdb("sealing", rc);
+    return PutSealedIndex(env_.get(), t.txn(), next.sample_count, map_full, input_ordinal);
+  }));
+  int rc = mdb_env_sync(env_->raw(), 1);
   if (rc != 0) return LmdbError("syncing", env_->path(), rc);
   meta_ = std::move(next);
   return Status::OK();
@@ -1219,7 +1235,8 @@ Result<uint16_t> UpgradeStore(const std::string& path) {
   return writer->upgraded() ? writer->upgraded_from() : kStoreFormatVersion;
 }
 
-Result<std::vector<std::string>> AddMaskBlocks(const std::string& path) {
+Result<std::vector<std::string>> AddMaskBlocks(const std::string& path, const AddMaskBlocksProgress& progress,
+                                               uint64_t batch) {
   std::string kind;
   {
     PS_ASSIGN_OR_RETURN(auto snap, Snapshot::Open(path));
@@ -1234,7 +1251,7 @@ Result<std::vector<std::string>> AddMaskBlocks(const std::string& path) {
   WriterOptions wo;
   wo.kind = kind;
   PS_ASSIGN_OR_RETURN(auto writer, Writer::Open(path, wo));
-  return writer->AddMaskBlocks();
+  return writer->AddMaskBlocks(progress, batch);
 }
 
 // ---------------------------------------------------------------------------

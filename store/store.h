@@ -163,6 +163,15 @@ struct WriterOptions {
   bool durable = true;
 };
 
+// One LMDB write transaction of a Writer (defined in store.cc).
+class WriteTxn;
+
+// Writer::AddMaskBlocks' progress, after each of its transactions: samples
+// done so far, of `total`. Returning false stops it there (Aborted).
+using AddMaskBlocksProgress = std::function<bool(uint64_t done, uint64_t total)>;
+// Samples per transaction of Writer::AddMaskBlocks.
+constexpr uint64_t kAddMaskBlocksBatch = 1024;
+
 // The single writer of a store. Not thread-safe: use from one thread.
 class Writer {
  public:
@@ -193,11 +202,16 @@ class Writer {
 
   // Gives the 1-channel image mask fields that lack them (written before
   // they existed) mask block counts (FORMAT.md "Mask block counts"): one
-  // auxiliary record per mask record, and the field's mask_blocks, in one
-  // transaction (a kill leaves none). Returns the names of the fields
-  // given them (empty: nothing to do). Like appending, it changes a sealed
-  // store under its readers: reopen them afterwards.
-  Result<std::vector<std::string>> AddMaskBlocks();
+  // auxiliary record per mask record, written in transactions of
+  // kAddMaskBlocksBatch samples; the last one also sets the fields'
+  // mask_blocks, so readers use the tables only once all are there. A kill
+  // (or `progress` returning false) midway leaves tables that readers ignore
+  // (verify calls them stale) and that running it again replaces. Returns
+  // the names of the fields given them (empty: nothing to do). Like
+  // appending, it changes a sealed store under its readers: reopen them
+  // afterwards.
+  Result<std::vector<std::string>> AddMaskBlocks(const AddMaskBlocksProgress& progress = nullptr,
+                                                 uint64_t batch = kAddMaskBlocksBatch);
 
   // Writes the metadata alone (e.g. after EnsureField) and commits.
   Status CommitMeta();
@@ -214,7 +228,8 @@ class Writer {
   Status Grow();
   Status Upgrade(void* txn);  // in the given LMDB write transaction
   Status TrySeal(bool* map_full, const OrdinalOf& input_ordinal);
-  Status TryAddMaskBlocks(const std::vector<uint16_t>& fields, bool* map_full);
+  Status WriteSamples(WriteTxn& t, const std::vector<SampleInput>& samples, StoreMeta* next_meta);
+  Status PutMaskBlocksOf(WriteTxn& t, const std::vector<uint16_t>& fields, uint64_t lo, uint64_t hi);
   // Runs `attempt` (one transaction) again after growing the map while it
   // reports the map full, up to 40 times; "<what> '<path>': map could not
   // grow enough" after that.
@@ -232,7 +247,10 @@ class Writer {
 // adds the sample index. Returns the format it had (equal to
 // kStoreFormatVersion when there was nothing to do). Takes the writer lock.
 Result<uint16_t> UpgradeStore(const std::string& path);
-// Writer::AddMaskBlocks on the store at `path` (takes the writer lock).
-Result<std::vector<std::string>> AddMaskBlocks(const std::string& path);
+// Writer::AddMaskBlocks on the store at `path` (takes the writer lock only
+// when some field lacks block counts).
+Result<std::vector<std::string>> AddMaskBlocks(const std::string& path,
+                                               const AddMaskBlocksProgress& progress = nullptr,
+                                               uint64_t batch = kAddMaskBlocksBatch);
 
 }  // namespace patchstore

@@ -377,6 +377,41 @@ TEST_F(ImageIngest, CliVerifyNamesAFlippedRecordAndExportStaysInside) {
   EXPECT_EQ(out.find("evil' field"), std::string::npos) << out;
 }
 
+// `patchstore upgrade` on a mask field whose metadata lost mask_blocks (as
+// an older writer appending to the store leaves it): verify calls the tables
+// stale, upgrade rewrites them with progress on stderr, and a second upgrade
+// has nothing to do.
+TEST_F(ImageIngest, CliUpgradeRewritesStaleMaskBlockCountsWithProgress) {
+  cv::Mat m = RandomImage(40, 70, CV_8UC1, 5);
+  cv::threshold(m, m, 200, 255, cv::THRESH_BINARY);
+  ASSERT_TRUE(cv::imwrite(dir_ / "in/m.png", m));
+  const auto store = Ingest("id,mask\na,m.png\nb,m.png\nc,m.png\n");
+  uint32_t want_total = 0;
+  {
+    auto r = Reader::Open(store).value();
+    want_total = r->MaskBlocks(2, 0).value().data[3 * 4 - 1];  // 2 x 3 blocks of 32: the last corner
+    EXPECT_EQ(want_total, static_cast<uint32_t>(cv::countNonZero(m)));
+  }
+  {
+    WriterOptions wo;
+    wo.durable = false;
+    auto w = Writer::Open(store, wo).value();
+    w->mutable_meta().fields[0].mask_blocks = 0;
+    ASSERT_TRUE(w->CommitMeta().ok());
+  }
+  std::string out;
+  EXPECT_EQ(RunCommand(std::string(PATCHSTORE_CLI) + " verify " + store, &out), 3) << out;
+  EXPECT_NE(out.find("stale mask block counts"), std::string::npos) << out;
+  EXPECT_EQ(RunCommand(std::string(PATCHSTORE_CLI) + " upgrade " + store, &out), 0) << out;
+  EXPECT_NE(out.find("upgrade: mask block counts: 3/3 samples"), std::string::npos) << out;  // not a terminal
+  EXPECT_NE(out.find("added mask block counts to field 'mask'"), std::string::npos) << out;
+  EXPECT_EQ(RunCommand(std::string(PATCHSTORE_CLI) + " verify " + store, &out), 0) << out;
+  EXPECT_EQ(Reader::Open(store).value()->MaskBlocks(2, 0).value().data[11], want_total);
+  EXPECT_EQ(RunCommand(std::string(PATCHSTORE_CLI) + " upgrade " + store, &out), 0) << out;
+  EXPECT_NE(out.find("nothing to do"), std::string::npos) << out;
+  EXPECT_EQ(out.find("samples"), std::string::npos) << out;  // no progress when nothing is written
+}
+
 TEST(Cli, HelpAndUsageErrors) {
   std::string out;
   EXPECT_EQ(RunCommand(std::string(PATCHSTORE_CLI) + " --help", &out), 0);

@@ -696,9 +696,26 @@ TEST(MaskBlockCounts, UpgradeGivesAStoreWrittenBeforeThemTheCountsIngestWrites) 
     EXPECT_EQ(r->MaskBlocks(0, 0).status().code(), Code::kNotFound);
     ASSERT_TRUE(VerifyStore(old).value().ok());
   }
-  auto added = AddMaskBlocks(old);
+  // Stopped after its first transaction (3 of the 4 samples): the tables
+  // written so far are there but unused (no mask_blocks yet), and verify
+  // calls them stale.
+  auto stopped = AddMaskBlocks(old, [](uint64_t, uint64_t) { return false; }, 3);
+  ASSERT_EQ(stopped.status().code(), Code::kAborted);
+  EXPECT_NE(stopped.status().message().find("stopped after 3 of 4 samples"), std::string::npos)
+      << stopped.status().message();
+  EXPECT_EQ(Reader::Open(old).value()->MaskBlocks(0, 0).status().code(), Code::kNotFound);
+  {
+    auto rep = VerifyStore(old).value();
+    ASSERT_EQ(rep.problems.size(), 3u);
+    EXPECT_NE(rep.problems[2].message.find("stale mask block counts"), std::string::npos) << rep.problems[2].message;
+  }
+  // Run again to the end, in transactions of 3 samples: progress after each.
+  std::vector<std::pair<uint64_t, uint64_t>> calls;
+  auto added = AddMaskBlocks(
+      old, [&](uint64_t done, uint64_t total) { return calls.emplace_back(done, total), true; }, 3);
   ASSERT_TRUE(added.ok()) << added.status().ToString();
   EXPECT_EQ(*added, std::vector<std::string>{"mask"});
+  EXPECT_EQ(calls, (std::vector<std::pair<uint64_t, uint64_t>>{{3, 4}, {4, 4}}));
   EXPECT_TRUE(AddMaskBlocks(old).value().empty());  // nothing left to do
   auto a = Reader::Open(ref).value(), b = Reader::Open(old).value();
   ASSERT_EQ(b->size(), 4u);
