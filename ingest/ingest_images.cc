@@ -19,7 +19,6 @@
 #include "patchstore/ingest/encoding.h"
 #include "patchstore/ingest/ingest.h"
 #include "patchstore/ingest/sources.h"
-#include "patchstore/reader/sat.h"
 #include "patchstore/store/store.h"
 
 #include "patchstore/ingest/checks.h"
@@ -75,7 +74,6 @@ struct FieldPlan {
 
 struct DecodedField {
   BufferPool::Buffer buffer;  // row-major (C,H,W) of header.dtype
-  BufferPool::Buffer sat;  // summed-area table of a mask field, as uint32
   RecordHeader header;
   FieldMeta meta;
   std::string path;
@@ -346,10 +344,7 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
       summary.bytes_written += batch_bytes;
     }
     for (DecodedSample& d : batch_data)
-      for (DecodedField& f : d.fields) {
-        pool.Release(std::move(f.buffer));
-        pool.Release(std::move(f.sat));
-      }
+      for (DecodedField& f : d.fields) pool.Release(std::move(f.buffer));
     batch.clear();
     batch_data.clear();
     batch_bytes = 0;
@@ -405,10 +400,7 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
       }
     }
     if (!d.status.ok()) {
-      for (DecodedField& f : d.fields) {
-        pool.Release(std::move(f.buffer));
-        pool.Release(std::move(f.sat));
-      }
+      for (DecodedField& f : d.fields) pool.Release(std::move(f.buffer));
       if (!o.skip_errors) {
         failure = d.status;
         break;
@@ -450,18 +442,7 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
         } else {
           r.data = f.buffer.data.get();
         }
-        const uint16_t field_index = r.field;
         in.records.push_back(std::move(r));
-        if (f.sat.data) {
-          RecordInput sat;
-          sat.field = static_cast<uint16_t>(kAuxFieldBase + field_index);
-          sat.header.dtype = DType::kUInt32;
-          sat.header.layout = Layout::kSAT;
-          sat.header.rank = 3;
-          sat.header.shape = {1, f.header.shape[1] + 1, f.header.shape[2] + 1, 0};
-          sat.data = f.sat.data.get();
-          in.records.push_back(std::move(sat));
-        }
       }
       summary.bytes_decoded += d.bytes;
       batch_bytes += d.bytes;
