@@ -903,7 +903,38 @@ Status Reader::CopyPatches(const std::vector<PatchRequest>& requests, int64_t h,
   return Status::OK();
 }
 
-Result<SatView> Reader::Sat(uint64_t sample, int field, bool cache) const {
+Result<SatView> Reader::Sat(uint64_t sample, int field, bool cache, std::vector<uint32_t>* scratch) const {
+  // An image mask into the caller's scratch (format-1 stores' stored
+  // tables aside): strips of the record, no whole-record copy.
+  if (scratch != nullptr && !cache && field >= 0 && field < field_count() && field_layout(field) == Layout::kCHW && !field_has_sat(field) &&
+      sample < ids_.size() && summary(sample, field).present && summary(sample, field).rank == 3 &&
+      summary(sample, field).shape[0] == 1) {
+    Prefetch(sample, field);  // the whole mask is read: one request, not a page fault per page
+    const int64_t H = static_cast<int64_t>(summary(sample, field).shape[1]);
+    const int64_t W = static_cast<int64_t>(summary(sample, field).shape[2]);
+    const int64_t stride = W + 1;
+    scratch->resize(static_cast<size_t>((H + 1) * stride));
+    uint32_t* s = scratch->data();
+    std::fill(s, s + stride, 0u);
+    // Strips of rows, normalised into a piece that stays in cache, then
+    // summed row by row.
+    constexpr int64_t kStripRows = 16;
+    thread_local std::vector<float> strip;
+    strip.resize(static_cast<size_t>(std::min(kStripRows, H) * W));
+    for (int64_t y0 = 0; y0 < H; y0 += kStripRows) {
+      const int64_t rows = std::min(kStripRows, H - y0);
+      PS_ASSIGN_OR_RETURN(WindowSource src, Window(sample, field, y0, 0, rows, W));
+      CopyWindow(src, Transform{}, strip.data());
+      for (int64_t r = 0; r < rows; ++r)
+        SatRow(strip.data() + r * W, W, s + (y0 + r) * stride, s + (y0 + r + 1) * stride);
+    }
+    SatView v;
+    v.data = s;
+    v.planes = 1;
+    v.H = H;
+    v.W = W;
+    return v;
+  }
   PS_ASSIGN_OR_RETURN(TensorView mask, Get(sample, field));
   if (mask.rank != 3) return Status::InvalidArgument("mask " + Describe(sample, field) + " is not 3-dimensional");
   const bool volume = field_layout(field) == Layout::kSHW;

@@ -212,9 +212,14 @@ class Reader {
   // at ingest by format-1 stores (zero-copy), or computed from the mask
   // record — and, with `cache`, kept in this Reader (unbounded: callers that
   // visit many samples pass false and keep what they derive). One plane per
-  // image record, one per slice for volumes. Errors: as Get();
-  // InvalidArgument when the field is not 1-channel.
-  Result<SatView> Sat(uint64_t sample, int field, bool cache = true) const;
+  // image record, one per slice for volumes. With `scratch` (and no cache),
+  // an image mask's table is computed into *scratch, reused from call to
+  // call (no fresh pages to fault in and zero), from strips of the record
+  // converted in cache-sized pieces (no whole-record copies); the view then
+  // holds no owner and is valid while *scratch is left alone. Errors: as
+  // Get(); InvalidArgument when the field is not 1-channel.
+  Result<SatView> Sat(uint64_t sample, int field, bool cache = true,
+                      std::vector<uint32_t>* scratch = nullptr) const;
 
   // The block counts of mask field `field` for `sample` (reader/sat.h,
   // FORMAT.md "Mask block counts"): zero-copy, header and body checksum

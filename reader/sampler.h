@@ -31,9 +31,10 @@
 //     table (reader/sat.h, exact for any h x w) and kept as runs (a draw is
 //     then a binary search, whatever the valid area). Rejection of uniform
 //     candidates, then an exact draw from the lists: uniform either way.
-//     The lists are built on a sample's first draw when its whole mask is
-//     in memory, or row-major without block counts (kAuto), so a store in
-//     the page cache draws from them; masks out of memory use candidates.
+//     With kAuto, masks with block counts (every store written since
+//     they exist) use candidates, and build lists only for a draw no
+//     candidate fits; masks without them build the lists on a sample's
+//     first draw when the whole mask is in memory or row-major.
 //   - kPositiveFraction (`positive_fraction` in 0..1): each window comes from
 //     the qualifying set with that probability and from the non-qualifying
 //     set otherwise (as MONAI's RandCropByPosNegLabel); a sample lacking one
@@ -127,9 +128,9 @@ enum class SamplingPolicy : uint8_t {
 // windows drawn are identical for every value; only the bytes read and the
 // CPU differ.
 enum class MaskIndex : uint8_t {
-  kAuto = 0,     // build a sample's window lists on its first draw when its mask is already in
-                 // memory, or row-major without block counts (a counted candidate reads a page per
-                 // row); else kWindows
+  kAuto = 0,     // kWindows for masks with block counts; for masks without them, build a
+                 // sample's window lists on its first draw when its mask is already in memory, or
+                 // row-major (a counted candidate reads a page per row); else kWindows
   kBuild = 1,    // always build them on the first draw (reads the whole mask)
   kWindows = 2,  // only when every candidate fails; candidates are decided by the mask's block
                  // counts where they can be, else by counting their own mask pixels

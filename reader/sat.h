@@ -27,6 +27,18 @@ namespace patchstore {
 // H x W float32 values each. REQUIRES: H * W < 2^32.
 void ComputeSat(const float* mask, int64_t planes, int64_t H, int64_t W, uint32_t* sat);
 
+// One row of such a table: `out` (W + 1 entries) from the table row above
+// it and the mask row `m` (W values); ComputeSat row by row.
+inline void SatRow(const float* m, int64_t W, const uint32_t* above, uint32_t* out) {
+  uint32_t row = 0;
+  out[0] = 0;
+  for (int64_t x = 0; x < W; ++x) {
+    const float v = m[x];
+    row += (v != 0.0f && v == v) ? 1u : 0u;  // non-zero and not NaN
+    out[x + 1] = above[x + 1] + row;
+  }
+}
+
 // A read-only view of the tables of one record: `planes` tables of
 // (H+1) x (W+1) entries, row-major. `owner` keeps `data` alive.
 struct SatView {

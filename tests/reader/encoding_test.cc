@@ -180,10 +180,18 @@ void ExpectSameReads(const Reader& ref, const Reader& r) {
   ASSERT_TRUE(ref.CopyPatches(reqs, 16, 16, a.data(), 1).ok());
   ASSERT_TRUE(r.CopyPatches(reqs, 16, 16, b.data(), 2).ok());
   ExpectSameFloats(a.data(), b.data(), a.size(), "CopyPatches");
-  // Summed-area tables of the mask: the same table, so the same valid windows.
+  // Summed-area tables of the mask: the same table, so the same valid windows;
+  // the same again computed in strips into a scratch buffer reused across
+  // samples (what window lists are built from; 37 rows: strips of 16, 16, 5).
+  std::vector<uint32_t> scratch;
   for (uint64_t s = 0; s < r.size(); ++s) {
     SatView sa = ref.Sat(s, 1, false).value(), sb = r.Sat(s, 1, false).value();
     ASSERT_EQ(std::memcmp(sa.data, sb.data, static_cast<size_t>((kH + 1) * (kW + 1)) * 4), 0) << "Sat " << s;
+    SatView sc = r.Sat(s, 1, false, &scratch).value();
+    ASSERT_EQ(sc.data, scratch.data());
+    ASSERT_EQ(std::make_tuple(sc.planes, sc.H, sc.W), std::make_tuple(int64_t{1}, kH, kW));
+    ASSERT_EQ(std::memcmp(sa.data, sc.data, static_cast<size_t>((kH + 1) * (kW + 1)) * 4), 0) << "scratch Sat " << s;
+    EXPECT_EQ(sc.Count(0, 0, 0, kH, kW), r.summary(s, 1).valid_count);
     EXPECT_EQ(ref.summary(s, 1).valid_count, r.summary(s, 1).valid_count);
   }
 }
