@@ -65,6 +65,9 @@ Result<std::unique_ptr<PatchSampler>> PatchSampler::Create(std::shared_ptr<const
                                    reader->meta().kind + ")");
   if (o.fields.empty()) return Status::InvalidArgument(where + ": no fields given");
   if (o.patch_size <= 0) return Status::InvalidArgument(where + ": patch_size must be positive");
+  if (o.prefetch_batches < 1 || o.prefetch_batches > 64)
+    return Status::InvalidArgument(where + ": prefetch_batches must be in 1..64, got " +
+                                   std::to_string(o.prefetch_batches));
   if (o.patch_h < 0 || o.patch_w < 0)
     return Status::InvalidArgument(where + ": patch_h and patch_w must be positive (or 0: patch_size)");
   if (o.rot90 && o.height() != o.width())
@@ -693,20 +696,52 @@ void PatchSampler::PrefetchMasks(const std::vector<uint64_t>& samples) const {
   for (uint64_t s : fresh) reader_->Prefetch(s, mask_field_);
 }
 
-void PatchSampler::PrefetchAhead(uint64_t epoch, uint64_t first, int64_t n) const {
+void PatchSampler::PrefetchAhead(uint64_t epoch, uint64_t first, int64_t n, uint64_t stride) const {
   const uint64_t per = windows_per_epoch();
   if (n <= 0 || per == 0) return;
+  if (stride == 0) stride = static_cast<uint64_t>(n);
+  const uint64_t depth = static_cast<uint64_t>(std::clamp(options_.prefetch_batches, 1, 64));
+  if (stride > UINT64_MAX / 128 / per || epoch > UINT64_MAX / 4 / per) {
+    RequestWindows(epoch, first, n, n);  // beyond the bookkeeping's range: this batch alone
+    return;
+  }
+  // Batches as positions epoch * per + window: this call wants batches
+  // at, at + stride, ..., at + (depth - 1) * stride.
+  const uint64_t at = epoch * per + first, end = at + depth * stride;
+  uint64_t from;
+  {
+    std::lock_guard<std::mutex> lock(prefetch_mu_);
+    // Moving forward through the batches the last call requested (same n
+    // and stride): only the batches after them. Anything else (a seek, a
+    // new epoch set, another loader): all of them.
+    const bool onward = n == prefetched_n_ && stride == prefetched_stride_ && at >= prefetched_lo_ &&
+                        at <= prefetched_hi_ && (at - prefetched_lo_) % stride == 0;
+    from = onward ? std::max(at, prefetched_hi_) : at;
+    prefetched_lo_ = at;
+    prefetched_hi_ = std::max(end, from);
+    prefetched_n_ = n;
+    prefetched_stride_ = stride;
+  }
+  if (stride == static_cast<uint64_t>(n)) {  // contiguous batches: one request
+    if (from < end) RequestWindows(from / per, from % per, static_cast<int64_t>(end - from), n);
+    return;
+  }
+  for (uint64_t b = from; b < end; b += stride) RequestWindows(b / per, b % per, n, n);
+}
+
+void PatchSampler::RequestWindows(uint64_t epoch, uint64_t first, int64_t n, int64_t after) const {
+  const uint64_t per = windows_per_epoch();
   const uint64_t k = static_cast<uint64_t>(options_.patches_per_sample);
   epoch += first / per;
   first %= per;
-  // The draws of windows [first, first + n) (the next batch) and of the n
-  // after them. With MaskIndex::kBuild, the visits of those later ones
-  // (their lists need whole masks).
-  std::vector<std::pair<uint64_t, uint64_t>> draws, after;
+  // The draws of windows [first, first + n) and of the `after` ones after
+  // them. With MaskIndex::kBuild, the visits of those later ones (their
+  // lists need whole masks).
+  std::vector<std::pair<uint64_t, uint64_t>> draws, later;
   draws.reserve(static_cast<size_t>(n));
   uint64_t e = epoch, w = first;
-  for (int64_t i = 0; i < (mask_field_ >= 0 ? 2 * n : n); ++i) {
-    (i < n ? draws : after).push_back(VisitDraw(e, w / k, static_cast<int>(w % k)));
+  for (int64_t i = 0; i < (mask_field_ >= 0 ? n + after : n); ++i) {
+    (i < n ? draws : later).push_back(VisitDraw(e, w / k, static_cast<int>(w % k)));
     if (++w == per) {
       ++e;
       w = 0;
@@ -726,14 +761,15 @@ void PatchSampler::PrefetchAhead(uint64_t epoch, uint64_t first, int64_t n) cons
   const int64_t ph = options_.height(), pw = options_.width();
   for (const Window& win : wins)
     for (int f : fields_) reader_->PrefetchPatch(win.sample, f, win.y, win.x, ph, pw);
+  stats_prefetched_.fetch_add(wins.size(), std::memory_order_relaxed);
   if (whole_masks) {
-    PrefetchMasks(samples(after));
+    PrefetchMasks(samples(later));
   } else if (mask_field_ >= 0) {
-    // Draw the batch after it too, while the disk reads this one's windows:
-    // its candidates' mask bytes are then in memory when its turn comes, so
-    // a draw's rounds of candidates do not wait on the disk in turn with the
+    // Draw the windows after them too, while the disk reads these: their
+    // candidates' mask bytes are then in memory when their turn comes, so a
+    // draw's rounds of candidates do not wait on the disk in turn with the
     // windows. The windows themselves are drawn again then (the same ones).
-    (void)DrawMany(after, &wins);
+    (void)DrawMany(later, &wins);
   }
 }
 

@@ -141,6 +141,10 @@ const char* SamplingPolicyName(SamplingPolicy policy);
 // The policy of a name above; InvalidArgument listing the names otherwise.
 Result<SamplingPolicy> ParseSamplingPolicy(const std::string& name);
 
+// Batches PatchSampler::PrefetchAhead keeps requested by default
+// (SamplerOptions::prefetch_batches; measured in bench/scale/windows.py).
+constexpr int kDefaultPrefetchBatches = 4;
+
 struct SamplerOptions {
   std::vector<std::string> fields;  // fields to gather, e.g. {"rgb", "mask", "depth"}
   int64_t patch_size = 256;         // windows are patch_size x patch_size, unless:
@@ -163,8 +167,13 @@ struct SamplerOptions {
   // sampler (each process keeps its own); the oldest lists are dropped and
   // rebuilt on demand (about 1 ms for a 1920x1080 frame) beyond this.
   uint64_t index_cache_bytes = uint64_t{256} << 20;
-  // Read-ahead of the next batch's windows after each Next() (see above).
+  // Read-ahead of the next batches' windows after each Next() (see above).
   bool prefetch_next = true;
+  // How many batches ahead PrefetchAhead keeps requested (1..64): with
+  // more, the disk reads several batches at once while the loader copies
+  // (more reads in flight), at the cost of that many batches' windows in
+  // the page cache.
+  int prefetch_batches = kDefaultPrefetchBatches;
   // The per-epoch order of the visits (reader/order.h); kLocality needs
   // locality_budget_bytes > 0 (InvalidArgument otherwise): the page cache
   // the epoch may count on, e.g. half of the RAM left to the page cache.
@@ -245,6 +254,8 @@ class PatchSampler {
     return {stats_lists_.load(std::memory_order_relaxed), stats_blocks_.load(std::memory_order_relaxed),
             stats_counting_.load(std::memory_order_relaxed)};
   }
+  // Windows whose byte ranges PrefetchAhead has requested so far.
+  uint64_t prefetched_windows() const { return stats_prefetched_.load(std::memory_order_relaxed); }
 
   // Sample visits per epoch on this rank: ceil(eligible / world_size).
   uint64_t visits_per_epoch() const;
@@ -288,13 +299,18 @@ class PatchSampler {
                 std::vector<Window>* windows = nullptr) const;
 
   // Read-ahead for a loader that will gather windows [first, first + n) of
-  // `epoch` next (continuing into later epochs): the masks of the samples
-  // those windows visit first, then the byte ranges of those windows in
-  // every field (Reader::PrefetchPatch), then the masks of the visits of
-  // windows [first + n, first + 2n). Draws the windows (building window
-  // lists as Gather would; the same windows). Never fails: an error is left
-  // for the gather to report. Only starts reads and returns.
-  void PrefetchAhead(uint64_t epoch, uint64_t first, int64_t n) const;
+  // `epoch` next, then the batches of n windows `stride` apart (0: n, i.e.
+  // contiguous; a DataLoader worker's own batches are further apart),
+  // continuing into later epochs: keeps prefetch_batches such batches
+  // requested. For the batches not requested by the previous call (one
+  // that moves forward batch by batch requests one new batch; any other
+  // call, all of them): the masks of the samples they visit first, then
+  // their windows' byte ranges in every field (Reader::PrefetchPatch), then
+  // the masks of the visits of the n windows after each. Draws the windows
+  // (building window lists as Gather would; the same windows). Never fails:
+  // an error is left for the gather to report. Only starts reads and
+  // returns.
+  void PrefetchAhead(uint64_t epoch, uint64_t first, int64_t n, uint64_t stride = 0) const;
   // Read-ahead of the masks of those samples whose window lists are not
   // built yet (building them reads the whole mask). No-op without a mask.
   void PrefetchMasks(const std::vector<uint64_t>& samples) const;
@@ -385,6 +401,14 @@ class PatchSampler {
   mutable std::unordered_map<uint64_t, MemoWindow> draw_memo_;
   mutable std::atomic<size_t> draw_memo_size_{0};  // draw_memo_.size(), read without mu_
   mutable std::atomic<uint64_t> stats_lists_{0}, stats_blocks_{0}, stats_counting_{0};  // candidate_stats()
+  mutable std::atomic<uint64_t> stats_prefetched_{0};                                    // prefetched_windows()
+  // The batches PrefetchAhead requested last: starts lo, lo + stride, ...
+  // below hi, as epoch * windows per epoch + window, of n windows each
+  // (under prefetch_mu_).
+  mutable std::mutex prefetch_mu_;
+  mutable uint64_t prefetched_lo_ = 0, prefetched_hi_ = 0, prefetched_stride_ = 0;
+  mutable int64_t prefetched_n_ = 0;
+  void RequestWindows(uint64_t epoch, uint64_t first, int64_t n, int64_t after) const;
 };
 
 }  // namespace patchstore

@@ -7,7 +7,8 @@ store LARGER than RAM, from an uncached start, per layout and encoding.
         [--ram-factor 1.5] [--seconds 120] [--batch 16] [--threads 2]
         [--max-disk-gb 45] [--keep]
 
-For each configuration (layout:encoding) it ingests 1920x1080 rgb+mask+depth
+For each configuration (layout:encoding; layout rows, tiles or tilesN for
+N-pixel tiles) it ingests 1920x1080 rgb+mask+depth
 frames (12 generated frames listed many times under distinct ids) until the
 store is --ram-factor x MemTotal, evicts data.mdb from the page cache
 (vmtouch -e = posix_fadvise(POSIX_FADV_DONTNEED)), then runs one reader
@@ -61,8 +62,10 @@ def ingest(patchstore, store, src, trip, n, layout, encoding):
             r, m, d = trip[i % len(trip)]
             f.write(f"s{i:06d},{r},{m},{d}\n")
     cmd = [patchstore, "--quiet", "ingest", "images", store, "--manifest", manifest, "--no-sync"]
-    if layout == "tiles":
+    if layout.startswith("tiles"):  # "tiles" (the default tile size) or "tiles64"
         cmd += ["--layout", "tiles"]
+        if layout != "tiles":
+            cmd += ["--tile-size", layout[len("tiles"):]]
     if encoding != "float32":
         cmd += ["--encoding", encoding]
     t0 = time.perf_counter()
@@ -126,13 +129,14 @@ import json, sys, time
 import numpy as np
 import patchstore
 store, seconds, batch, threads, interval = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+kw = {} if sys.argv[6] == '-' else {'prefetch': int(sys.argv[6])}
 def io_read():
     with open('/proc/self/io') as f:
         for line in f:
             if line.startswith('read_bytes:'):
                 return int(line.split()[1])
 t0 = time.perf_counter()
-sp = patchstore.PatchSampler(store, ['rgb', 'mask', 'depth'], %d, require='mask', seed=0, num_threads=threads)
+sp = patchstore.PatchSampler(store, ['rgb', 'mask', 'depth'], %d, require='mask', seed=0, num_threads=threads, **kw)
 out = {f: np.empty((batch, c, %d, %d), np.float32) for f, c in (('rgb', 3), ('mask', 1), ('depth', 1))}
 print(json.dumps({'event': 'open', 's': time.perf_counter() - t0, 'io': io_read()}), flush=True)
 n = 0
@@ -151,9 +155,10 @@ print(json.dumps({'event': 'end', 't': time.perf_counter() - t0, 'windows': n, '
 """ % (PATCH, PATCH, PATCH)
 
 
-def run_reader(store, seconds, batch, threads, interval, env, stored_window_bytes):
+def run_reader(store, seconds, batch, threads, interval, env, stored_window_bytes, prefetch="-"):
     d0 = disk_sectors_read()
-    p = subprocess.Popen([sys.executable, "-c", READER, store, str(seconds), str(batch), str(threads), str(interval)],
+    p = subprocess.Popen([sys.executable, "-c", READER, store, str(seconds), str(batch), str(threads), str(interval),
+                          prefetch],
                          stdout=subprocess.PIPE, text=True, env=env)
     ticks = []
     last = {"t": 0.0, "windows": 0, "disk": 0}
@@ -222,15 +227,15 @@ def report(res, args, path):
         f"Random 256x256 rgb+mask+depth windows, `require=\"mask\"`, batches of {args.batch}, "
         f"`num_threads={args.threads}`, {args.seconds:.0f} s from an uncached start:",
         "",
-        "| layout | encoding | store (GB) | frames | MB/frame | ingest (s) | windows/s | windows/s per 10 s (min-max) "
-        "| disk MB/s | read amplification | float32 MB/s delivered |",
-        "|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|",
+        "| layout | encoding | prefetch (batches) | store (GB) | frames | MB/frame | ingest (s) | windows/s "
+        "| windows/s per 10 s (min-max) | disk MB/s | read amplification | float32 MB/s delivered |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|",
     ]
     for r in res["runs"]:
         m = r["read"]
         per = [t["windows_per_s"] for t in m["ticks"][:-1]] or [m["windows_per_s"]]
         lines.append(
-            f"| {r['layout']} | {r['encoding']} | {r['store_bytes'] / 1e9:.1f} | {r['frames']} | "
+            f"| {r['layout']} | {r['encoding']} | {r.get('prefetch', '-')} | {r['store_bytes'] / 1e9:.1f} | {r['frames']} | "
             f"{r['store_bytes'] / r['frames'] / 1e6:.1f} | {r['ingest_s']:.0f} | **{m['windows_per_s']:.0f}** | "
             f"{min(per):.0f}-{max(per):.0f} | {m['disk_bytes'] / m['seconds'] / 1e6:.0f} | "
             f"**{m['amplification']:.2f}x** | {m['float32_MBps_delivered']:.0f} |")
@@ -239,7 +244,8 @@ def report(res, args, path):
                  "delivered (float32: 1.31 MB per window; compact: 0.52 MB).")
     lines.append("")
     lines.append("Drawing a window (`reader/sampler.h`): uniform candidate windows, the first that qualifies. Out of memory a candidate is decided by the mask's block counts (FORMAT.md \"Mask block counts\": 32x32-block counts, 12 KiB per frame on disk) where their bounds tell, else by counting its own mask pixels (a few tile rows of a tiled mask; a page per row of a row-major one), so no whole mask is read. Stores without block counts (written before them) read a row-major frame's whole mask once on its first visit instead. Later, windows increasingly come from the page cache (the store is 1.5x RAM), which is why amplification falls below 1 and the rate climbs (the high end). Read-ahead requests every run of a window with a page out of memory, and the batch after next is drawn while the next one is read.")
-    stats = [(r["layout"], r["encoding"], r["read"].get("candidates")) for r in res["runs"]]
+    stats = [(r["layout"], r["encoding"] + ("" if r.get("prefetch", "-") == "-" else f" prefetch {r['prefetch']}"),
+              r["read"].get("candidates")) for r in res["runs"]]
     if any(c for _, _, c in stats):
         lines.append("")
         lines.append("Candidates decided (reader process, whole run): " + "; ".join(
@@ -248,6 +254,25 @@ def report(res, args, path):
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def read_runs(res, args, env, store, layout, encoding, frames, size, secs):
+    """One reader run per --prefetch value on `store`, each from an uncached start."""
+    if "disk" not in res:
+        print("  measuring the disk on data.mdb", flush=True)
+        res["disk"] = disk_probe(os.path.join(store, "data.mdb"))
+        print("  " + json.dumps({k: round(v) for k, v in res["disk"].items()}), flush=True)
+    for pf in args.prefetch.split(","):
+        evict(store)
+        if pf != "-":
+            print(f"  prefetch={pf}", flush=True)
+        read = run_reader(store, args.seconds, args.batch, args.threads, args.interval, env,
+                          stored_window_bytes(encoding), pf)
+        print(f"  {read['windows_per_s']:.0f} windows/s, amplification {read['amplification']:.2f}x", flush=True)
+        res["runs"].append({"layout": layout, "encoding": encoding, "prefetch": pf, "frames": frames,
+                            "store_bytes": size, "ingest_s": secs, "read": read})
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=1)
 
 
 def main():
@@ -262,7 +287,13 @@ def main():
     ap.add_argument("--interval", type=float, default=10)
     ap.add_argument("--max-disk-gb", type=float, default=45)
     ap.add_argument("--frames", type=int, default=0, help="frames per store (default: from --ram-factor)")
+    ap.add_argument("--prefetch", default="-",
+                    help="comma-separated PatchSampler prefetch values (batches ahead; 0: off) to run on each "
+                         "store in turn, evicting it before each; '-' (default): the library's default")
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--reuse", action="store_true",
+                    help="read a store left by an earlier --keep run of the same configuration instead of "
+                         "ingesting it again")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench/results/scale_windows.md"))
     ap.add_argument("--json", default=os.path.join(HERE, "windows.json"))
     args = ap.parse_args()
@@ -282,6 +313,15 @@ def main():
            "command": "python bench/scale/windows.py " + " ".join(sys.argv[1:]), "runs": []}
     for cfg in args.configs.split(","):
         layout, encoding = cfg.split(":")
+        store = os.path.join(args.work, f"{layout}-{encoding}.ps")
+        sidecar = store + ".json"
+        if args.reuse and os.path.exists(sidecar) and os.path.exists(os.path.join(store, "data.mdb")):
+            with open(sidecar) as f:
+                built = json.load(f)
+            frames, secs, size = built["frames"], built["ingest_s"], store_bytes(store)
+            print(f"{cfg}: reusing {store} ({frames} frames, {size / 1e9:.1f} GB)", flush=True)
+            read_runs(res, args, env, store, layout, encoding, frames, size, secs)
+            continue
         # Bytes per frame from a 12-frame store of this configuration.
         probe = os.path.join(args.work, f"probe-{layout}-{encoding}.ps")
         shutil.rmtree(probe, ignore_errors=True)
@@ -292,26 +332,17 @@ def main():
         if frames * per_frame > args.max_disk_gb * 1e9:
             raise SystemExit(f"{cfg}: {frames} frames would take {frames * per_frame / 1e9:.1f} GB "
                              f"(> --max-disk-gb {args.max_disk_gb})")
-        store = os.path.join(args.work, f"{layout}-{encoding}.ps")
         shutil.rmtree(store, ignore_errors=True)
         print(f"{cfg}: ingesting {frames} frames (~{per_frame / 1e6:.1f} MB each) into {store}", flush=True)
         secs = ingest(patchstore, store, src, trip, frames, layout, encoding)
         size = store_bytes(store)
         print(f"  {size / 1e9:.1f} GB in {secs:.0f} s", flush=True)
-        if "disk" not in res:
-            print("  measuring the disk on data.mdb", flush=True)
-            res["disk"] = disk_probe(os.path.join(store, "data.mdb"))
-            print("  " + json.dumps({k: round(v) for k, v in res["disk"].items()}), flush=True)
-        evict(store)
-        read = run_reader(store, args.seconds, args.batch, args.threads, args.interval, env,
-                          stored_window_bytes(encoding))
-        print(f"  {read['windows_per_s']:.0f} windows/s, amplification {read['amplification']:.2f}x", flush=True)
-        res["runs"].append({"layout": layout, "encoding": encoding, "frames": frames, "store_bytes": size,
-                            "ingest_s": secs, "read": read})
+        with open(sidecar, "w") as f:
+            json.dump({"frames": frames, "ingest_s": secs}, f)
+        read_runs(res, args, env, store, layout, encoding, frames, size, secs)
         if not args.keep:
             shutil.rmtree(store)
-        with open(args.json, "w") as f:
-            json.dump(res, f, indent=1)
+            os.remove(sidecar)
     report(res, args, args.out)
     if not args.keep:
         shutil.rmtree(args.work, ignore_errors=True)

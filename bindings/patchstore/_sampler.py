@@ -208,13 +208,14 @@ class PatchSampler:
     flip / rot90: random flips (each axis with probability 1/2) and quarter
     turns, applied inside the copy; :class:`Window` says which.
 
-    prefetch (default True): after each :meth:`batch`, the byte ranges of
-    the next batch's windows (the same n; they are known in advance) are
-    requested from the disk (madvise WILLNEED), and the masks of the batch
-    after, so a store that is not in the page cache is read with many
-    requests in flight while you use the batch. It holds no memory of its
-    own (page cache only: about one batch of window bytes ahead) and changes
-    no window. Off: ``prefetch=False``.
+    prefetch (default True, i.e. 4 batches): after each :meth:`batch`, the
+    byte ranges of the windows of the next ``prefetch`` batches (of the same
+    n; they are known in advance) are kept requested from the disk (madvise
+    WILLNEED), and the masks of the batch after, so a store that is not in
+    the page cache is read with many requests in flight while you use the
+    batch. It holds no memory of its own (page cache only: ``prefetch``
+    batches of window bytes ahead) and changes no window. A number of
+    batches (1..64) sets the depth; off: ``prefetch=False`` (or 0).
 
     order: "random" (default: a uniform permutation per epoch) or
     "locality" with ``cache_budget`` (bytes, or "8GB"): for stores larger
@@ -257,7 +258,7 @@ class PatchSampler:
         rot90: bool = False,
         ids: Optional[Sequence[Union[str, int]]] = None,
         policy: str = "auto",
-        prefetch: bool = True,
+        prefetch: Union[bool, int] = True,
         order: str = "random",
         cache_budget: Union[int, str, None] = None,
         _who: str = "patchstore.PatchSampler",

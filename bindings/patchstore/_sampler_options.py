@@ -129,7 +129,8 @@ def _sampler_options(fields, patch_size, patches_per_sample, require, min_valid,
     PatchDataset: patch_size P or (h, w); ids: a subset (sample ids or
     indices); policy: "auto" (from require / positive_fraction), "uniform",
     "min_valid" or "positive_fraction" (reader/sampler.h); prefetch: read
-    ahead the next batch's windows; order: "random" or "locality" (with
+    ahead the next batches' windows (True: DEFAULT_PREFETCH_BATCHES of
+    them; N: N; False or 0: off); order: "random" or "locality" (with
     cache_budget, reader/order.h).
     """
     fields = _field_list(fields, what)
@@ -181,10 +182,19 @@ def _sampler_options(fields, patch_size, patches_per_sample, require, min_valid,
     if not 1 <= t <= 4096:
         raise ValueError(f"{what}: num_threads must be in [1, 4096] (or 0 for all cores), got {num_threads!r}")
     order, budget = _order_options(order, cache_budget, what)
+    if isinstance(prefetch, bool):
+        depth = _C.DEFAULT_PREFETCH_BATCHES if prefetch else 0
+    else:
+        try:
+            depth = operator.index(prefetch)
+        except TypeError:
+            raise TypeError(f"{what}: prefetch must be True, False or a number of batches, got {prefetch!r}") from None
+        if not 0 <= depth <= 64:
+            raise ValueError(f"{what}: prefetch must be a number of batches in 0..64 (0: off), got {prefetch!r}")
     return dict(fields=list(fields), patch_size=max(ph, pw), patch_h=ph, patch_w=pw, patches_per_sample=k,
                 require=require or "", min_valid=mv, positive_fraction=pf, seed=s, rank=r, world_size=w,
                 num_threads=t, flip=bool(flip), rot90=bool(rot90), policy=policy, ids=names, samples=indices,
-                prefetch=bool(prefetch), order=order, cache_budget=budget)
+                prefetch=depth, order=order, cache_budget=budget)
 
 
 def _public_options(options: Mapping[str, Any]) -> Dict[str, Any]:

@@ -155,7 +155,7 @@ std::unique_ptr<PySampler> Create(std::shared_ptr<Reader> reader, const std::vec
                                   double min_valid, double positive_fraction, uint64_t seed, int rank,
                                   int world_size, int num_threads, bool flip, bool rot90, int64_t patch_h,
                                   int64_t patch_w, const std::string& policy, const std::vector<std::string>& ids,
-                                  const std::vector<uint64_t>& samples, bool prefetch, const std::string& order,
+                                  const std::vector<uint64_t>& samples, int prefetch, const std::string& order,
                                   uint64_t cache_budget) {
   SamplerOptions o;
   o.fields = fields;
@@ -174,7 +174,8 @@ std::unique_ptr<PySampler> Create(std::shared_ptr<Reader> reader, const std::vec
     if (!ord.ok()) throw py::value_error("PatchSampler: " + ord.status().message());
     o.order = *ord;
   }
-  o.prefetch_next = prefetch;
+  o.prefetch_next = prefetch > 0;  // 0: off; N: N batches ahead
+  if (prefetch > 0) o.prefetch_batches = prefetch;
   o.locality_budget_bytes = cache_budget;
   o.patches_per_sample = patches_per_sample;
   o.require = require;
@@ -238,6 +239,7 @@ void BindSampler(py::module_& m) {
         py::arg("epoch"),
         "The locality-aware epoch order (reader/order.h LocalityOrder) of items in storage order with the\n"
         "given record bytes: a permutation of range(n) as uint64 bytes. ValueError for a budget of 0.");
+  m.attr("DEFAULT_PREFETCH_BATCHES") = patchstore::kDefaultPrefetchBatches;
   m.def(
       "parse_byte_size",
       [](const std::string& text) {
@@ -256,7 +258,7 @@ void BindSampler(py::module_& m) {
            py::arg("world_size") = 1, py::arg("num_threads") = 1, py::arg("flip") = false,
            py::arg("rot90") = false, py::arg("patch_h") = 0, py::arg("patch_w") = 0, py::arg("policy") = "auto",
            py::arg("ids") = std::vector<std::string>(), py::arg("samples") = std::vector<uint64_t>(),
-           py::arg("prefetch") = true, py::arg("order") = "random", py::arg("cache_budget") = 0,
+           py::arg("prefetch") = patchstore::kDefaultPrefetchBatches, py::arg("order") = "random", py::arg("cache_budget") = 0,
            "PatchSampler::Create. KeyError for an unknown field, ValueError for bad options.")
       .def_property_readonly("fields", [](const PySampler& ps) { return ps.s->options().fields; })
       .def_property_readonly("channels", [](const PySampler& ps) { return ps.s->channels(); })
@@ -408,14 +410,17 @@ void BindSampler(py::module_& m) {
           "Windows [first, first+n) of `epoch` on this rank (stateless).")
       .def(
           "prefetch_ahead",
-          [](const PySampler& ps, uint64_t epoch, uint64_t first, int64_t n) {
+          [](const PySampler& ps, uint64_t epoch, uint64_t first, int64_t n, uint64_t stride) {
             py::gil_scoped_release nogil;
-            ps.s->PrefetchAhead(epoch, first, n);
+            ps.s->PrefetchAhead(epoch, first, n, stride);
           },
-          py::arg("epoch"), py::arg("first"), py::arg("n"),
-          "PatchSampler::PrefetchAhead: start reading windows [first, first+n) of `epoch` (and the masks\n"
-          "of the n after them); returns at once, never fails.")
-      .def_property_readonly("prefetch", [](const PySampler& ps) { return ps.s->options().prefetch_next; })
+          py::arg("epoch"), py::arg("first"), py::arg("n"), py::arg("stride") = 0,
+          "PatchSampler::PrefetchAhead: keep `prefetch` batches of n windows requested, the first at window `first`\n"
+          "of `epoch`, each `stride` windows after the one before (0: n); returns at once, never fails.")
+      .def_property_readonly("prefetch",
+                             [](const PySampler& ps) {
+                               return ps.s->options().prefetch_next ? ps.s->options().prefetch_batches : 0;
+                             })
       .def(
           "sample_bytes",
           [](const PySampler& ps) {

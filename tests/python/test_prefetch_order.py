@@ -34,14 +34,23 @@ def test_batches_are_identical_with_and_without_prefetch(frameset, order):
     budget = "40KiB" if order == "locality" else None
     on = sampler(frameset.store, order=order, cache_budget=budget)
     off = sampler(frameset.store, order=order, cache_budget=budget, prefetch=False)
-    assert on.options["prefetch"] is True and off.options["prefetch"] is False
+    two = sampler(frameset.store, order=order, cache_budget=budget, prefetch=2)
+    assert on.options["prefetch"] == _C.DEFAULT_PREFETCH_BATCHES == 4
+    assert off.options["prefetch"] == 0 and two.options["prefetch"] == 2
     for _ in range(25):  # 57 windows per epoch: batches of 7 straddle epochs
         a, wa = on.batch(7, return_windows=True)
         b, wb = off.batch(7, return_windows=True)
-        assert np.array_equal(wa.array, wb.array)
+        c, wc = two.batch(7, return_windows=True)
+        assert np.array_equal(wa.array, wb.array) and np.array_equal(wc.array, wb.array)
         for f in FIELDS:
-            assert np.array_equal(a[f], b[f])
-    assert (on.epoch, on.cursor) == (off.epoch, off.cursor)
+            assert np.array_equal(a[f], b[f]) and np.array_equal(c[f], b[f])
+    assert (on.epoch, on.cursor) == (off.epoch, off.cursor) == (two.epoch, two.cursor)
+
+
+@pytest.mark.parametrize("bad,error", [(-1, ValueError), (65, ValueError), (1.5, TypeError), ("4", TypeError)])
+def test_prefetch_must_be_a_bool_or_a_number_of_batches(frameset, bad, error):
+    with pytest.raises(error, match="prefetch"):
+        sampler(frameset.store, prefetch=bad)
 
 
 def test_batchloader_prefetch_on_and_off_and_in_workers(frameset):

@@ -197,6 +197,43 @@ TEST_F(PrefetchSamplerTest, NextServesTheSameWindowsWithAndWithoutPrefetch) {
   }
 }
 
+// prefetch_batches = 3: the first Next() requests the next 3 batches, each
+// later one the one batch that comes into range; a seek requests 3 again.
+// Strided batches (a DataLoader worker's) the same way, batch by batch.
+TEST_F(PrefetchSamplerTest, PrefetchAheadKeepsTheGivenNumberOfBatchesRequested) {
+  SamplerOptions o;
+  o.patch_size = 6;
+  o.require = "mask";
+  o.prefetch_batches = 3;
+  auto s = Make(o);
+  const int64_t n = 4;
+  std::vector<float> a(n * 3 * 36), b(n * 36);
+  ASSERT_EQ(s->prefetched_windows(), 0u);
+  ASSERT_TRUE(s->Next(n, {a.data(), b.data()}).ok());
+  EXPECT_EQ(s->prefetched_windows(), 3u * n);
+  for (int i = 1; i <= 5; ++i) {  // 8 windows per epoch: the batches cross epochs
+    ASSERT_TRUE(s->Next(n, {a.data(), b.data()}).ok());
+    EXPECT_EQ(s->prefetched_windows(), (3u + i) * n) << i;
+  }
+  s->SetEpoch(0);  // a seek: everything from there again
+  ASSERT_TRUE(s->Next(n, {a.data(), b.data()}).ok());
+  EXPECT_EQ(s->prefetched_windows(), 11u * n);
+  // Strided: batches at 0, 8, 16 of epoch 40, then 24 comes into range.
+  s->PrefetchAhead(40, 0, n, 2 * n);
+  EXPECT_EQ(s->prefetched_windows(), 14u * n);
+  s->PrefetchAhead(40, 2 * n, n, 2 * n);
+  EXPECT_EQ(s->prefetched_windows(), 15u * n);
+  s->PrefetchAhead(40, 2 * n, n, 2 * n);  // the same call again: nothing new
+  EXPECT_EQ(s->prefetched_windows(), 15u * n);
+  s->PrefetchAhead(40, 3 * n, n, 2 * n);  // not on the stride: all again
+  EXPECT_EQ(s->prefetched_windows(), 18u * n);
+
+  o.prefetch_batches = 0;
+  EXPECT_EQ(PatchSampler::Create(reader_, o).status().code(), Code::kInvalidArgument);
+  o.prefetch_batches = 65;
+  EXPECT_EQ(PatchSampler::Create(reader_, o).status().code(), Code::kInvalidArgument);
+}
+
 // ---------------------------------------------------------------------------
 // Locality order
 

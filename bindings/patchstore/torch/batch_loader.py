@@ -62,9 +62,9 @@ class BatchLoader(IterableDataset):
     options).
 
     prefetch, order, cache_budget: as PatchSampler. With prefetch (the
-    default), after gathering a batch the loader requests the byte ranges of
-    the next batch it will gather (the next one of this worker), so the disk
-    reads it while this one is used.
+    default), after gathering a batch the loader keeps the byte ranges of
+    the next `prefetch` batches it will gather (this worker's next ones)
+    requested, so the disk reads them while this one is used.
     """
 
     def __init__(
@@ -89,7 +89,7 @@ class BatchLoader(IterableDataset):
         *,
         ids: Optional[Sequence[Union[str, int]]] = None,
         policy: str = "auto",
-        prefetch: bool = True,
+        prefetch: Union[bool, int] = True,
         order: str = "random",
         cache_budget: Union[int, str, None] = None,
     ) -> None:
@@ -198,10 +198,10 @@ class BatchLoader(IterableDataset):
         prefetch = bool(self.sampler._options.get("prefetch", True))
         last = which[-1] if len(which) else -1
 
-        def ahead(b: int) -> None:  # batch prefetch: the next batch this iterator gathers
+        def ahead(b: int) -> None:  # batch prefetch: the next batches this iterator gathers
             if prefetch and b != last:
                 nxt = (b + which.step) * B
-                s.prefetch_ahead(epoch, nxt, min(B, total - nxt))
+                s.prefetch_ahead(epoch, nxt, min(B, total - nxt), which.step * B)
 
         for b in which:
             if pos is not None:
