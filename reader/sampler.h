@@ -74,17 +74,19 @@
 //   Eligibility and the windows drawn from a visit do not depend on it.
 // * Batch prefetch (`prefetch_next`, on by default): Next() — and the
 //   Python binding's next(), and BatchLoader through PrefetchAhead — after
-//   copying batch n computes the windows of batch n+1 (deterministic, so
-//   the same ones it will serve) and requests exactly their byte ranges
-//   from the disk (madvise WILLNEED, Reader::PrefetchPatch). Drawing batch
-//   n+1 reads the mask bytes of its candidate windows, all of a round's
-//   candidates requested at once (DrawMany); batch n+2 is drawn too, while
-//   the disk reads batch n+1's windows, so its candidates' masks are in
-//   memory by its turn.
-//   Memory: no buffer of its own — page-cache pages of the next batch's
-//   windows (n x sum_f C_f x h x w x 4 bytes, rounded out to pages) and
-//   their candidates' mask windows, plus the window list (n Windows) while
-//   it runs. The windows served are identical with it on or off.
+//   copying batch n keeps batches n+1 .. n+D (D = `prefetch_batches`,
+//   default 4) requested: it computes their windows (deterministic, so the
+//   same ones it will serve) and requests exactly their byte ranges from
+//   the disk (madvise WILLNEED, Reader::PrefetchPatch), only batch n+D
+//   once the others were requested by earlier calls. Drawing a batch reads
+//   the mask bytes of its candidate windows, all of a round's candidates
+//   requested at once (DrawMany); the batch after the last one requested is
+//   drawn too, while the disk reads, so its candidates' masks are in memory
+//   by its turn.
+//   Memory: no buffer of its own — page-cache pages of D batches' windows
+//   (D x n x sum_f C_f x h x w x stored bytes, rounded out to pages) and
+//   their candidates' mask windows, plus the window list (D x n Windows)
+//   while it runs. The windows served are identical with it on or off.
 //   Each draw decided by counting candidate masks is computed once:
 //   DrawMany keeps the windows of recent ones (up to kDrawMemo, about 3 MB)
 //   for the Gather and PrefetchAhead calls that ask for the same draws
