@@ -841,43 +841,6 @@ Status Writer::Grow() {
   return Status::OK();
 }
 
-namespace {
-
-// Writes the block counts of mask record (index, field) — finalized header
-// `mask`, payload at `payload` — as its auxiliary record (FORMAT.md "Mask
-// block counts"). The table is computed before the put: a put may move or
-// spill the transaction's dirty pages, the mask's among them. Returns the
-// LMDB code (MDB_MAP_FULL included); a failure that is not LMDB's goes to
-// *st (then the code is 0).
-int PutMaskBlocks(MDB_txn* txn, MDB_dbi dbi, uint64_t index, uint16_t field, const RecordHeader& mask,
-                  const void* payload, uint32_t b, Status* st) {
-  auto bh = MaskBlocksHeader(mask, b);
-  if (!bh.ok()) {
-    *st = bh.status();
-    return 0;
-  }
-  std::vector<uint32_t> table(bh->payload_bytes / sizeof(uint32_t));
-  ComputeMaskBlocks(mask, payload, b, table.data());
-  auto key = RecordKey(index, static_cast<uint16_t>(kAuxFieldBase + field));
-  MDB_val k = Val(key.data(), key.size());
-  MDB_val v{bh->record_bytes(), nullptr};
-  const int rc = mdb_put(txn, dbi, &k, &v, MDB_NOOVERWRITE | MDB_RESERVE);
-  if (rc != 0) return rc;
-  auto* base = static_cast<uint8_t*>(v.mv_data);
-  uint8_t* body = base + kRecordHeaderSize;
-  if (reinterpret_cast<uintptr_t>(body) % kPayloadAlignment != 0) {
-    *st = Status::Internal("LMDB placed a record payload at an unaligned address");
-    return 0;
-  }
-  std::memcpy(body, table.data(), bh->payload_bytes);
-  std::memset(body + bh->payload_bytes, 0, bh->body_bytes - bh->payload_bytes);
-  bh->body_checksum = Checksum64(body, bh->body_bytes);
-  EncodeRecordHeader(*bh, base);
-  return 0;
-}
-
-}  // namespace
-
 // One LMDB write transaction (InWriteTxn): what a step inside it needs.
 class WriteTxn {
  public:
@@ -918,6 +881,35 @@ Status InWriteTxn(Env* env, bool* map_full, const std::function<Status(WriteTxn&
   rc = mdb_txn_commit(txn);  // frees txn whatever the result
   return rc == 0 ? Status::OK() : t.Lmdb("committing to", rc);
 }
+
+// Writes the block counts of mask record (index, field) — finalized header
+// `mask`, payload at `payload` — as its auxiliary record (FORMAT.md "Mask
+// block counts"), in `t`. The table is computed before the put: a put may
+// move or spill the transaction's dirty pages, the mask's among them.
+// Errors: LMDB's as t.Lmdb(lmdb_what, code) (map full included), others
+// with `context`.
+Status PutMaskBlocks(WriteTxn& t, MDB_dbi dbi, uint64_t index, uint16_t field, const RecordHeader& mask,
+                     const void* payload, uint32_t b, const std::string& context, const std::string& lmdb_what) {
+  auto bh = MaskBlocksHeader(mask, b);
+  if (!bh.ok()) return bh.status().WithContext(context);
+  std::vector<uint32_t> table(bh->payload_bytes / sizeof(uint32_t));
+  ComputeMaskBlocks(mask, payload, b, table.data());
+  auto key = RecordKey(index, static_cast<uint16_t>(kAuxFieldBase + field));
+  MDB_val k = Val(key.data(), key.size());
+  MDB_val v{bh->record_bytes(), nullptr};
+  const int rc = mdb_put(t.txn(), dbi, &k, &v, MDB_NOOVERWRITE | MDB_RESERVE);
+  if (rc != 0) return t.Lmdb(lmdb_what, rc);
+  auto* base = static_cast<uint8_t*>(v.mv_data);
+  uint8_t* body = base + kRecordHeaderSize;
+  if (reinterpret_cast<uintptr_t>(body) % kPayloadAlignment != 0)
+    return Status::Internal("LMDB placed a record payload at an unaligned address").WithContext(context);
+  std::memcpy(body, table.data(), bh->payload_bytes);
+  std::memset(body + bh->payload_bytes, 0, bh->body_bytes - bh->payload_bytes);
+  bh->body_checksum = Checksum64(body, bh->body_bytes);
+  EncodeRecordHeader(*bh, base);
+  return Status::OK();
+}
+
 
 }  // namespace
 
@@ -1010,11 +1002,10 @@ Status Writer::WriteSamples(WriteTxn& t, const std::vector<SampleInput>& samples
       if (r.field < meta_.fields.size() && meta_.fields[r.field].mask_blocks != 0) {
         // The mask's block counts, derived from the record just written, in
         // the same transaction.
-        Status bst;
-        rc = PutMaskBlocks(txn, env_->records_dbi, index, r.field, h, body, meta_.fields[r.field].mask_blocks, &bst);
-        if (!bst.ok())
-          return bst.WithContext("writing sample '" + s.id + "' field '" + meta_.fields[r.field].name + "'");
-        if (rc != 0) return t.Lmdb("writing the mask block counts of sample '" + s.id + "' to", rc);
+        PS_RETURN_IF_ERROR(PutMaskBlocks(t, env_->records_dbi, index, r.field, h, body,
+                                         meta_.fields[r.field].mask_blocks,
+                                         "writing sample '" + s.id + "' field '" + meta_.fields[r.field].name + "'",
+                                         "writing the mask block counts of sample '" + s.id + "' to"));
       }
     }
     const std::string sval = EncodeSampleSummary(index, summary);
@@ -1188,11 +1179,9 @@ Status Writer::PutMaskBlocksOf(WriteTxn& t, const std::vector<uint16_t>& fields,
         rc = mdb_del(txn, env_->records_dbi, &ak, nullptr);
       }
       if (rc != 0 && rc != MDB_NOTFOUND) return t.Lmdb("replacing mask block counts in", rc);
-      Status st;
-      rc = PutMaskBlocks(txn, env_->records_dbi, i, f, *h, static_cast<const uint8_t*>(v.mv_data) + kRecordHeaderSize,
-                         kDefaultMaskBlock, &st);
-      if (!st.ok()) return st.WithContext(where);
-      if (rc != 0) return t.Lmdb("writing mask block counts to", rc);
+      PS_RETURN_IF_ERROR(PutMaskBlocks(t, env_->records_dbi, i, f, *h,
+                                       static_cast<const uint8_t*>(v.mv_data) + kRecordHeaderSize, kDefaultMaskBlock,
+                                       where, "writing mask block counts to"));
     }
   }
   return Status::OK();
