@@ -906,12 +906,12 @@ Status Reader::CopyPatches(const std::vector<PatchRequest>& requests, int64_t h,
 Result<SatView> Reader::Sat(uint64_t sample, int field, bool cache, std::vector<uint32_t>* scratch) const {
   // An image mask into the caller's scratch (format-1 stores' stored
   // tables aside): strips of the record, no whole-record copy.
-  if (scratch != nullptr && !cache && field >= 0 && field < field_count() && field_layout(field) == Layout::kCHW && !field_has_sat(field) &&
-      sample < ids_.size() && summary(sample, field).present && summary(sample, field).rank == 3 &&
-      summary(sample, field).shape[0] == 1) {
+  const bool image_mask = field >= 0 && field < field_count() && field_layout(field) == Layout::kCHW &&
+                          !field_has_sat(field) && sample < ids_.size();
+  const RecordSummary* sum = image_mask ? &summary(sample, field) : nullptr;
+  if (scratch != nullptr && !cache && sum != nullptr && sum->present && sum->rank == 3 && sum->shape[0] == 1) {
     Prefetch(sample, field);  // the whole mask is read: one request, not a page fault per page
-    const int64_t H = static_cast<int64_t>(summary(sample, field).shape[1]);
-    const int64_t W = static_cast<int64_t>(summary(sample, field).shape[2]);
+    const int64_t H = static_cast<int64_t>(sum->shape[1]), W = static_cast<int64_t>(sum->shape[2]);
     const int64_t stride = W + 1;
     scratch->resize(static_cast<size_t>((H + 1) * stride));
     uint32_t* s = scratch->data();
