@@ -8,7 +8,9 @@ Frames are 64x48 (W x H) so the whole suite stays fast.
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterable, Optional
@@ -25,6 +27,35 @@ _EXPECT_NUMPY = os.environ.get("PATCHSTORE_EXPECT_NUMPY")
 if _EXPECT_NUMPY and np.__version__ != _EXPECT_NUMPY:
     raise RuntimeError(f"expected NumPy {_EXPECT_NUMPY} (PATCHSTORE_EXPECT_NUMPY), imported {np.__version__} "
                        f"from {np.__file__}")
+
+# A test that runs longer than this (seconds; PATCHSTORE_TEST_TIMEOUT, 0: off)
+# is stuck: every thread's Python stack goes to stderr and the run ends at
+# once (exit 1), so a hang names the test and the call it waits in instead of
+# using up CTest's whole timeout with no output. The slowest test takes ~30 s
+# on 2 busy cores.
+TEST_TIMEOUT = float(os.environ.get("PATCHSTORE_TEST_TIMEOUT", "300"))
+_watchdog_out = None
+
+
+def pytest_configure(config):
+    # fd 2 is pytest's capture file while a test runs, and an exiting dump
+    # would be lost with it: write to a copy of the real stderr, taken here
+    # (outside any capture), as pytest's faulthandler plugin does.
+    global _watchdog_out
+    if TEST_TIMEOUT > 0 and _watchdog_out is None:
+        _watchdog_out = os.fdopen(os.dup(sys.__stderr__.fileno()), "w")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if _watchdog_out is not None:
+        faulthandler.dump_traceback_later(TEST_TIMEOUT, exit=True, file=_watchdog_out)
+    try:
+        yield
+    finally:
+        if _watchdog_out is not None:
+            faulthandler.cancel_dump_traceback_later()
+
 
 H, W = 48, 64
 TEMPLATES = {

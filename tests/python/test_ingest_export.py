@@ -192,8 +192,11 @@ def test_cli_and_python_ingest_agree(small, tmp_path, cli):
 
 
 INTERRUPTED_INGEST = """
-import sys, time
+import signal, sys, time
 import patchstore
+# A test run from a background job inherits SIGINT ignored (and Python then
+# installs no handler): take Ctrl-C as an interactive user's process does.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 templates = {templates!r}
 
 def progress(p):

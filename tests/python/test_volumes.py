@@ -244,8 +244,11 @@ def test_export_h5_round_trip(seedlike, tmp_path, axis_order):
 
 
 INTERRUPTED_INGEST = """
-import sys, time
+import signal, sys, time
 import patchstore
+# A test run from a background job inherits SIGINT ignored (and Python then
+# installs no handler): take Ctrl-C as an interactive user's process does.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 def progress(p):
     if p.done == 5:
