@@ -54,7 +54,8 @@ struct Encoding {
 // raw-source records the source values, float16 records `half_bits` values
 // (then the float32 store holds ToFloat32 of them, see Float16Reference).
 std::string WriteStore(const TempDir& dir, const std::string& name, DType source_dtype, const Normalization& norm,
-                       Encoding enc, bool float16_reference = false) {
+                       Encoding enc, bool float16_reference = false, int64_t height = kH,
+                       int64_t width = kW) {
   const std::string path = dir / name;
   WriterOptions wo;
   wo.durable = false;
@@ -69,7 +70,7 @@ std::string WriteStore(const TempDir& dir, const std::string& name, DType source
     fm.tile = enc.tile;
     fm.norm = norm;
     fm.is_mask = f == 1;
-    if (f == 1) fm.mask_blocks = 8;  // 5 x 6 blocks, the last ones cut at kH, kW
+    if (f == 1) fm.mask_blocks = 8;  // kH x kW: 5 x 6 blocks, the last ones cut
     EXPECT_TRUE(w->EnsureField(fm).ok());
   }
   for (uint64_t s = 0; s < kSamples; ++s) {
@@ -79,12 +80,12 @@ std::string WriteStore(const TempDir& dir, const std::string& name, DType source
     for (int f = 0; f < 2; ++f) {
       const int64_t C = channels[f];
       const size_t es = DTypeSize(enc.dtype);
-      std::vector<uint8_t> rows(static_cast<size_t>(C * kH * kW) * es);
+      std::vector<uint8_t> rows(static_cast<size_t>(C * height * width) * es);
       for (int64_t c = 0; c < C; ++c)
-        for (int64_t y = 0; y < kH; ++y)
-          for (int64_t x = 0; x < kW; ++x) {
+        for (int64_t y = 0; y < height; ++y)
+          for (int64_t x = 0; x < width; ++x) {
             const int32_t v = SourceValue(source_dtype, s, f, c, y, x);
-            const size_t i = static_cast<size_t>((c * kH + y) * kW + x);
+            const size_t i = static_cast<size_t>((c * height + y) * width + x);
             const uint16_t half = static_cast<uint16_t>(v * 13 + 0x2c00 + c) & 0x7bff;  // finite halves
             switch (enc.dtype) {
               case DType::kFloat32: {
@@ -111,11 +112,11 @@ std::string WriteStore(const TempDir& dir, const std::string& name, DType source
       RecordInput r;
       r.field = static_cast<uint16_t>(f);
       r.header.dtype = enc.dtype;
-      r.header.shape = {static_cast<uint64_t>(C), kH, kW, 0};
+      r.header.shape = {static_cast<uint64_t>(C), static_cast<uint64_t>(height), static_cast<uint64_t>(width), 0};
       r.header.tile = enc.tile;
       r.header.norm = norm;
       if (enc.tile) {
-        const TileGrid g{C, kH, kW, enc.tile};
+        const TileGrid g{C, height, width, enc.tile};
         bufs[f].resize(static_cast<size_t>(g.elements()) * es);
         TileCHW(rows.data(), es, g, bufs[f].data());
       } else {
@@ -359,6 +360,41 @@ TEST(Encodings, CompactAndTiledStoresReadBitIdenticalToFloat32Rows) {
     }
   }
   EXPECT_GT(mixed, 100);
+}
+
+// The usual tile edges (32, 64) copy a window's whole-tile runs by a kernel
+// of their own (CopyTiledWindow): on a record several tiles wide (70 x 141,
+// no edge dividing it), windows with whole-tile runs, partial ones and both
+// give the float32 row store's bytes, for every source type and edge (24:
+// the general kernel).
+TEST(Encodings, WholeTileRunsOfTheUsualTileEdgesReadBitIdenticalToFloat32Rows) {
+  constexpr int64_t H = 70, W = 141;
+  const int64_t windows[][4] = {{0, 0, H, W}, {1, 3, 67, 130}, {0, 64, 64, 64}, {5, 32, 33, 96}, {6, 70, 9, 7}};
+  for (const Case& k : Cases()) {
+    SCOPED_TRACE(k.what);
+    TempDir dir;
+    auto ref = Reader::Open(WriteStore(dir, "ref.ps", k.dtype, k.norm, {DType::kFloat32, 0}, false, H, W)).value();
+    for (uint16_t tile : {uint16_t{24}, uint16_t{32}, uint16_t{64}})
+      for (DType dtype : {k.dtype, DType::kFloat32}) {
+        const std::string name = std::string(DTypeName(dtype)) + std::to_string(tile);
+        SCOPED_TRACE(name);
+        auto r = Reader::Open(WriteStore(dir, name + ".ps", k.dtype, k.norm, {dtype, tile}, false, H, W)).value();
+        for (uint64_t s = 0; s < kSamples; ++s)
+          for (int f = 0; f < 2; ++f)
+            for (const auto& w : windows) {
+              const WindowSource a = ref->Window(s, f, w[0], w[1], w[2], w[3]).value();
+              const WindowSource b = r->Window(s, f, w[0], w[1], w[2], w[3]).value();
+              ASSERT_EQ(b.tile, tile);
+              std::vector<float> va(static_cast<size_t>(a.C * w[2] * w[3])), vb(va.size() + 1, -7.0f);
+              CopyWindow(a, Transform{}, va.data());
+              CopyWindow(b, Transform{}, vb.data());
+              ExpectSameFloats(va.data(), vb.data(), va.size(),
+                               "sample " + std::to_string(s) + " field " + std::to_string(f) + " window at " +
+                                   std::to_string(w[0]) + "," + std::to_string(w[1]));
+              EXPECT_EQ(vb.back(), -7.0f);  // nothing written past the window
+            }
+      }
+  }
 }
 
 // Each field's table converts by the fastest rule that gives Apply's bits
