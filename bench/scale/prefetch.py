@@ -6,7 +6,7 @@
 
 Builds a store of --frames 1920x1080 rgb+mask+depth frames (4 generated frames listed under distinct
 ids; 41.5 MB of float32 each, 44 frames = 1.8 GB), then for each round and mode (prefetch off / on,
-alternating, a new seed per round) evicts data.mdb (vmtouch -e) and reads one epoch of random 256x256
+alternating, a new seed per round) evicts data.mdb (posix_fadvise DONTNEED, as vmtouch -e) and reads one epoch of random 256x256
 windows (--k per visit) with require="mask" in batches of --batch, sleeping --step-ms after each batch (a training
 step: the time prefetch can overlap). Prints windows/s, the time spent waiting in batch() per batch,
 and the bytes the disk read (/proc/diskstats) per window byte. Deletes the store unless --keep.

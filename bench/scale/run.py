@@ -10,8 +10,8 @@ Builds, one after the other (to bound disk use), (a) a store of --big-frames
 1920x1080 rgb+mask+depth frames (12 generated frames listed many times under
 distinct ids in a manifest; ~41.5 MB of float32 each, so 720 frames are
 larger than this machine's RAM) and (b) a store of --small-samples 256x192
-samples. For each, evicts data.mdb from the page cache (vmtouch -e, i.e.
-posix_fadvise(POSIX_FADV_DONTNEED)) before every cold measurement and counts
+samples. For each, evicts data.mdb from the page cache (posix_fadvise(POSIX_FADV_DONTNEED),
+what vmtouch -e does) before every cold measurement and counts
 the bytes each measured process read from storage (getrusage of children:
 ru_inblock, the same counter as /proc/PID/io read_bytes), plus the system's
 /proc/diskstats sectors as a cross-check. Warm rows repeat the operation
@@ -47,7 +47,15 @@ def disk_sectors_read():
 
 
 def evict(store):
-    subprocess.run(["vmtouch", "-q", "-e", os.path.join(store, "data.mdb")], check=True)
+    """Drops data.mdb's pages from the page cache: posix_fadvise(POSIX_FADV_DONTNEED), what `vmtouch -e` does.
+
+    Only clean pages go: callers sync after writing (ingest then os.sync()).
+    """
+    fd = os.open(os.path.join(store, "data.mdb"), os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
 
 
 class Measured:
@@ -178,10 +186,10 @@ def report(results, args):
     lines = ["### Scale: opening and starting to read a store that is not in the page cache", ""]
     lines.append(f"`{' '.join(['python', 'bench/scale/run.py'] + args.argv)}` on {results['machine']}, "
                  f"{results['date']}; read_ahead_kb {results['read_ahead_kb']}. Cold: data.mdb evicted from the "
-                 "page cache (`vmtouch -e`) before the operation; bytes are what the measured processes read from "
-                 "storage (ru_inblock = /proc/PID/io read_bytes). Seconds are the operation itself (after `import "
-                 "patchstore`; the slowest process for the 4-process row) for Python rows, the whole command for "
-                 "CLI rows.")
+                 "page cache (`posix_fadvise(POSIX_FADV_DONTNEED)`, as `vmtouch -e`) before the operation; "
+                 "bytes are what the measured processes read from storage (ru_inblock = /proc/PID/io "
+                 "read_bytes). Seconds are the operation itself (after `import patchstore`; the slowest "
+                 "process for the 4-process row) for Python rows, the whole command for CLI rows.")
     lines.append("")
     for st in results["stores"]:
         lines.append(f"* **{st['label']}**: {st['samples']} samples, data.mdb {fmt_bytes(st['file_bytes'])}, "
@@ -212,8 +220,6 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "bench/results/scale.md"))
     args = ap.parse_args()
     args.argv = sys.argv[1:]
-    if shutil.which("vmtouch") is None:
-        sys.exit("bench/scale: needs vmtouch (apt-get install vmtouch)")
     patchstore = os.path.join(os.path.abspath(args.build), "patchstore")
     env = dict(os.environ)
     env["PYTHONPATH"] = os.path.join(os.path.abspath(args.build), "bindings/python") + os.pathsep + env.get(

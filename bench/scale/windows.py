@@ -11,7 +11,7 @@ For each configuration (layout:encoding; layout rows, tiles or tilesN for
 N-pixel tiles) it ingests 1920x1080 rgb+mask+depth
 frames (12 generated frames listed many times under distinct ids) until the
 store is --ram-factor x MemTotal, evicts data.mdb from the page cache
-(vmtouch -e = posix_fadvise(POSIX_FADV_DONTNEED)), then runs one reader
+(posix_fadvise(POSIX_FADV_DONTNEED), what vmtouch -e does), then runs one reader
 process: PatchSampler(store, rgb/mask/depth, 256, require="mask",
 num_threads=--threads).batch(--batch, out=...) for --seconds. Every 10 s it
 records windows delivered and bytes read from the disk (/proc/diskstats,
@@ -215,7 +215,7 @@ def report(res, args, path):
         "",
         f"`python bench/scale/windows.py`. Machine: {res['machine']}; {res['date']}; `read_ahead_kb` {res['read_ahead_kb']}; "
         f"command: `{res['command']}`. Each store is about {args.ram_factor}x RAM, built, evicted from the page "
-        "cache (`vmtouch -e`), read by one process, then deleted.",
+        "cache (`posix_fadvise(POSIX_FADV_DONTNEED)`, as `vmtouch -e`), read by one process, then deleted.",
         "",
         "The disk, measured in the same run (file not in the page cache, one request per read): sequential "
         f"{res['disk']['sequential_MBps']:.0f} MB/s; random 64 KiB "
