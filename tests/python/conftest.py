@@ -46,6 +46,13 @@ def pytest_configure(config):
         _watchdog_out = os.fdopen(os.dup(sys.__stderr__.fileno()), "w")
 
 
+def pytest_unconfigure(config):
+    global _watchdog_out
+    if _watchdog_out is not None:
+        _watchdog_out.close()
+        _watchdog_out = None
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     if _watchdog_out is not None:
