@@ -589,71 +589,57 @@ bool Snapshot::Resident(const void* data, size_t size) const {
   return true;
 }
 
-void Snapshot::WillNeed(const std::vector<std::pair<const void*, size_t>>& ranges) const {
-  if (empty_ || !env_ || !env_->InOpeningProcess() || ranges.empty()) return;
-  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+std::vector<std::pair<uintptr_t, uintptr_t>> PlanWillNeed(const std::vector<std::pair<const void*, size_t>>& ranges,
+                                                          uintptr_t page, const ResidencyFn& residency) {
+  std::vector<std::pair<uintptr_t, uintptr_t>> out;
   // The ranges as runs of whole pages, merged where they share or touch pages.
   thread_local std::vector<std::pair<uintptr_t, uintptr_t>> runs;
   runs.clear();
-  uintptr_t lo = UINTPTR_MAX, hi = 0, run_pages = 0;
   for (const auto& [p, n] : ranges) {
     if (n == 0) continue;
     const uintptr_t b = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
     const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + n + page - 1) & ~(page - 1);
     if (!runs.empty() && b <= runs.back().second && e >= runs.back().first) {
-      run_pages -= (runs.back().second - runs.back().first) / page;
       runs.back().first = std::min(runs.back().first, b);
       runs.back().second = std::max(runs.back().second, e);
     } else {
       runs.emplace_back(b, e);
     }
-    run_pages += (runs.back().second - runs.back().first) / page;
-    lo = std::min(lo, b);
-    hi = std::max(hi, e);
   }
-  if (runs.empty()) return;
-  auto advise = [](uintptr_t b, uintptr_t e) { ::madvise(reinterpret_cast<void*>(b), e - b, MADV_WILLNEED); };
-  const size_t span = (hi - lo) / page;
   thread_local std::vector<unsigned char> resident;
-  if (span <= 4 * run_pages && span <= (size_t{1} << 20)) {
-    // Dense (tile rows, whole records): one mincore() over the span says
-    // which runs miss a page, and only those are requested. A window partly
-    // in the page cache gets its other pages requested all at once.
-    resident.resize(span);
-    if (::mincore(reinterpret_cast<void*>(lo), hi - lo, resident.data()) != 0) {
-      for (const auto& [b, e] : runs) advise(b, e);
-      return;
+  for (size_t i = 0; i < runs.size();) {
+    // A cluster: runs [i, j) upwards, each within the gap of the last, the
+    // whole within the span (a run longer than the span alone).
+    const uintptr_t lo = runs[i].first;
+    uintptr_t hi = runs[i].second;
+    size_t j = i + 1;
+    while (j < runs.size() && runs[j].first >= hi && runs[j].first - hi <= kWillNeedGapPages * page &&
+           runs[j].second - lo <= kWillNeedSpanPages * page)
+      hi = runs[j++].second;
+    resident.resize((hi - lo) / page);
+    if (!residency(lo, hi, resident.data())) {
+      out.insert(out.end(), runs.begin() + static_cast<std::ptrdiff_t>(i), runs.begin() + static_cast<std::ptrdiff_t>(j));
+    } else {
+      for (size_t k = i; k < j; ++k)
+        for (uintptr_t a = runs[k].first; a < runs[k].second; a += page)
+          if (!(resident[(a - lo) / page] & 1)) {
+            out.push_back(runs[k]);
+            break;
+          }
     }
-    for (const auto& [b, e] : runs)
-      for (uintptr_t a = b; a < e; a += page)
-        if (!(resident[(a - lo) / page] & 1)) {
-          advise(b, e);
-          break;
-        }
-    return;
+    i = j;
   }
-  // Sparse, few runs (tile rows of a window): one mincore() per run, only
-  // runs with a missing page requested.
-  if (runs.size() <= 64) {
-    for (const auto& [b, e] : runs) {
-      resident.resize((e - b) / page);
-      bool missing = ::mincore(reinterpret_cast<void*>(b), e - b, resident.data()) != 0;
-      for (size_t k = 0; k < resident.size() && !missing; ++k) missing = !(resident[k] & 1);
-      if (missing) advise(b, e);
-    }
-    return;
-  }
-  // Sparse, many runs (rows of a window across a large plane): the first
-  // page of 16 runs spread over the list; all resident (a store in the page
-  // cache) means nothing to do, else every run is requested.
-  const size_t step = std::max<size_t>(1, runs.size() / 16);
-  bool all = true;
-  for (size_t k = 0; k < runs.size() && all; k += step) {
-    unsigned char r = 0;
-    all = ::mincore(reinterpret_cast<void*>(runs[k].first), page, &r) == 0 && (r & 1);
-  }
-  if (!all)
-    for (const auto& [b, e] : runs) advise(b, e);
+  return out;
+}
+
+void Snapshot::WillNeed(const std::vector<std::pair<const void*, size_t>>& ranges) const {
+  if (empty_ || !env_ || !env_->InOpeningProcess() || ranges.empty()) return;
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  auto mincore = [](uintptr_t b, uintptr_t e, unsigned char* vec) {
+    return ::mincore(reinterpret_cast<void*>(b), e - b, vec) == 0;
+  };
+  for (const auto& [b, e] : PlanWillNeed(ranges, page, mincore))
+    ::madvise(reinterpret_cast<void*>(b), e - b, MADV_WILLNEED);
 }
 
 // ---------------------------------------------------------------------------

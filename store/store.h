@@ -108,12 +108,10 @@ class Snapshot {
   void Advise(Access access, const void* data, size_t size) const;
   // kWillNeed for many small ranges (e.g. the rows of a window), merged where
   // they share or touch pages: one system call per contiguous run of pages
-  // that has a page out of memory. Dense ranges (tile rows) are checked by
-  // one mincore() over their span, so only runs with a missing page are
-  // requested; up to 64 sparse runs (a window's tile rows) by one mincore()
-  // each, likewise; more (rows of a window across a large plane) by the
-  // first page of 16 of them, all runs requested if one is missing. A store
-  // in the page cache pays at most 64 mincore() calls per call.
+  // that has a page out of memory, none for runs wholly in memory. Which
+  // runs those are is asked of the kernel by one mincore() per cluster of
+  // nearby runs (PlanWillNeed), e.g. one per channel of a row-major window,
+  // one per field of a tiled one.
   void WillNeed(const std::vector<std::pair<const void*, size_t>>& ranges) const;
   // Whether the page holding `data` is in memory (mincore); false on error.
   bool Resident(const void* data) const;
@@ -168,6 +166,22 @@ class WriteTxn;
 
 // Writer::AddMaskBlocks' progress, after each of its transactions: samples
 // done so far, of `total`. Returning false stops it there (Aborted).
+// The plan of Snapshot::WillNeed, apart from the system calls (tests drive
+// it with a made-up residency). `ranges` (address, bytes) become runs of
+// whole pages of `page` bytes, each merged with the one before where they
+// share or touch pages. Runs that follow each other upwards with gaps of at
+// most kWillNeedGapPages pages form a cluster (spanning at most
+// kWillNeedSpanPages pages, and a run longer than that is one cluster);
+// `residency(begin, end, vec)` is called once per cluster, like mincore():
+// one byte per page of [begin, end), bit 0 set when the page is in memory,
+// false when it cannot tell. Returns the runs, in order, that have a page
+// out of memory (every run of a cluster it could not tell about).
+inline constexpr uintptr_t kWillNeedGapPages = 256;
+inline constexpr uintptr_t kWillNeedSpanPages = 8192;
+using ResidencyFn = std::function<bool(uintptr_t begin, uintptr_t end, unsigned char* vec)>;
+std::vector<std::pair<uintptr_t, uintptr_t>> PlanWillNeed(const std::vector<std::pair<const void*, size_t>>& ranges,
+                                                          uintptr_t page, const ResidencyFn& residency);
+
 using AddMaskBlocksProgress = std::function<bool(uint64_t done, uint64_t total)>;
 // Samples per transaction of Writer::AddMaskBlocks.
 constexpr uint64_t kAddMaskBlocksBatch = 1024;

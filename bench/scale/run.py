@@ -46,6 +46,23 @@ def disk_sectors_read():
     return total * 512
 
 
+def disk_read_stats():
+    """Reads completed, bytes read and milliseconds spent by reads, summed over whole disks (/proc/diskstats).
+
+    Between two calls: bytes / reads is the mean request size; read milliseconds / elapsed
+    milliseconds is the mean number of reads in flight (the queue depth the disk saw).
+    """
+    reads = sectors = ms = 0
+    with open("/proc/diskstats") as f:
+        for line in f:
+            p = line.split()
+            if not p[2].startswith(("loop", "ram")) and os.path.exists(f"/sys/block/{p[2]}"):
+                reads += int(p[3])
+                sectors += int(p[5])
+                ms += int(p[6])
+    return {"reads": reads, "bytes": sectors * 512, "read_ms": ms}
+
+
 def evict(store):
     """Drops data.mdb's pages from the page cache: posix_fadvise(POSIX_FADV_DONTNEED), what `vmtouch -e` does.
 

@@ -40,7 +40,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-from run import disk_sectors_read, evict, make_sources  # noqa: E402
+from run import disk_read_stats, disk_sectors_read, evict, make_sources  # noqa: E402
 
 PATCH = 256
 FIELDS = ["rgb", "mask", "depth"]
@@ -161,14 +161,16 @@ def run_reader(store, seconds, batch, threads, interval, env, stored_window_byte
                           prefetch],
                          stdout=subprocess.PIPE, text=True, env=env)
     ticks = []
-    last = {"t": 0.0, "windows": 0, "disk": 0}
+    last = {"t": 0.0, "windows": 0, "disk": 0, "stats": disk_read_stats()}
     opened = None
     for line in p.stdout:
         ev = json.loads(line)
         disk = disk_sectors_read() - d0
+        stats = disk_read_stats()
         if ev["event"] == "open":
             opened = {"s": ev["s"], "disk": disk}
             last["disk"] = disk
+            last["stats"] = stats
             continue
         dt = ev["t"] - last["t"]
         if ev["event"] == "end":
@@ -177,13 +179,18 @@ def run_reader(store, seconds, batch, threads, interval, env, stored_window_byte
                 continue
         dw = ev["windows"] - last["windows"]
         dd = disk - last["disk"]
+        nreads = stats["reads"] - last["stats"]["reads"]
         tick = {"t": ev["t"], "windows_per_s": dw / dt if dt > 0 else 0.0, "disk_MBps": dd / dt / 1e6 if dt > 0 else 0.0,
-                "amplification": dd / (dw * stored_window_bytes) if dw else None}
+                "amplification": dd / (dw * stored_window_bytes) if dw else None,
+                # the disk's view: mean request size and mean reads in flight
+                "request_KiB": (stats["bytes"] - last["stats"]["bytes"]) / nreads / 1024 if nreads else None,
+                "reads_in_flight": (stats["read_ms"] - last["stats"]["read_ms"]) / (dt * 1000) if dt > 0 else None}
         ticks.append(tick)
         print(f"    t={ev['t']:6.1f} s  {tick['windows_per_s']:8.1f} windows/s  disk {tick['disk_MBps']:7.1f} MB/s  "
-              f"amplification {tick['amplification'] if tick['amplification'] is None else round(tick['amplification'], 2)}",
+              f"amplification {tick['amplification'] if tick['amplification'] is None else round(tick['amplification'], 2)}  "
+              f"requests {tick['request_KiB'] or 0:.0f} KiB, {tick['reads_in_flight'] or 0:.1f} in flight",
               flush=True)
-        last = {"t": ev["t"], "windows": ev["windows"], "disk": disk}
+        last = {"t": ev["t"], "windows": ev["windows"], "disk": disk, "stats": stats}
     if p.wait() != 0:
         raise RuntimeError("reader failed")
     total_disk = disk_sectors_read() - d0

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <set>
 
 #include "patchstore/store/store.h"
 #include "test_util.h"
@@ -150,6 +151,91 @@ TEST(Store, ForkedChildMayDropAnInheritedSnapshot) {
   auto rec = (*snap)->GetRecord(1, 0);
   ASSERT_TRUE(rec.ok());
   EXPECT_TRUE(ParseRecordHeader(rec->data(), rec->size()).ok());
+}
+
+// PlanWillNeed: which page runs Snapshot::WillNeed requests, under a
+// made-up residency (addresses are never touched).
+struct FakeResidency {
+  static constexpr uintptr_t kPage = 4096;
+  std::set<uintptr_t> missing;  // page addresses out of memory
+  std::vector<std::pair<uintptr_t, uintptr_t>> calls;
+  bool fail = false;
+  ResidencyFn fn() {
+    return [this](uintptr_t b, uintptr_t e, unsigned char* vec) {
+      calls.emplace_back(b, e);
+      if (fail) return false;
+      for (uintptr_t a = b; a < e; a += kPage) vec[(a - b) / kPage] = missing.count(a) ? 0 : 1;
+      return true;
+    };
+  }
+};
+
+const void* At(uintptr_t a) { return reinterpret_cast<const void*>(a); }
+
+TEST(PlanWillNeed, RowsOfAWindowAreOneClusterPerChannelAndOnlyRunsWithAMissingPageAreRequested) {
+  constexpr uintptr_t P = FakeResidency::kPage, base = uintptr_t{1} << 32;
+  // Two channels 8 MiB apart, 16 rows of 1,000 bytes each, rows three pages
+  // apart (as the rows of a window of a wide plane: no two share a page).
+  std::vector<std::pair<const void*, size_t>> ranges;
+  for (uintptr_t c = 0; c < 2; ++c)
+    for (uintptr_t r = 0; r < 16; ++r) ranges.emplace_back(At(base + c * (8u << 20) + r * 3 * P + 100), 1000);
+  FakeResidency res;
+  EXPECT_TRUE(PlanWillNeed(ranges, P, res.fn()).empty());  // all in memory: nothing requested
+  ASSERT_EQ(res.calls.size(), 2u);                          // one residency check per channel
+  EXPECT_EQ(res.calls[0], std::make_pair(base, base + 46 * P));  // row 15 is page 45
+  EXPECT_EQ(res.calls[1].first, base + (8u << 20));
+
+  // The pages of row 5 of channel 0 and row 3 of channel 1, and a page
+  // between rows, are out of memory: exactly those two rows are requested.
+  res.calls.clear();
+  res.missing = {base + 15 * P, base + (8u << 20) + 9 * P, base + 16 * P};
+  auto plan = PlanWillNeed(ranges, P, res.fn());
+  ASSERT_EQ(plan.size(), 2u);
+  EXPECT_EQ(plan[0], std::make_pair(base + 15 * P, base + 16 * P));
+  EXPECT_EQ(plan[1], std::make_pair(base + (8u << 20) + 9 * P, base + (8u << 20) + 10 * P));
+
+  // A residency it cannot tell: every run of the cluster.
+  res.fail = true;
+  plan = PlanWillNeed(ranges, P, res.fn());
+  EXPECT_EQ(plan.size(), 32u);
+}
+
+TEST(PlanWillNeed, RunsMergeWhereTheyTouchAndClustersEndAtGapsSpansAndBackwardSteps) {
+  constexpr uintptr_t P = FakeResidency::kPage, base = uintptr_t{1} << 32;
+  FakeResidency res;
+  for (uintptr_t a = base; a < base + 4 * (kWillNeedSpanPages + 1024) * P; a += P) res.missing.insert(a);
+  // Touching and overlapping ranges are one run; an empty range is nothing.
+  auto plan = PlanWillNeed({{At(base + 10), 100}, {At(base + P), P}, {At(base + 2 * P - 1), 2}, {At(base), 0}}, P,
+                           res.fn());
+  ASSERT_EQ(plan.size(), 1u);
+  EXPECT_EQ(plan[0], std::make_pair(base, base + 3 * P));
+  EXPECT_EQ(res.calls.size(), 1u);
+
+  // A gap of kWillNeedGapPages pages joins, one more page splits.
+  res.calls.clear();
+  plan = PlanWillNeed({{At(base), P}, {At(base + (1 + kWillNeedGapPages) * P), P},
+                       {At(base + (3 + 2 * kWillNeedGapPages) * P), P}},
+                      P, res.fn());
+  EXPECT_EQ(plan.size(), 3u);
+  ASSERT_EQ(res.calls.size(), 2u);
+  EXPECT_EQ(res.calls[0], std::make_pair(base, base + (2 + kWillNeedGapPages) * P));
+
+  // A step backwards starts a new cluster; so does passing the span; a run
+  // longer than the span is a cluster of its own.
+  res.calls.clear();
+  plan = PlanWillNeed({{At(base + 8 * P), P}, {At(base), P}}, P, res.fn());
+  EXPECT_EQ(plan.size(), 2u);
+  EXPECT_EQ(res.calls.size(), 2u);
+  res.calls.clear();
+  plan = PlanWillNeed({{At(base), P}, {At(base + 100 * P), (kWillNeedSpanPages - 100) * P},
+                       {At(base + (kWillNeedSpanPages + 1) * P), P},
+                       {At(base + (kWillNeedSpanPages + 3) * P), (kWillNeedSpanPages + 5) * P}},
+                      P, res.fn());
+  EXPECT_EQ(plan.size(), 4u);
+  ASSERT_EQ(res.calls.size(), 3u);
+  EXPECT_EQ(res.calls[0], std::make_pair(base, base + kWillNeedSpanPages * P));
+  EXPECT_EQ(res.calls[1], std::make_pair(base + (kWillNeedSpanPages + 1) * P, base + (kWillNeedSpanPages + 2) * P));
+  EXPECT_EQ(res.calls[2], std::make_pair(base + (kWillNeedSpanPages + 3) * P, base + (2 * kWillNeedSpanPages + 8) * P));
 }
 
 }  // namespace
