@@ -4,8 +4,13 @@
 #include "patchstore/store/shard.h"
 
 #include <unistd.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <type_traits>
@@ -662,8 +667,41 @@ Result<TensorView> Reader::Patch(uint64_t sample, int field, int64_t y, int64_t 
 
 namespace {
 
+// `n` floats from `src` (in cache) to `dst` by non-temporal stores, which
+// write whole cache lines to memory without first reading them (a copy to a
+// destination larger than the cache otherwise reads every line it writes);
+// a plain copy where `dst` is not 16-byte aligned (or without SSE2). The
+// caller ends with StreamFence() before another thread reads `dst`.
+inline void StreamOut(const float* src, int64_t n, float* dst) {
+#if defined(__SSE2__)
+  if ((reinterpret_cast<uintptr_t>(dst) & 15) == 0) {
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+      _mm_stream_ps(dst + j, _mm_loadu_ps(src + j));
+      _mm_stream_ps(dst + j + 4, _mm_loadu_ps(src + j + 4));
+      _mm_stream_ps(dst + j + 8, _mm_loadu_ps(src + j + 8));
+      _mm_stream_ps(dst + j + 12, _mm_loadu_ps(src + j + 12));
+    }
+    for (; j + 4 <= n; j += 4) _mm_stream_ps(dst + j, _mm_loadu_ps(src + j));
+    for (; j < n; ++j) dst[j] = src[j];
+    return;
+  }
+#endif
+  std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+}
+
+// Orders the non-temporal stores of this thread before what follows.
+inline void StreamFence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
+
+// The window of a row-major view (rank 3) into C planes of h x w float32
+// at `dst`, row by row; `stream`: written by StreamOut (float32 rows
+// straight from the source, others converted into a per-thread row first).
 template <class T>
-void CopyWindowAs(const TensorView& v, float* dst) {
+void CopyWindowAs(const TensorView& v, float* dst, bool stream = false) {
   const int64_t C = v.shape[0], h = v.shape[1], w = v.shape[2];
   const size_t row = static_cast<size_t>(w) * sizeof(T);  // source bytes per row
   const uint8_t* base = v.bytes();
@@ -671,18 +709,35 @@ void CopyWindowAs(const TensorView& v, float* dst) {
   // starts cold; prefetching a few rows ahead hides that latency (measured:
   // bench/reader_benchmark BM_PatchCopy).
   constexpr int64_t kAhead = 4;
-  const int64_t rows = C * h;
-  auto row_ptr = [&](int64_t i) { return base + (i / h) * v.strides[0] + (i % h) * v.strides[1]; };
-  for (int64_t i = 0; i < std::min(rows, kAhead); ++i)
-    for (size_t b = 0; b < row; b += 64) __builtin_prefetch(row_ptr(i) + b);
-  for (int64_t i = 0; i < rows; ++i) {
-    if (i + kAhead < rows) {
-      const uint8_t* ahead = row_ptr(i + kAhead);
-      for (size_t b = 0; b < row; b += 64) __builtin_prefetch(ahead + b);
-    }
-    ConvertRun(reinterpret_cast<const T*>(row_ptr(i)), w, dst, v.lut);  // a memcpy for float32
-    dst += w;
+  auto prefetch_row = [&](int64_t c, int64_t r) {
+    const uint8_t* p = base + c * v.strides[0] + r * v.strides[1];
+    for (size_t b = 0; b < row; b += 64) __builtin_prefetch(p + b);
+  };
+  int64_t ac = 0, ar = 0;  // the row kAhead rows on
+  for (int64_t i = 0; i < std::min(C * h, kAhead); ++i) {
+    prefetch_row(ac, ar);
+    if (++ar == h) ar = 0, ++ac;
   }
+  thread_local std::vector<float> stage;
+  if (stream && !std::is_same_v<T, float> && stage.size() < static_cast<size_t>(w)) stage.resize(static_cast<size_t>(w));
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t r = 0; r < h; ++r) {
+      if (ac < C) {
+        prefetch_row(ac, ar);
+        if (++ar == h) ar = 0, ++ac;
+      }
+      const T* src = reinterpret_cast<const T*>(base + c * v.strides[0] + r * v.strides[1]);
+      if (!stream) {
+        ConvertRun(src, w, dst, v.lut);  // a memcpy for float32
+      } else if constexpr (std::is_same_v<T, float>) {
+        StreamOut(src, w, dst);
+      } else {
+        ConvertRun(src, w, stage.data(), v.lut);
+        StreamOut(stage.data(), w, dst);
+      }
+      dst += w;
+    }
+  if (stream) StreamFence();
 }
 
 // Visits the window of a tiled record run by run: fn(c, r, x, src, n) for
@@ -786,7 +841,7 @@ uint64_t CountNonZeroT(const WindowSource& s) {
 }
 
 template <class T>
-void CopyWindowT(const WindowSource& s, Transform t, float* dst) {
+void CopyWindowT(const WindowSource& s, Transform t, float* dst, bool stream) {
   const int64_t plane_out = s.h * s.w;
   if (s.tile == 0) {
     if (t.identity()) {
@@ -798,7 +853,7 @@ void CopyWindowT(const WindowSource& s, Transform t, float* dst) {
       v.shape = {s.C, s.h, s.w, 0};
       v.strides = {static_cast<int64_t>(s.H * s.W * sizeof(T)), static_cast<int64_t>(s.W * sizeof(T)),
                    static_cast<int64_t>(sizeof(T)), 0};
-      CopyWindowAs<T>(v, dst);
+      CopyWindowAs<T>(v, dst, stream);
       return;
     }
     const T* p = reinterpret_cast<const T*>(s.payload);
@@ -860,8 +915,25 @@ TensorView AsFloat32(const TensorView& v) {
   return r;
 }
 
-void CopyWindow(const WindowSource& src, Transform t, float* dst) {
-  VisitDType(src.dtype, [&](auto tag) { CopyWindowT<typename decltype(tag)::type>(src, t, dst); });
+int64_t StreamThresholdBytes() {
+  static const int64_t bytes = [] {
+    if (const char* e = std::getenv("PATCHSTORE_STREAM_BYTES"); e && *e) return static_cast<int64_t>(std::strtoll(e, nullptr, 10));
+    // sysfs as lscpu reads it ("32768K"); in virtual machines sysconf's
+    // figure from cpuid can be the host's.
+    if (std::FILE* f = std::fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r")) {
+      long long v = 0;
+      char unit = 0;
+      const int got = std::fscanf(f, "%lld%c", &v, &unit);
+      std::fclose(f);
+      if (got >= 1 && v > 0) return static_cast<int64_t>(v) * (unit == 'K' ? 1024 : unit == 'M' ? 1 << 20 : 1);
+    }
+    return int64_t{32} << 20;
+  }();
+  return bytes;
+}
+
+void CopyWindow(const WindowSource& src, Transform t, float* dst, bool stream) {
+  VisitDType(src.dtype, [&](auto tag) { CopyWindowT<typename decltype(tag)::type>(src, t, dst, stream); });
 }
 
 uint64_t CountNonZero(const WindowSource& src) {
@@ -1081,8 +1153,8 @@ void Reader::PrefetchWindow(const TensorView& v) const {
   if (v.data == nullptr || v.rank != 3) return;
   const uint8_t* base = v.bytes();
   const size_t row = static_cast<size_t>(v.shape[2] * v.itemsize());
-  std::vector<std::pair<const void*, size_t>> rows;
-  rows.reserve(static_cast<size_t>(v.shape[0] * v.shape[1]));
+  thread_local std::vector<std::pair<const void*, size_t>> rows;
+  rows.clear();
   for (int64_t c = 0; c < v.shape[0]; ++c)
     for (int64_t y = 0; y < v.shape[1]; ++y) rows.emplace_back(base + c * v.strides[0] + y * v.strides[1], row);
   snapshot_->WillNeed(rows);

@@ -88,7 +88,18 @@ struct WindowSource {
 // float32 values, flipped then turned by `t` and converted from the record's
 // dtype (ConvertElement). Tiled records are cut tile by tile; nothing is
 // allocated except a per-thread staging plane for transformed tiled windows.
-void CopyWindow(const WindowSource& src, Transform t, float* dst);
+// `stream`: the untransformed copy of a row-major window writes `dst` with
+// non-temporal stores (for outputs larger than the cache:
+// StreamThresholdBytes); the values are the same. Tiled windows ignore it
+// (their runs start anywhere in an output row; staging whole rows to stream
+// them measured no faster: bench/sampler_benchmark BM_SamplerGatherLayout).
+void CopyWindow(const WindowSource& src, Transform t, float* dst, bool stream = false);
+
+// Output bytes of one gather above which its windows are streamed
+// (CopyWindow's `stream`): the last-level cache's size (sysfs; 32 MiB when
+// unknown), or PATCHSTORE_STREAM_BYTES when set (0: always; a huge value:
+// never), read once.
+int64_t StreamThresholdBytes();
 
 // The number of elements of the window of `src` whose float32 value (as
 // CopyWindow gives it) is non-zero and not NaN: what a mask requirement

@@ -662,10 +662,16 @@ Status PatchSampler::GatherWindows(const std::vector<Window>& wins, const std::v
         reader_->PrefetchWindow(v);
       }
     }
+  // A batch larger than the last-level cache: row-major windows written with
+  // non-temporal stores (CopyWindow's `stream`), as memcpy does for copies
+  // that size.
+  int64_t out_bytes = 0;
+  for (size_t f = 0; f < fields_.size(); ++f) out_bytes += n * channels_[f] * ph * pw * static_cast<int64_t>(sizeof(float));
+  const bool stream = out_bytes > StreamThresholdBytes();
   auto work = [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i)
       for (size_t f = 0; f < fields_.size(); ++f)
-        CopyWindow(srcs[f][i], wins[i].transform(), outs[f] + i * channels_[f] * ph * pw);
+        CopyWindow(srcs[f][i], wins[i].transform(), outs[f] + i * channels_[f] * ph * pw, stream);
   };
   ParallelBlocks(n, options_.num_threads, work);
   return Status::OK();

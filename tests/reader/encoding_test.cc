@@ -366,7 +366,7 @@ TEST(Encodings, CompactAndTiledStoresReadBitIdenticalToFloat32Rows) {
 // of their own (CopyTiledWindow): on a record several tiles wide (70 x 141,
 // no edge dividing it), windows with whole-tile runs, partial ones and both
 // give the float32 row store's bytes, for every source type and edge (24:
-// the general kernel).
+// the general kernel); so do both layouts streamed (CopyWindow's `stream`).
 TEST(Encodings, WholeTileRunsOfTheUsualTileEdgesReadBitIdenticalToFloat32Rows) {
   constexpr int64_t H = 70, W = 141;
   const int64_t windows[][4] = {{0, 0, H, W}, {1, 3, 67, 130}, {0, 64, 64, 64}, {5, 32, 33, 96}, {6, 70, 9, 7}};
@@ -388,10 +388,24 @@ TEST(Encodings, WholeTileRunsOfTheUsualTileEdgesReadBitIdenticalToFloat32Rows) {
               std::vector<float> va(static_cast<size_t>(a.C * w[2] * w[3])), vb(va.size() + 1, -7.0f);
               CopyWindow(a, Transform{}, va.data());
               CopyWindow(b, Transform{}, vb.data());
-              ExpectSameFloats(va.data(), vb.data(), va.size(),
-                               "sample " + std::to_string(s) + " field " + std::to_string(f) + " window at " +
-                                   std::to_string(w[0]) + "," + std::to_string(w[1]));
+              const std::string where = "sample " + std::to_string(s) + " field " + std::to_string(f) +
+                                        " window at " + std::to_string(w[0]) + "," + std::to_string(w[1]);
+              ExpectSameFloats(va.data(), vb.data(), va.size(), where);
               EXPECT_EQ(vb.back(), -7.0f);  // nothing written past the window
+              // Streamed (non-temporal stores) into an aligned buffer and one
+              // a float off alignment (the plain-copy fallback): the same
+              // values, nothing written outside the window.
+              for (const WindowSource* src : {&a, &b})
+                for (size_t skew : {size_t{0}, size_t{1}}) {
+                  std::vector<float> vs(va.size() + 2 * skew + 1, -7.0f);
+                  CopyWindow(*src, Transform{}, vs.data() + skew, /*stream=*/true);
+                  ExpectSameFloats(va.data(), vs.data() + skew, va.size(),
+                                   where + (src == &a ? " rows" : " tiles") + " streamed, skew " + std::to_string(skew));
+                  EXPECT_EQ(vs.back(), -7.0f);
+                  if (skew) {
+                    EXPECT_EQ(vs[0], -7.0f);
+                  }
+                }
             }
       }
   }
