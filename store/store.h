@@ -110,8 +110,8 @@ class Snapshot {
   // they share or touch pages: one system call per contiguous run of pages
   // that has a page out of memory, none for runs wholly in memory. Which
   // runs those are is asked of the kernel by one mincore() per cluster of
-  // nearby runs (PlanWillNeed), e.g. one per channel of a row-major window,
-  // one per field of a tiled one.
+  // nearby runs (PlanWillNeed), e.g. one per channel of a row-major window;
+  // for a tiled one, one per tile row (one for all of a mask's).
   void WillNeed(const std::vector<std::pair<const void*, size_t>>& ranges) const;
   // Whether the page holding `data` is in memory (mincore); false on error.
   bool Resident(const void* data) const;
@@ -164,24 +164,28 @@ struct WriterOptions {
 // One LMDB write transaction of a Writer (defined in store.cc).
 class WriteTxn;
 
-// Writer::AddMaskBlocks' progress, after each of its transactions: samples
-// done so far, of `total`. Returning false stops it there (Aborted).
 // The plan of Snapshot::WillNeed, apart from the system calls (tests drive
 // it with a made-up residency). `ranges` (address, bytes) become runs of
 // whole pages of `page` bytes, each merged with the one before where they
 // share or touch pages. Runs that follow each other upwards with gaps of at
 // most kWillNeedGapPages pages form a cluster (spanning at most
-// kWillNeedSpanPages pages, and a run longer than that is one cluster);
+// kWillNeedSpanPages pages; a run longer than that is a cluster of its own).
 // `residency(begin, end, vec)` is called once per cluster, like mincore():
-// one byte per page of [begin, end), bit 0 set when the page is in memory,
+// one byte per page of [begin, end), bit 0 set when the page is in memory;
 // false when it cannot tell. Returns the runs, in order, that have a page
 // out of memory (every run of a cluster it could not tell about).
-inline constexpr uintptr_t kWillNeedGapPages = 256;
+// The gap is small because mincore() looks at every page of the span, and
+// a page this process never mapped costs a page-cache lookup: 16 pages
+// joins the rows of a row-major window and the tile rows of a tiled mask,
+// not the tile rows of wider fields (measured: BM_SamplerGatherLayout).
+inline constexpr uintptr_t kWillNeedGapPages = 16;
 inline constexpr uintptr_t kWillNeedSpanPages = 8192;
 using ResidencyFn = std::function<bool(uintptr_t begin, uintptr_t end, unsigned char* vec)>;
 std::vector<std::pair<uintptr_t, uintptr_t>> PlanWillNeed(const std::vector<std::pair<const void*, size_t>>& ranges,
                                                           uintptr_t page, const ResidencyFn& residency);
 
+// Writer::AddMaskBlocks' progress, after each of its transactions: samples
+// done so far, of `total`. Returning false stops it there (Aborted).
 using AddMaskBlocksProgress = std::function<bool(uint64_t done, uint64_t total)>;
 // Samples per transaction of Writer::AddMaskBlocks.
 constexpr uint64_t kAddMaskBlocksBatch = 1024;

@@ -227,7 +227,7 @@ TEST(PlanWillNeed, RunsMergeWhereTheyTouchAndClustersEndAtGapsSpansAndBackwardSt
   EXPECT_EQ(plan.size(), 2u);
   EXPECT_EQ(res.calls.size(), 2u);
   res.calls.clear();
-  plan = PlanWillNeed({{At(base), P}, {At(base + 100 * P), (kWillNeedSpanPages - 100) * P},
+  plan = PlanWillNeed({{At(base), P}, {At(base + 10 * P), (kWillNeedSpanPages - 10) * P},
                        {At(base + (kWillNeedSpanPages + 1) * P), P},
                        {At(base + (kWillNeedSpanPages + 3) * P), (kWillNeedSpanPages + 5) * P}},
                       P, res.fn());
