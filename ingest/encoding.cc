@@ -85,10 +85,17 @@ Result<uint16_t> ParseLayout(const std::string& layout, uint32_t tile_size) {
   if (layout == "rows") return uint16_t{0};
   if (layout != "tiles")
     return Status::InvalidArgument("ingest: --layout must be rows or tiles, got '" + layout + "'");
-  if (tile_size == 0 || !ValidTileSize(tile_size))
+  if (tile_size == 0) tile_size = kDefaultTileSize;
+  if (!ValidTileSize(tile_size))
     return Status::InvalidArgument("ingest: --tile-size must be a multiple of 8 in " + std::to_string(kMinTileSize) +
                                    ".." + std::to_string(kMaxTileSize) + ", got " + std::to_string(tile_size));
   return static_cast<uint16_t>(tile_size);
+}
+
+uint16_t StoredTile(const StoreMeta& meta) {
+  for (const FieldMeta& f : meta.fields)
+    if (f.layout == Layout::kCHW && f.tile != 0) return f.tile;
+  return 0;
 }
 
 std::string LayoutName(uint16_t tile) { return tile == 0 ? "rows" : "tiles " + std::to_string(tile); }

@@ -69,9 +69,11 @@ struct ImageIngestOptions {
   // Record layout of every (C,H,W) field: "rows" (row-major, zero-copy
   // views of whole records) or "tiles" (tile_size x tile_size tiles: a
   // window of a store larger than RAM reads a few contiguous ranges; see
-  // store/FORMAT.md "Tiled records"). tile_size: a multiple of 8 in 8..4096.
+  // store/FORMAT.md "Tiled records"). tile_size: a multiple of 8 in 8..4096,
+  // or 0: kDefaultTileSize (ingest/encoding.h) for a new store, the store's
+  // own tile edge when resuming one.
   std::string layout = "rows";
-  uint32_t tile_size = 32;
+  uint32_t tile_size = 0;
   // Record dtype per field, as --encoding: "float32" (default) or "compact"
   // for every field, "FIELD=float32|compact|float16" for one (later specs
   // win). See ingest/encoding.h and store/FORMAT.md "Encodings".

@@ -119,7 +119,7 @@ struct Hdf5IngestOptions {
   // its (S,H,W) record, so tiles would not help; "tiles" is refused with a
   // message saying so. tile_size as for images (unused).
   std::string layout = "rows";
-  uint32_t tile_size = 32;
+  uint32_t tile_size = 0;
 
   bool skip_errors = false;   // --on-error skip
   std::string report_path;    // failures as TSV; default <store>/ingest-errors.tsv

@@ -216,7 +216,7 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
   KeepShard(&list.samples, o.shard_index, o.shard_count, [](const SampleSource& s) -> std::string_view { return s.id; });
   PS_ASSIGN_OR_RETURN(const EncodingPlan encoding, ParseEncodings(o.encoding));
   PS_RETURN_IF_ERROR(CheckEncodingFields(encoding, list.fields));
-  PS_ASSIGN_OR_RETURN(const uint16_t tile, ParseLayout(o.layout, o.tile_size));
+  PS_ASSIGN_OR_RETURN(uint16_t tile, ParseLayout(o.layout, o.tile_size));
   std::vector<FieldPlan> plans;
   for (const std::string& f : list.fields) {
     FieldPlan p;
@@ -225,7 +225,6 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
     auto it = o.norm.find(f);
     if (it != o.norm.end()) p.norm_spec = it->second;
     p.encoding = encoding.For(f);
-    p.tile = tile;
     plans.push_back(p);
   }
   for (const std::string& m : o.mask_fields)
@@ -253,8 +252,11 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
     PS_RETURN_IF_ERROR(CheckResumeSetting(&writer->mutable_meta(), o.store, "norm." + p.name,
                                           p.norm_spec.empty() ? "default" : p.norm_spec, "--norm of field '" + p.name + "'"));
   if (o.skip_errors) PS_RETURN_IF_ERROR(CheckReportPath(report_path));
-  // ... and store its records in the same dtypes and layout.
+  // ... and store its records in the same dtypes and layout; `--layout
+  // tiles` without --tile-size keeps the resumed store's tile edge.
+  if (tile != 0 && o.tile_size == 0 && StoredTile(writer->meta()) != 0) tile = StoredTile(writer->meta());
   PS_RETURN_IF_ERROR(CheckResumeEncoding(writer->meta(), o.store, encoding, tile));
+  for (FieldPlan& p : plans) p.tile = tile;
 
   if (!writer->meta().fields.empty()) {
     // The store's field set is fixed by its first ingest: a renamed or

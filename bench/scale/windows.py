@@ -8,7 +8,8 @@ store LARGER than RAM, from an uncached start, per layout and encoding.
         [--max-disk-gb 45] [--keep]
 
 For each configuration (layout:encoding; layout rows, tiles or tilesN for
-N-pixel tiles) it ingests 1920x1080 rgb+mask+depth
+N-pixel tiles; tiles alone: ingest's default tile edge; the report names the
+edge each store records) it ingests 1920x1080 rgb+mask+depth
 frames (12 generated frames listed many times under distinct ids) until the
 store is --ram-factor x MemTotal, evicts data.mdb from the page cache
 (posix_fadvise(POSIX_FADV_DONTNEED), what vmtouch -e does), then runs one reader
@@ -73,6 +74,13 @@ def ingest(patchstore, store, src, trip, n, layout, encoding):
     secs = time.perf_counter() - t0
     os.sync()
     return secs
+
+
+def layout_label(patchstore, store):
+    """"rows" or "tiles T", as the store records it (`patchstore info --json`), whatever the config asked."""
+    out = subprocess.run([patchstore, "info", store, "--json"], check=True, capture_output=True, text=True).stdout
+    f = json.loads(out)["fields"][0]
+    return f"tiles {f['tile_size']}" if f["layout"] == "tiles" else "rows"
 
 
 def store_bytes(store):
@@ -276,7 +284,7 @@ def read_runs(res, args, env, store, layout, encoding, frames, size, secs):
         read = run_reader(store, args.seconds, args.batch, args.threads, args.interval, env,
                           stored_window_bytes(encoding), pf)
         print(f"  {read['windows_per_s']:.0f} windows/s, amplification {read['amplification']:.2f}x", flush=True)
-        res["runs"].append({"layout": layout, "encoding": encoding, "prefetch": pf, "frames": frames,
+        res["runs"].append({"layout": layout_label(os.path.join(args.build, "patchstore"), store), "encoding": encoding, "prefetch": pf, "frames": frames,
                             "store_bytes": size, "ingest_s": secs, "read": read})
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)

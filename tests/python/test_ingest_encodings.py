@@ -37,7 +37,8 @@ def tiled_elements(c, t):
     ({"mask": "compact"}, "tiles", {"rgb": 4, "mask": 1, "depth": 4}),
 ])
 def test_record_bytes_follow_the_encoding_and_layout(tmp_path, frames_root, encoding, layout, sizes):
-    s = ingest(tmp_path / "s.ps", frames_root, encoding=encoding, layout=layout, tile_size=32)
+    s = ingest(tmp_path / "s.ps", frames_root, encoding=encoding, layout=layout,
+               tile_size=32 if layout == "tiles" else None)
     assert s.samples_written == 3
     channels = {"rgb": 3, "mask": 1, "depth": 1}
     if layout == "rows":
@@ -78,6 +79,31 @@ def test_a_resume_with_another_encoding_or_layout_is_refused_and_changes_nothing
     assert (store / "data.mdb").read_bytes() == before
     s = ingest(store, frames_root, encoding="compact", layout="tiles", tile_size=16)
     assert (s.samples_written, s.samples_present) == (0, 3)
+    # layout="tiles" without tile_size resumes with the store's own edge, not the default.
+    s = ingest(store, frames_root, encoding="compact", layout="tiles")
+    assert (s.samples_written, s.samples_present) == (0, 3)
+
+
+def test_tiles_without_tile_size_default_to_64_pixel_tiles_and_resume_with_the_stores_own(tmp_path, cli):
+    if cli is None:
+        pytest.skip("the patchstore program is not built")
+    two, three = tmp_path / "two" / "data", tmp_path / "three" / "data"
+    make_frames(two, ["v"], range(2))
+    make_frames(three, ["v"], range(3))  # the same first two frames (same seed), and one more
+    store = tmp_path / "d.ps"
+    assert ingest(store, two, layout="tiles", encoding="compact").samples_written == 2
+
+    def tiles():
+        out = subprocess.run([cli, "info", str(store), "--json"], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return {f["name"]: (f["layout"], f["tile_size"]) for f in json.loads(out.stdout)["fields"]}
+
+    assert tiles() == {"rgb": ("tiles", 64), "mask": ("tiles", 64), "depth": ("tiles", 64)}
+    with pytest.raises(ValueError, match=r"stored in 64-pixel tiles .* asks for 32-pixel tiles"):
+        ingest(store, three, encoding="compact", layout="tiles", tile_size=32)
+    s = ingest(store, three, layout="tiles", encoding="compact")
+    assert (s.samples_written, s.samples_present) == (1, 2)
+    assert tiles()["rgb"] == ("tiles", 64)
 
 
 def test_info_shows_dtype_and_layout(tmp_path, frames_root, cli):
@@ -122,8 +148,11 @@ def test_cli_flags_reach_the_ingest(tmp_path, frames_root, cli):
     assert resume.returncode == 1 and "a store keeps the encoding of its first ingest" in resume.stderr, resume.stderr
     resume = run(tmp_path / "c.ps")
     assert resume.returncode == 1 and "a store keeps the layout of its first ingest" in resume.stderr, resume.stderr
-    resume = run(tmp_path / "c.ps", "--encoding", "compact", "--encoding", "depth=float16", "--layout", "tiles")
+    resume = run(tmp_path / "c.ps", "--encoding", "compact", "--encoding", "depth=float16", "--layout", "tiles",
+                 "--tile-size", "32")
     assert resume.returncode == 1 and "asks for 32-pixel tiles" in resume.stderr, resume.stderr
+    resume = run(tmp_path / "c.ps", "--encoding", "compact", "--encoding", "depth=float16", "--layout", "tiles")
+    assert resume.returncode == 0, resume.stderr  # keeps the store's 8-pixel tiles
     helptext = subprocess.run([cli, "ingest", "images", "--help"], capture_output=True, text=True).stdout
     assert "--layout" in helptext and "--tile-size" in helptext and "2^-11" in helptext
 
