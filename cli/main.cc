@@ -23,6 +23,7 @@
 #include "cli/shapes.h"
 #include "cli/validators.h"
 #include "patchstore/store/shard.h"
+#include "patchstore/ingest/encoding.h"
 #include "patchstore/ingest/ingest.h"
 #include "patchstore/ingest/montage.h"
 #include "patchstore/reader/reader.h"
@@ -153,9 +154,11 @@ int main(int argc, char** argv) {
                      "reads a few contiguous ranges, at most (1+T/h)(1+T/w) of its bytes)")
       ->check(CLI::IsMember({"rows", "tiles"}));
   auto* tile_size_opt = images->add_option("--tile-size", io.tile_size,
-                     "T for --layout tiles: a multiple of 8 in 8..4096 (default: 64 for a new store, a resumed "
-                     "store keeps its own; a 256x256 window then reads ~5 contiguous ranges per field, at most "
-                     "1.56x its bytes; 32 suits windows of 128x128 and smaller)")
+                     "T for --layout tiles: a multiple of 8 in 8..4096 (default: " +
+                         std::to_string(patchstore::kDefaultTileSize) +
+                         " for a new store, a resumed store keeps its own; with 64 a 256x256 window reads ~5 "
+                         "contiguous ranges per field, at most 1.56x its bytes; 32 suits windows of 128x128 and "
+                         "smaller)")
       ->check(CLI::Range(8, 4096));
   images->add_option("--encoding", io.encoding,
                      "Record dtype (repeat): float32 (default: normalised float32) | compact (every field in the "

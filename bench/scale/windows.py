@@ -277,6 +277,7 @@ def read_runs(res, args, env, store, layout, encoding, frames, size, secs):
         print("  measuring the disk on data.mdb", flush=True)
         res["disk"] = disk_probe(os.path.join(store, "data.mdb"))
         print("  " + json.dumps({k: round(v) for k, v in res["disk"].items()}), flush=True)
+    label = layout_label(os.path.join(args.build, "patchstore"), store)
     for pf in args.prefetch.split(","):
         evict(store)
         if pf != "-":
@@ -284,7 +285,7 @@ def read_runs(res, args, env, store, layout, encoding, frames, size, secs):
         read = run_reader(store, args.seconds, args.batch, args.threads, args.interval, env,
                           stored_window_bytes(encoding), pf)
         print(f"  {read['windows_per_s']:.0f} windows/s, amplification {read['amplification']:.2f}x", flush=True)
-        res["runs"].append({"layout": layout_label(os.path.join(args.build, "patchstore"), store), "encoding": encoding, "prefetch": pf, "frames": frames,
+        res["runs"].append({"layout": label, "encoding": encoding, "prefetch": pf, "frames": frames,
                             "store_bytes": size, "ingest_s": secs, "read": read})
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)

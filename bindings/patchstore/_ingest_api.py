@@ -166,7 +166,7 @@ def _layout_arg(layout: str, tile_size: Optional[int], who: str) -> Tuple[str, i
         return layout, 0
     t = operator.index(tile_size)
     if t < 8 or t > 4096 or t % 8:
-        raise ValueError(f"{who}: tile_size must be a multiple of 8 in 8..4096, got {t}")
+        raise ValueError(f"{who}: tile_size must be a multiple of 8 in 8..4096 (or None: the default), got {t}")
     return layout, t
 
 

@@ -320,7 +320,7 @@ PYBIND11_MODULE(_ingest, m) {
   BindField(io, io_fields, "mask_fields", &IO::mask_fields, "fields stored as {0,1}");
   BindField(io, io_fields, "norm", &IO::norm, "{field: normalisation spec}");
   BindField(io, io_fields, "layout", &IO::layout, "\"rows\" | \"tiles\" (--layout)");
-  BindField(io, io_fields, "tile_size", &IO::tile_size, "tile edge for layout tiles (--tile-size)");
+  BindField(io, io_fields, "tile_size", &IO::tile_size, "tile edge for layout tiles (--tile-size); 0: the default (a resumed store's own)");
   BindField(io, io_fields, "encoding", &IO::encoding, "--encoding specs: [\"compact\", \"depth=float16\", ...]");
   BindField(io, io_fields, "threads", &IO::threads, "decoder threads; 0 = all cores");
   BindField(io, io_fields, "skip_errors", &IO::skip_errors, "--on-error skip");

@@ -176,10 +176,27 @@ TEST(EncodingPlanTest, CompactIsTheSmallestExactType) {
   EXPECT_EQ(RecordDType(FieldEncoding::kFloat32, SourceType::kUInt8, sym), DType::kFloat32);
   EXPECT_EQ(RecordDType(FieldEncoding::kFloat16, SourceType::kUInt8, sym), DType::kFloat16);
   EXPECT_EQ(*ParseLayout("rows", 32), 0);
-  EXPECT_EQ(*ParseLayout("tiles", 64), 64);
+  EXPECT_EQ(*ParseLayout("tiles", 32), 32);
+  EXPECT_EQ(*ParseLayout("tiles", 0), kDefaultTileSize);  // --layout tiles alone
+  EXPECT_EQ(*ParseLayout("rows", 0), 0);
   EXPECT_FALSE(ParseLayout("tiles", 12).ok());
   EXPECT_FALSE(ParseLayout("tiles", 4104).ok());
   EXPECT_FALSE(ParseLayout("columns", 32).ok());
+}
+
+TEST(EncodingTest, StoredTileIsTheEdgeOfTheStoresImageFields) {
+  StoreMeta m;
+  EXPECT_EQ(StoredTile(m), 0);  // a new store
+  FieldMeta rgb;
+  rgb.layout = Layout::kCHW;
+  m.fields.push_back(rgb);
+  EXPECT_EQ(StoredTile(m), 0);  // rows
+  FieldMeta vol;
+  vol.layout = Layout::kSHW;
+  vol.tile = 0;
+  m.fields.insert(m.fields.begin(), vol);
+  m.fields[1].tile = 16;
+  EXPECT_EQ(StoredTile(m), 16);
 }
 
 TEST(Float16Test, RoundsToNearestEven) {
