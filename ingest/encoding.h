@@ -62,9 +62,10 @@ DType RecordDType(FieldEncoding e, SourceType source, const Normalization& norm)
 // reads at a nearly fixed rate per request (~18,000/s), so from an uncached
 // start the first 30 s read 1.4-3.3x more windows/s and the 120 s mean
 // 1.15-1.9x (bench/results/scale_windows.md, 2026-12-04, compact and
-// float32); in the page cache 64-pixel tiles gathered faster too. Cost: a window reads at most (1+T/h)(1+T/w) of its bytes,
-// 1.56x for 256x256 (1.27x with 32), 2.25x for 128x128 windows, for which
-// --tile-size 32 is the better choice (README "Layouts and encodings").
+// float32); in the page cache 64-pixel tiles gathered faster too. Cost: a
+// window reads at most (1+T/h)(1+T/w) of its bytes, 1.56x for 256x256 (1.27x
+// with 32), 2.25x for 128x128 windows, for which --tile-size 32 is the better
+// choice (README "Layouts and encodings").
 inline constexpr uint32_t kDefaultTileSize = 64;
 
 // The layout options: "rows" (tile 0) or "tiles" (tile_size, checked with
