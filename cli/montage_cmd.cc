@@ -59,6 +59,7 @@ int RunVolumeMontage(const MontageOptions& m, const SamplerFlags& f, const std::
     std::fprintf(stderr, "patchstore: error: %s\n", r.status().message().c_str());
     return 1;
   }
+  if (!r->warning.empty()) std::fprintf(stderr, "patchstore: warning: %s\n", r->warning.c_str());
   Status st = WritePng(r->image, out);
   if (!st.ok()) {
     std::fprintf(stderr, "patchstore: error: %s\n", st.message().c_str());

@@ -56,21 +56,28 @@ Result<VolumeMontage> RenderVolumeMontage(const VolumeMontageOptions& o) {
     }
     PS_ASSIGN_OR_RETURN(index, SliceIndex::Build(*reader, samples));
   }
-  const uint64_t N = index.size();
-  if (N == 0) return Status::OutOfRange("montage of '" + o.store + "': no slices to show");
+  if (index.size() == 0) return Status::OutOfRange("montage of '" + o.store + "': no slices to show");
   if (o.crop_h < 0 || o.crop_w < 0 || (o.crop_h == 0) != (o.crop_w == 0))
     return Status::InvalidArgument("montage: crop must be two positive sizes (or none)");
+  VolumeMontage out;
+  // The volumes SliceDataset serves with this crop (the others give no item).
+  const VolumeSelection sel = SelectVolumesGivingItems(*reader, index, o.crop_h, o.crop_w);
+  if (!sel.skipped.empty()) {
+    const std::string crop = std::to_string(o.crop_h) + "x" + std::to_string(o.crop_w);
+    if (sel.kept.empty())
+      return Status::InvalidArgument("montage of '" + o.store + "': crop " + crop +
+                                     " is larger than the slices of every volume (" + sel.skipped_text + ")");
+    out.warning = std::to_string(sel.skipped.size()) + " of " + std::to_string(index.volume_count()) +
+                  " volumes give no item and are skipped (crop " + crop + "), as SliceDataset skips them: " +
+                  sel.skipped_text;
+    PS_ASSIGN_OR_RETURN(index, SliceIndex::Build(*reader, sel.kept));
+  }
+  const uint64_t N = index.size();
   for (uint64_t v = 0; v < index.volume_count(); ++v) {
-    if (o.crop_h > index.height(v) || o.crop_w > index.width(v))
-      return Status::InvalidArgument("montage of '" + o.store + "': crop " + std::to_string(o.crop_h) + "x" +
-                                     std::to_string(o.crop_w) + " is larger than the " +
-                                     std::to_string(index.height(v)) + "x" + std::to_string(index.width(v)) +
-                                     " slices of volume '" + std::string(reader->id(index.sample(v))) + "'");
     if (o.rot90 && (o.crop_h ? o.crop_h != o.crop_w : index.height(v) != index.width(v)))
       return Status::InvalidArgument("montage: rot90 needs square slices or a square crop");
   }
   const uint64_t n = std::min<uint64_t>(static_cast<uint64_t>(o.count), N);
-  VolumeMontage out;
   struct Tile {
     std::vector<float> plane, mask;
     int64_t h = 0, w = 0;

@@ -16,7 +16,9 @@
 //
 // Thread-safety: reentrant. Errors: as Reader and SliceIndex (NotFound for
 // an unknown field or id, InvalidArgument for an image store, a crop larger
-// than a slice or rot90 with non-square planes).
+// than the slices of every volume or rot90 with non-square planes). Volumes
+// with slices smaller than the crop are left out as SliceDataset leaves them
+// out (SelectVolumesGivingItems), named in `warning`.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +52,9 @@ struct VolumeMontage {
   Image8 image;
   double window_lo = 0, window_hi = 0;  // the window used (stored units)
   std::vector<uint64_t> items;          // the dataset items shown, in tile order
+  // Non-empty when volumes were left out because they give no item (no
+  // slice, or slices smaller than the crop), as SliceDataset leaves them out.
+  std::string warning;
 };
 
 Result<VolumeMontage> RenderVolumeMontage(const VolumeMontageOptions& options);

@@ -83,6 +83,27 @@ Result<SliceIndex> SliceIndex::Build(const Reader& reader) {
   return Build(reader, all);
 }
 
+VolumeSelection SelectVolumesGivingItems(const Reader& reader, const SliceIndex& index, int64_t crop_h,
+                                         int64_t crop_w) {
+  VolumeSelection sel;
+  for (uint64_t v = 0; v < index.volume_count(); ++v) {
+    if (index.GivesItems(v, crop_h, crop_w)) {
+      sel.kept.push_back(index.sample(v));
+      continue;
+    }
+    sel.skipped.push_back(index.sample(v));
+    if (sel.skipped.size() > 4) continue;
+    if (sel.skipped.size() > 1) sel.skipped_text += ", ";
+    sel.skipped_text += "'" + std::string(reader.id(index.sample(v))) + "' (" +
+                        (index.depth(v) == 0 ? std::string("no slice")
+                                             : std::to_string(index.height(v)) + "x" +
+                                                   std::to_string(index.width(v)) + " slices") +
+                        ")";
+  }
+  if (sel.skipped.size() > 4) sel.skipped_text += ", ...";
+  return sel;
+}
+
 Result<SliceIndex> SliceIndex::Build(const Reader& reader, const std::vector<uint64_t>& samples) {
   if (reader.meta().kind != "volumes")
     return Status::InvalidArgument("indexing slices of '" + reader.path() + "': it is a store of " +

@@ -34,6 +34,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -80,6 +81,13 @@ class SliceIndex {
   int64_t depth(uint64_t v) const { return static_cast<int64_t>(first_[v + 1] - first_[v]); }
   int64_t height(uint64_t v) const { return hw_[v].first; }
   int64_t width(uint64_t v) const { return hw_[v].second; }
+  // Whether indexed volume `v` gives items with a crop of crop_h x crop_w
+  // (0 x 0: whole slices): it has a slice, and its slices are no smaller
+  // than the crop. The one rule by which SliceDataset and `patchstore
+  // montage` leave volumes out (and fail when none is left).
+  bool GivesItems(uint64_t v, int64_t crop_h, int64_t crop_w) const {
+    return depth(v) > 0 && crop_h <= height(v) && crop_w <= width(v);
+  }
   // Flat index of slice 0 of volume `v`; first(volume_count()) == size().
   uint64_t first(uint64_t v) const { return first_[v]; }
   // The indexed volume holding flat slice `i`. REQUIRES: i < size(). O(1).
@@ -99,6 +107,18 @@ class SliceIndex {
   std::vector<std::pair<int64_t, int64_t>> hw_;
   std::vector<uint32_t> volume_of_;
 };
+
+// The volumes of `index` split by SliceIndex::GivesItems, as SliceDataset
+// and `patchstore montage` serve them: `kept` and
+// `skipped` hold sample indices in index order; `skipped_text` describes the
+// first four skipped for messages ("'p1' (64x64 slices), 'p2' (no slice),
+// ...", ids from `reader`), empty when none is.
+struct VolumeSelection {
+  std::vector<uint64_t> kept, skipped;
+  std::string skipped_text;
+};
+VolumeSelection SelectVolumesGivingItems(const Reader& reader, const SliceIndex& index, int64_t crop_h,
+                                         int64_t crop_w);
 
 // Slices slice-context .. slice+context of one volume, as a (2*context+1,
 // H, W) view. Where the stack runs past either end of the volume the end

@@ -240,10 +240,12 @@ def volume_montage(
         if not lo < hi:
             raise ValueError(f"montage: window needs lo < hi, got {window!r}")
         has_window = True
-    h, w, pixels, _, _ = _native().render_volume_montage(
+    h, w, pixels, _, _, warning = _native().render_volume_montage(
         path, count, field or "", overlay or "", [str(i) for i in (ids or [])], ch, cw, int(context),
         "independent" if flip == "independent" else ("both" if flip else ""), bool(rot90), int(seed), int(epoch),
         has_window, lo, hi, 0 if tile is None else int(tile), bool(labels))
+    if warning:
+        warnings.warn(f"patchstore montage of '{path}': {warning}", RuntimeWarning, stacklevel=3)
     return np.frombuffer(pixels, dtype=np.uint8).reshape(h, w, 3)
 
 

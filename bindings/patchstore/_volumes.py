@@ -203,6 +203,16 @@ class SliceIndex(Sequence):
         v = operator.index(v)
         return int(ix.depth(v)), int(ix.height(v)), int(ix.width(v))
 
+    def select_giving_items(self, crop: Optional[Tuple[int, int]]) -> Tuple[List[str], List[str], str]:
+        """(kept ids, skipped ids, text): the volumes that give items with `crop` (h, w), or None for whole
+        slices: a slice, and slices no smaller than the crop (patchstore::SelectVolumesGivingItems, the rule
+        SliceDataset and ``patchstore montage`` share), and the others, in index order; `text` describes the
+        first four skipped ("'p1' (64x64 slices), 'p2' (no slice)")."""
+        ch, cw = (0, 0) if crop is None else (int(crop[0]), int(crop[1]))
+        kept, skipped, text = self._n().select_giving_items(reader_of(self._store), ch, cw)
+        ids = self._store.ids
+        return [ids[int(s)] for s in kept], [ids[int(s)] for s in skipped], text
+
     def _flat(self, i: Any) -> int:
         n = len(self)
         i = operator.index(i)

@@ -245,7 +245,7 @@ py::tuple Montage(const std::string& store, int count, int64_t patch_size, const
   return py::make_tuple(img.height, img.width, pixels);
 }
 
-// RenderVolumeMontage: (height, width, bytearray of RGB bytes, (lo, hi) window used, items shown).
+// RenderVolumeMontage: (height, width, bytearray of RGB bytes, (lo, hi) window used, items shown, warning).
 py::tuple VolumeMontage(const std::string& store, int count, const std::string& field, const std::string& overlay,
                         const std::vector<std::string>& ids, int64_t crop_h, int64_t crop_w, int64_t context,
                         const std::string& flip, bool rot90, uint64_t seed, uint64_t epoch, bool has_window,
@@ -278,7 +278,8 @@ py::tuple VolumeMontage(const std::string& store, int count, const std::string& 
   if (!r.ok()) RaiseStatus(r.status(), Where::kLookup);
   const patchstore::VolumeMontage& m = r.value();
   py::bytearray pixels(reinterpret_cast<const char*>(m.image.rgb.data()), m.image.rgb.size());
-  return py::make_tuple(m.image.height, m.image.width, pixels, py::make_tuple(m.window_lo, m.window_hi), m.items);
+  return py::make_tuple(m.image.height, m.image.width, pixels, py::make_tuple(m.window_lo, m.window_hi), m.items,
+                        m.warning);
 }
 
 }  // namespace
@@ -380,7 +381,8 @@ PYBIND11_MODULE(_ingest, m) {
         py::arg("overlay"), py::arg("ids"), py::arg("crop_h"), py::arg("crop_w"), py::arg("context"), py::arg("flip"),
         py::arg("rot90"), py::arg("seed"), py::arg("epoch"), py::arg("has_window"), py::arg("lo"), py::arg("hi"),
         py::arg("tile"), py::arg("labels"),
-        "patchstore::RenderVolumeMontage with the GIL released: (height, width, RGB bytearray, (lo, hi), items).");
+        "patchstore::RenderVolumeMontage with the GIL released: (height, width, RGB bytearray, (lo, hi), items, "
+        "warning).");
   m.def("render_montage", &Montage, py::arg("store"), py::arg("count"), py::arg("patch_size"), py::arg("field"),
         py::arg("overlay"), py::arg("require"), py::arg("require_overlay"), py::arg("patches_per_sample"),
         py::arg("seed"), py::arg("epoch"), py::arg("flip"), py::arg("rot90"), py::arg("has_window"),

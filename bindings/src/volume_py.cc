@@ -290,6 +290,16 @@ void BindVolumes(py::module_& m) {
       .def(
           "width", [](const PySliceIndex& p, int64_t v) { return p.ix.width(VolumeOf(p, v)); }, py::arg("volume"))
       .def(
+          "select_giving_items",
+          [](const PySliceIndex& p, const std::shared_ptr<Reader>& reader, int64_t crop_h, int64_t crop_w) {
+            const patchstore::VolumeSelection sel = patchstore::SelectVolumesGivingItems(*reader, p.ix, crop_h, crop_w);
+            return py::make_tuple(sel.kept, sel.skipped, sel.skipped_text);
+          },
+          py::arg("reader"), py::arg("crop_h"), py::arg("crop_w"),
+          "patchstore::SelectVolumesGivingItems: (kept, skipped, skipped_text): the sample indices of the volumes\n"
+          "that give items with a crop of crop_h x crop_w (0, 0: whole slices) and of the others, in index order,\n"
+          "and the first four skipped described for messages. `reader`: the store this index was built from.")
+      .def(
           "first",
           [](const PySliceIndex& p, int64_t v) {
             if (v == static_cast<int64_t>(p.ix.volume_count())) return p.ix.size();

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import h5py
 import numpy as np
 import pytest
@@ -144,6 +146,28 @@ def test_volumes_smaller_than_the_crop_are_skipped_counted_and_warned_once(mixed
     import pickle
     again = pickle.loads(pickle.dumps(sub))
     assert len(again) == 3 and again.ref(0) == ("big", 0)
+
+
+def test_montage_leaves_out_the_volumes_slice_dataset_leaves_out(mixed, cli, tmp_path):
+    store = patchstore.open(mixed)
+    ds_warn = "2 of 3 volumes .* give no item and are skipped \\(crop 11x11\\): 'small' \\(12x10 slices\\), 'tiny'"
+    with pytest.warns(RuntimeWarning, match=ds_warn):
+        ds = SliceDataset(mixed, ("MR",), crop=11, seed=4)
+    assert ds.skipped_ids == ["small", "tiny"] and len(ds) == 3
+    # The montage leaves out the same volumes (warned), so it shows the items of an index of 'big' alone.
+    with pytest.warns(RuntimeWarning, match=r"montage of .*: 2 of 3 volumes give no item and are skipped \(crop "
+                                            r"11x11\), as SliceDataset skips them: 'small' \(12x10 slices\), "
+                                            r"'tiny' \(6x6 slices\)$"):
+        sheet = store.montage(count=3, field="MR", crop=11, seed=4, labels=False)
+    only_big = store.montage(count=3, field="MR", crop=11, seed=4, ids=["big"], labels=False)
+    np.testing.assert_array_equal(sheet, only_big)
+    with pytest.raises(ValueError, match=r"crop 21x21 is larger than the slices of every volume \('big' \(20x18"):
+        store.montage(count=3, field="MR", crop=21)
+    if cli is not None:
+        r = subprocess.run([cli, "montage", mixed, str(tmp_path / "m.png"), "--field", "MR", "--crop", "11"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and "patchstore: warning: 2 of 3 volumes give no item" in r.stderr, r.stderr
+        assert "wrote " in r.stdout and "3 slices" in r.stdout, r.stdout
 
 
 def test_no_volume_left_is_an_error_naming_them(mixed):

@@ -162,6 +162,30 @@ TEST_F(VolumeTest, SliceIndexOfASubsetKeepsItsOrder) {
   EXPECT_EQ(empty->size(), 0u);
 }
 
+TEST_F(VolumeTest, VolumesGivingItemsAreThoseWithSlicesNoSmallerThanTheCrop) {
+  // p1 5x7x9, p2 3x4x6, p3 1x7x9, p4 8x16x20 (S x H x W), indexed in the order p4, p2, p1, p3.
+  auto ix = SliceIndex::Build(*reader_, {3, 1, 0, 2});
+  ASSERT_TRUE(ix.ok());
+  EXPECT_TRUE(ix->GivesItems(0, 0, 0));
+  EXPECT_TRUE(ix->GivesItems(1, 4, 6));   // the crop may equal the slices
+  EXPECT_FALSE(ix->GivesItems(1, 5, 6));  // one row too many
+  EXPECT_FALSE(ix->GivesItems(1, 4, 7));  // one column too many
+  VolumeSelection all = SelectVolumesGivingItems(*reader_, *ix, 0, 0);
+  EXPECT_EQ(all.kept, (std::vector<uint64_t>{3, 1, 0, 2}));
+  EXPECT_TRUE(all.skipped.empty() && all.skipped_text.empty());
+  VolumeSelection crop = SelectVolumesGivingItems(*reader_, *ix, 7, 8);
+  EXPECT_EQ(crop.kept, (std::vector<uint64_t>{3, 0, 2}));
+  EXPECT_EQ(crop.skipped, (std::vector<uint64_t>{1}));
+  EXPECT_EQ(crop.skipped_text, "'p2' (4x6 slices)");
+  VolumeSelection big = SelectVolumesGivingItems(*reader_, *ix, 16, 20);
+  EXPECT_EQ(big.kept, (std::vector<uint64_t>{3}));
+  EXPECT_EQ(big.skipped_text, "'p2' (4x6 slices), 'p1' (7x9 slices), 'p3' (7x9 slices)");
+  VolumeSelection none = SelectVolumesGivingItems(*reader_, *ix, 17, 20);
+  EXPECT_TRUE(none.kept.empty());
+  EXPECT_EQ(none.skipped.size(), 4u);
+  EXPECT_EQ(none.skipped_text, "'p4' (16x20 slices), 'p2' (4x6 slices), 'p1' (7x9 slices), 'p3' (7x9 slices)");
+}
+
 TEST(VolumeStore, SliceIndexRefusesFrameStores) {
   TempDir dir;
   ASSERT_TRUE(WriteVolumeStore(dir / "f.ps", {{"a", 3, 4, 5}}, 1, "frames").ok());

@@ -234,32 +234,19 @@ class SliceDataset(ResumableDataset, Dataset):
         volume is skipped (``skipped``, ``skipped_ids``), never replaced by a
         neighbour, and reported once here; ValueError when no volume is left.
         """
-        ix = self.index
-        keep: List[str] = []
-        why: List[str] = []
-        for v in range(ix.volume_count):
-            S, H, W = ix.shape(v)
-            vid = self.store.ids[ix.sample(v)]
-            if S == 0:
-                why.append(f"'{vid}' (no slice)")
-            elif self.crop is not None and (self.crop[0] > H or self.crop[1] > W):
-                why.append(f"'{vid}' ({H}x{W} slices)")
-            else:
-                keep.append(vid)
-                continue
-            self.skipped_ids.append(vid)
-        if not self.skipped_ids:
+        keep, skipped, why = self.index.select_giving_items(self.crop)
+        self.skipped_ids.extend(skipped)
+        if not skipped:
             return
         if not keep:
             raise ValueError(f"SliceDataset: no volume of '{self.store.path}' gives an item"
                              + (f": crop {self.crop[0]}x{self.crop[1]} is larger than the slices of every volume"
-                                if self.crop is not None else "") + f" ({', '.join(why[:4])}"
-                             + (", ..." if len(why) > 4 else "") + ")")
+                                if self.crop is not None else "") + f" ({why})")
         self.index = self.store.slice_index(keep)
-        warnings.warn(f"patchstore.torch.SliceDataset: {len(why)} of {len(why) + len(keep)} volumes of "
+        warnings.warn(f"patchstore.torch.SliceDataset: {len(skipped)} of {len(skipped) + len(keep)} volumes of "
                       f"'{self.store.path}' give no item and are skipped"
                       + (f" (crop {self.crop[0]}x{self.crop[1]})" if self.crop is not None else "")
-                      + f": {', '.join(why[:4])}{', ...' if len(why) > 4 else ''}. dataset.skipped_ids lists them.",
+                      + f": {why}. dataset.skipped_ids lists them.",
                       RuntimeWarning, stacklevel=3)
 
     def _check_shapes(self) -> None:
