@@ -68,8 +68,8 @@ Result<VolumeMontage> RenderVolumeMontage(const VolumeMontageOptions& o) {
       return Status::InvalidArgument("montage of '" + o.store + "': crop " + crop +
                                      " is larger than the slices of every volume (" + sel.skipped_text + ")");
     out.warning = std::to_string(sel.skipped.size()) + " of " + std::to_string(index.volume_count()) +
-                  " volumes give no item and are skipped (crop " + crop + "), as SliceDataset skips them: " +
-                  sel.skipped_text;
+                  " volumes give no item and are skipped" + (o.crop_h ? " (crop " + crop + ")" : std::string()) +
+                  ", as SliceDataset skips them: " + sel.skipped_text;
     PS_ASSIGN_OR_RETURN(index, SliceIndex::Build(*reader, sel.kept));
   }
   const uint64_t N = index.size();
