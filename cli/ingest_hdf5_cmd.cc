@@ -42,7 +42,8 @@ Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet) {
       ->expected(2, -1);
   cmd->add_option("--group", o.groups,
                   "GROUP or GROUP=FIELD (repeat): a group holding one 3D dataset per patient; each group becomes a "
-                  "field. Datasets present in every group become volumes")
+                  "field, each dataset name a volume. A name missing from one group is an error naming it (--on-error "
+                  "skip: skipped and reported)")
       ->required();
   cmd->add_option("--slice-axis", o.slice_axis,
                   "Source axis that indexes slices: 0, 1, 2 or negative (default -1: the last, for (H,W,S) data)");
