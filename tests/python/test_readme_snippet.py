@@ -1,4 +1,4 @@
-"""Runs the README's Python examples (readme_snippet_*.py) as written, on generated seed-layout data."""
+"""Runs the README's Python examples (readme_snippet_*.py) as written, on generated data in the quick starts' layouts."""
 
 from __future__ import annotations
 
@@ -130,6 +130,28 @@ def test_readme_volumes_snippet_runs(tmp_path):
     sid, k = ds.ref(5)
     np.testing.assert_array_equal(M.numpy(), ds.transform(5).apply(store.slice(sid, "MASK", k)))
     np.testing.assert_array_equal(B.numpy(), ds.transform(5).apply(store.slice(sid, "CT", k)))
+
+
+def test_readme_volumes_workers_snippet_runs(tmp_path):
+    # The DataLoader-worker form of the volumes quick start: the same items per epoch.
+    vols = _hu_volumes(15)
+    with h5py.File(tmp_path / "synthrad.h5", "w") as f:
+        for g, per in vols.items():
+            for p, a in per.items():
+                f.create_dataset(f"{g}/{p}", data=a, compression="gzip")
+    shutil.copy(HERE / "readme_snippet_volumes_workers.py", tmp_path)
+    env = dict(os.environ, PYTHONWARNINGS="default")  # every warning shown once: there must be none
+    out = subprocess.run([sys.executable, "-W", "error::RuntimeWarning:patchstore.torch",
+                          "readme_snippet_volumes_workers.py"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert_clean(out.stderr)
+    assert out.stdout.splitlines() == [
+        "0 40 (8, 1, 256, 256) (8, 1, 256, 256) (8, 1, 256, 256)",
+        "1 40 (8, 1, 256, 256) (8, 1, 256, 256) (8, 1, 256, 256)",
+    ]
+    store = patchstore.open(tmp_path / "synthrad.ps")
+    assert [store.fields[g].dtype for g in ("MR", "CT", "MASK")] == ["int16", "float32", "uint8"]
 
 
 def test_readme_volumes_old_clamp_on_hu_data_warns(tmp_path):
