@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs every test: GoogleTest, pytest,
 # the installed-package consumer and a short libFuzzer session (all through
-# CTest), then the GoogleTest suites again in a build with AddressSanitizer and
-# UndefinedBehaviorSanitizer, failing on any report.
+# CTest), builds the manual (mkdocs build --strict), then the GoogleTest
+# suites again in a build with AddressSanitizer and UndefinedBehaviorSanitizer,
+# failing on any report.
 # Usage: bash scripts/test.sh [ctest args...]
 # Environment: PATCHSTORE_SKIP_SANITIZERS=1 skips the sanitizer pass;
-# Long variants (documented in README): PATCHSTORE_CRASH_KILLS (default 25),
+# Long variants (documented in docs/install.md): PATCHSTORE_CRASH_KILLS (default 25),
 # PATCHSTORE_READERS / PATCHSTORE_READER_SECONDS (64 / 20),
 # PATCHSTORE_KILL_CYCLES (200), and tests/fuzz/run.sh with a longer time.
 set -euo pipefail
@@ -13,6 +14,15 @@ cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 ROOT=$PWD
 (cd "${PATCHSTORE_BUILD_DIR:-build}" && ctest --output-on-failure -j2 "$@")
+
+# The manual: --strict turns a broken link, a missing include or a docstring
+# mkdocstrings cannot read into a failure.
+if [ -x .venv/bin/mkdocs ]; then
+  echo "== mkdocs build --strict (the manual in docs/)"
+  .venv/bin/mkdocs build --strict --quiet -d "${PATCHSTORE_BUILD_DIR:-build}/site"
+else
+  echo "== SKIPPED: mkdocs build --strict: .venv/bin/mkdocs is not installed (pip install -r requirements-dev.txt)"
+fi
 
 if [ "${PATCHSTORE_SKIP_SANITIZERS:-0}" != 1 ]; then
   echo "== GoogleTest suites under AddressSanitizer + UndefinedBehaviorSanitizer"

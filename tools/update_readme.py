@@ -1,17 +1,18 @@
 #!/usr/bin/env python3
-"""Regenerate the generated sections of README.md.
+"""Regenerate the generated sections of README.md and docs/cli.md.
 
-    python tools/update_readme.py build/patchstore            # rewrite README.md
+    python tools/update_readme.py build/patchstore            # rewrite both files
     python tools/update_readme.py build/patchstore --check    # exit 1 if anything is stale
 
 Sections (between <!-- NAME:begin --> and <!-- NAME:end --> markers):
-  snippet:frames       tests/python/readme_snippet_frames.py      (run by the test suite)
-  snippet:batchloader  tests/python/readme_snippet_batchloader.py (run by the test suite)
-  snippet:volumes      tests/python/readme_snippet_volumes.py     (run by the test suite)
-  bench                bench/compare/results/RESULTS.md plus bench/results/*.md
-  cli-reference        `patchstore ... --help` for every subcommand
+  README.md
+    snippet:batchloader      tests/python/readme_snippet_batchloader.py      (run by the test suite)
+    snippet:frames           tests/python/readme_snippet_frames.py           (run by the test suite)
+    snippet:volumes          tests/python/readme_snippet_volumes.py          (run by the test suite)
+    snippet:volumes_workers  tests/python/readme_snippet_volumes_workers.py  (run by the test suite)
+  docs/cli.md
+    cli-reference            `patchstore ... --help` for every subcommand
 """
-import glob
 import os
 import subprocess
 import sys
@@ -33,32 +34,25 @@ def snippet(rel):
     return f"```python\n{text.rstrip()}\n```\n"
 
 
-def bench():
-    parts = []
-    for rel in ["bench/compare/results/RESULTS.md"] + sorted(
-            os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "bench/results/*.md"))):
-        text = read(rel)
-        if text:
-            parts.append(f"<!-- from {rel} -->\n{text.rstrip()}\n")
-    return "\n".join(parts) if parts else "_(no results recorded yet: run `bash bench/compare/run.sh`)_\n"
-
-
 def cli_reference(cli):
     parts = []
     for cmd in COMMANDS:
         out = subprocess.run([cli, *cmd, "--help"], capture_output=True, text=True, check=True).stdout
         out = out.replace(cli, "patchstore")
-        parts.append(f"#### `{' '.join(['patchstore', *cmd])}`\n\n```text\n{out.rstrip()}\n```\n")
+        parts.append(f"## `{' '.join(['patchstore', *cmd])}`\n\n```text\n{out.rstrip()}\n```\n")
     return "\n".join(parts)
 
 
 def replace(text, name, body):
     begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
     if begin not in text or end not in text:
-        sys.exit(f"README.md: markers for '{name}' not found")
+        sys.exit(f"markers for '{name}' not found")
     head, rest = text.split(begin, 1)
     _, tail = rest.split(end, 1)
     return f"{head}{begin}\n{body}{end}{tail}"
+
+
+SNIPPETS = ["batchloader", "frames", "volumes", "volumes_workers"]
 
 
 def main():
@@ -66,21 +60,22 @@ def main():
         sys.exit(__doc__)
     cli = os.path.abspath(sys.argv[1])
     check = "--check" in sys.argv[2:]
-    readme = os.path.join(ROOT, "README.md")
-    text = read("README.md")
-    new = text
-    new = replace(new, "snippet:frames", snippet("tests/python/readme_snippet_frames.py"))
-    new = replace(new, "snippet:batchloader", snippet("tests/python/readme_snippet_batchloader.py"))
-    new = replace(new, "snippet:volumes", snippet("tests/python/readme_snippet_volumes.py"))
-    new = replace(new, "bench", bench())
-    new = replace(new, "cli-reference", cli_reference(cli))
+    readme = read("README.md")
+    new_readme = readme
+    for name in SNIPPETS:
+        new_readme = replace(new_readme, f"snippet:{name}", snippet(f"tests/python/readme_snippet_{name}.py"))
+    cli_md = read("docs/cli.md")
+    new_cli_md = replace(cli_md, "cli-reference", cli_reference(cli))
+    stale = [rel for rel, old, new in (("README.md", readme, new_readme), ("docs/cli.md", cli_md, new_cli_md))
+             if old != new]
     if check:
-        if new != text:
-            sys.exit("README.md is stale: run  python tools/update_readme.py build/patchstore")
-        print("README.md generated sections are up to date")
+        if stale:
+            sys.exit(f"{', '.join(stale)} stale: run  python tools/update_readme.py build/patchstore")
+        print("README.md and docs/cli.md generated sections are up to date")
         return
-    open(readme, "w", encoding="utf-8").write(new)
-    print("README.md updated")
+    for rel, new in (("README.md", new_readme), ("docs/cli.md", new_cli_md)):
+        open(os.path.join(ROOT, rel), "w", encoding="utf-8").write(new)
+    print("README.md and docs/cli.md updated" + (f" ({', '.join(stale)} changed)" if stale else ""))
 
 
 if __name__ == "__main__":
