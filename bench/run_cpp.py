@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Run the C++ benchmarks and write bench/results/cpp.md (embedded in README.md).
+"""Run the C++ benchmarks and write bench/results/cpp.md (linked from README.md and the manual).
 
     python bench/run_cpp.py build            # build dir holding bench/*_benchmark
     python bench/run_cpp.py build --min-time 0.5 --out bench/results/cpp.md

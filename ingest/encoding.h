@@ -58,14 +58,12 @@ DType RecordDType(FieldEncoding e, SourceType source, const Normalization& norm)
 // The tile edge of `--layout tiles` when --tile-size is not given, for a new
 // store (a resumed one keeps its own: StoredTile). 64: out of core a 256x256
 // window of rgb+mask+depth is ~15 contiguous ranges of ~50 KiB instead of ~27
-// of ~25 KiB with 32-pixel tiles, and this machine's disk completes random
-// reads at a nearly fixed rate per request (~18,000/s), so from an uncached
-// start the first 30 s read 1.4-3.3x more windows/s and the 120 s mean
-// 1.15-1.9x (bench/results/scale_windows.md, 2026-12-04, compact and
-// float32); in the page cache 64-pixel tiles gathered faster too. Cost: a
-// window reads at most (1+T/h)(1+T/w) of its bytes, 1.56x for 256x256 (1.27x
-// with 32), 2.25x for 128x128 windows, for which --tile-size 32 is the better
-// choice (README "Layouts and encodings").
+// of ~25 KiB with 32-pixel tiles, and disks complete random reads at a nearly
+// fixed rate per request, so fewer, larger ranges read more windows per second
+// (measured in bench/results/scale_windows.md). Cost: a window reads at most
+// (1+T/h)(1+T/w) of its bytes, 1.56x for 256x256 (1.27x with 32), 2.25x for
+// 128x128 windows, for which --tile-size 32 is the better choice
+// (docs/guide/larger-than-ram.md).
 inline constexpr uint32_t kDefaultTileSize = 64;
 
 // The layout options: "rows" (tile 0) or "tiles" (tile_size, checked with

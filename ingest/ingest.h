@@ -12,8 +12,8 @@
 //     scanline or tiled, any compression. `file.exr:Z` picks channel Z; by
 //     default all channels (R,G,B,A first in that order, others by name).
 // Normalisation per field (recorded in each record's header so export can
-// invert it): 8/16-bit images default to [-1,1] (x/maxval*2-1, as the seed
-// code does), masks (field named "mask" or listed in mask_fields) to {0,1},
+// invert it): 8/16-bit images default to [-1,1] (x/maxval*2-1, as image
+// training code commonly does), masks (field named "mask" or listed in mask_fields) to {0,1},
 // float data unchanged.
 //
 // Guarantees: decoding runs on a thread pool; one writer commits batches, so

@@ -1,7 +1,7 @@
 // patchstore/ingest/ingest_hdf5.h — 3D volumes from HDF5 files into a store.
 //
-// Input: one or more HDF5 files, each holding one group per modality (the
-// seed's MR, CT, MASK) and in each group one 3D dataset per patient, e.g.
+// Input: one or more HDF5 files, each holding one group per modality (e.g.
+// MR, CT, MASK) and in each group one 3D dataset per patient, e.g.
 //   /MR/patient001  int16 (H, W, S)  gzip-chunked
 //   /CT/patient001  int16 (H, W, S)
 //   /MASK/patient001 uint8 (H, W, S)
@@ -12,7 +12,7 @@
 // record (float32, or the dtype --encoding gives) of layout kSHW, shape (S, H, W): the slice axis first, so
 // any slice and any stack of neighbouring slices is a contiguous zero-copy
 // view (see reader/volume.h). The slice axis of the source is --slice-axis
-// (default -1, the last one, as in the seed's (H, W, S)); the two other axes
+// (default -1, the last one, for (H, W, S) sources); the two other axes
 // keep their order and become (H, W). The store attribute "slice_axis"
 // records it (0, 1 or 2) so that export can put the axis back.
 //

@@ -116,7 +116,7 @@ class Reader {
   // Opens the store at `path`. Errors: NotFound, Corruption, IOError.
   static Result<std::shared_ptr<Reader>> Open(const std::string& path, const ReaderOptions& options = {});
 
-  // Opens several stores as one (README "Shards"): a shard set written by
+  // Opens several stores as one (docs/guide/shards.md): a shard set written by
   // `ingest --shard I/N` (every store records I/N: the same N, each I once,
   // in any order given) or stores that are not shards (read in the order
   // given). Global sample order: when every store of the set records an

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on an embedded default: generate a small synthetic frames
-# dataset in the seed's folder layout, ingest it, read random patches from
-# several processes at once, export a few back to images, print the figures.
+# dataset in the frames quick start's folder layout, ingest it, read random
+# patches from several processes at once, export a few back to images, print
+# the figures.
 # Usage: bash scripts/demo.sh [OUTDIR]   (default: demo-out)
 set -euo pipefail
 cd "$(dirname "$0")/.."

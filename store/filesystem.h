@@ -1,5 +1,5 @@
 // patchstore/store/filesystem.h — which filesystems a writer refuses
-// (internal; README "Shared filesystems").
+// (internal; docs/guide/shared-filesystems.md).
 //
 // LMDB's writer needs working POSIX locks and a memory map coherent with
 // write(); network filesystems (NFS, SMB) give neither across machines, so a

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate a synthetic frames dataset in the seed user's folder layout.
+"""Generate a synthetic frames dataset in the frames quick start's folder layout.
 
     OUT/<video>/render/rgb/<frame>.png     8-bit RGB
     OUT/<video>/render/masks/<frame>.png   8-bit gray, 0 or 255, a few blobs

@@ -16,7 +16,7 @@ the bytes each measured process read from storage (getrusage of children:
 ru_inblock, the same counter as /proc/PID/io read_bytes), plus the system's
 /proc/diskstats sectors as a cross-check. Warm rows repeat the operation
 with the pages it touched still cached. Writes bench/results/scale.md (a
-README section) and bench/scale/results.json; deletes the stores unless --keep.
+results file linked from the README) and bench/scale/results.json; deletes the stores unless --keep.
 """
 import argparse
 import datetime

@@ -145,7 +145,7 @@ TEST(Damage, IdsOfAnyBytesAreStoredAndListedFaithfully) {
   ASSERT_EQ(testing::RunCommand(std::string(PATCHSTORE_CLI) + " ls --json " + path, &out), 0);
   EXPECT_NE(out.find("\"nul\\u0000byte\""), std::string::npos) << out;
   EXPECT_NE(out.find("\"new\\nline\""), std::string::npos);
-  // Bytes that are not UTF-8 become \udcXX (Python's surrogateescape), see README Limits.
+  // Bytes that are not UTF-8 become \udcXX (Python's surrogateescape), see docs/limits.md.
   EXPECT_NE(out.find("\"\\udcff\\udcfe not utf-8\""), std::string::npos) << out;
 }
 
