@@ -414,7 +414,7 @@ def ingest_hdf5(
     after the group unless renamed, e.g. "/data/img=image"), a list of
     (GROUP, FIELD) pairs, or a dict {GROUP: FIELD}.
     slice_axis: the source axis that indexes slices: 0, 1, 2 or negative
-    (default -1, the last, for the seed's (H, W, S) datasets; 0 for (S, H, W)).
+    (default -1, the last, for (H, W, S) datasets; 0 for (S, H, W)).
     ids: "auto" (the dataset name, "patient001"; "FILESTEM/name" when several
     files are given), "stem" (always prefixed) or "name" (never).
     masks: fields stored as masks (is_mask, values {0,1} unless `norm` says

@@ -6,7 +6,7 @@ the whole set. :class:`RankLocalShards` instead deals whole shards to ranks: a
 permutation of the N shards (N read from the shards' own ``shard`` = "I/N"
 attribute), dealt round-robin (rank r gets positions r, r + world_size, ...).
 
-``assign="fixed"`` (the default): the permutation depends on the seed only, so
+``assign="fixed"`` (the default): the permutation depends on ``seed`` only, so
 a rank reads the same shards every epoch and its node needs only those shards
 on local disk (copied there with ``patchstore copy``) for the whole run.
 ``assign="per_epoch"``: a new permutation each epoch, by ``(seed, epoch)``: a
@@ -70,7 +70,7 @@ class RankLocalShards:
     shard could not train).
 
     assign: "fixed" (default; the same shards every epoch, dealt by a
-    permutation of the seed: a node needs only its own shards) or
+    permutation of ``seed``: a node needs only its own shards) or
     "per_epoch" (dealt again each epoch by (seed, epoch): every shard must be
     reachable from every node, e.g. on a shared filesystem). A missing
     assigned shard is a ``FileNotFoundError`` naming the shard, rank, epoch

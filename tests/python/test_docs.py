@@ -2,8 +2,9 @@
 
 Dates, commit ids, "the seed user" and "that afternoon"-style anecdotes belong in
 bench/results/ (measurements, with their date and machine) or in git history, never
-in README.md, CHANGELOG.md, docs/, store/FORMAT.md, a `patchstore ... --help` text
-or a header of store/, reader/, ingest/ (or include/). Each finding names the file
+in README.md, CHANGELOG.md, docs/, store/FORMAT.md, a `patchstore ... --help` text,
+a header of store/, reader/, ingest/ (or include/) or the Python package (its
+docstrings are the API pages). Each finding names the file
 (or the command) and the line.
 """
 
@@ -60,6 +61,12 @@ def manual_files() -> Iterable[Path]:
     yield from sorted((ROOT / "docs").rglob("*.md"))
 
 
+def package_files() -> Iterable[Path]:
+    """The Python package, whose docstrings become the manual's API pages."""
+    yield from sorted((ROOT / "bindings" / "patchstore").rglob("*.py"))
+    yield from sorted((ROOT / "bindings" / "patchstore").rglob("*.pyi"))
+
+
 def header_files() -> Iterable[Path]:
     for room in ("store", "reader", "ingest", "include"):
         if (ROOT / room).is_dir():
@@ -95,6 +102,15 @@ def test_manual_has_no_dates_hashes_or_anecdotes():
 def test_headers_have_no_dates_hashes_or_anecdotes():
     files = list(header_files())
     assert ROOT / "reader" / "reader.h" in files and ROOT / "ingest" / "encoding.h" in files
+    found = []
+    for path in files:
+        found += findings(str(path.relative_to(ROOT)), path.read_text(encoding="utf-8"))
+    assert not found, "\n".join(found)
+
+
+def test_python_docstrings_have_no_dates_hashes_or_anecdotes():
+    files = list(package_files())
+    assert ROOT / "bindings" / "patchstore" / "torch" / "batch_loader.py" in files
     found = []
     for path in files:
         found += findings(str(path.relative_to(ROOT)), path.read_text(encoding="utf-8"))

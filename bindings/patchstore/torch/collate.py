@@ -29,7 +29,7 @@ def collate(batch: List[Any]) -> Any:
 
     (Tuple items, as SliceDataset's, are collated by :func:`slice_collate`.)
 
-    Items {field: (k, C, P, P)} become {field: (B*k, C, P, P)} (the seed's
+    Items {field: (k, C, P, P)} become {field: (B*k, C, P, P)} (a
     torch.cat collate); items {field: (C, P, P)} (k == 1) become (B, C, P, P).
     When the items come from PatchDataset's batched fetch (DataLoader calls
     __getitems__), their patches already lie back to back in one tensor and

@@ -50,7 +50,7 @@ class SliceDataset(ResumableDataset, Dataset):
     is (2*context+1, h, w) (h = w = crop, or crop = (h, w)), cut at a random
     position, the same one in every field.
 
-    Augmentation (the seed's MONAI transforms), the same for every field of
+    Augmentation (as MONAI's RandFlipd / RandRotate90d), the same for every field of
     an item and for every slice of its stack:
 
     * ``flip=True``: with probability 1/2 flip both spatial axes, as
@@ -61,7 +61,7 @@ class SliceDataset(ResumableDataset, Dataset):
       uniform in {1, 2, 3}, as ``RandRotate90d(prob=0.5, max_k=3)``
       (``np.rot90(a, k, axes=(-2, -1))``). Odd turns swap height and width,
       so rot90 needs square output planes (a square crop or square slices).
-    * ``clamp=(lo, hi)``: values clipped to [lo, hi] (as the seed's
+    * ``clamp=(lo, hi)``: values clipped to [lo, hi] (as
       ``torch.clamp(A, -1, 1)``), or ``{field: (lo, hi)}`` for some fields
       only, e.g. ``{"MR": (-1, 1), "CT": (-1, 1)}`` to leave a mask alone.
       Values are clamped in the units they were STORED in: a CT ingested
