@@ -19,7 +19,8 @@ ROOT=$PWD
 # mkdocstrings cannot read into a failure.
 if [ -x .venv/bin/mkdocs ]; then
   echo "== mkdocs build --strict (the manual in docs/)"
-  .venv/bin/mkdocs build --strict --quiet -d "${PATCHSTORE_BUILD_DIR:-build}/site"
+  # (not --quiet: it hides warnings from --strict, which then passes)
+  .venv/bin/mkdocs build --strict -d "${PATCHSTORE_BUILD_DIR:-build}/site"
 else
   echo "== SKIPPED: mkdocs build --strict: .venv/bin/mkdocs is not installed (pip install -r requirements-dev.txt)"
 fi
