@@ -131,3 +131,16 @@ def test_help_texts_have_no_dates_hashes_or_anecdotes(cli):
 def test_readme_is_a_front_page():
     lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
     assert len(lines) <= 300, len(lines)
+
+
+def test_readme_and_changelog_links_resolve():
+    # mkdocs build --strict checks the links of docs/; these two files are not part of its build.
+    broken = []
+    for name in ("README.md", "CHANGELOG.md"):
+        text = (ROOT / name).read_text(encoding="utf-8")
+        for n, line in enumerate(text.splitlines(), 1):
+            for m in re.finditer(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", line):
+                target = m.group(1)
+                if "://" not in target and not (ROOT / target).exists():
+                    broken.append(f"{name}:{n}: {target}")
+    assert not broken, "\n".join(broken)
