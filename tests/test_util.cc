@@ -85,6 +85,11 @@ Result<std::vector<uint8_t>> Payload(const StoreSpec& spec, uint64_t s, int f, c
             std::memcpy(dst, &i, 2);
             break;
           }
+          case DType::kFloat16: {
+            const uint16_t bits = static_cast<uint16_t>(v);
+            std::memcpy(dst, &bits, 2);
+            break;
+          }
           default:
             return Status::InvalidArgument("WriteStore: field '" + field.name + "' has dtype " +
                                            DTypeName(field.dtype) + ", which it cannot write");
@@ -95,6 +100,22 @@ Result<std::vector<uint8_t>> Payload(const StoreSpec& spec, uint64_t s, int f, c
   std::vector<uint8_t> tiled(static_cast<size_t>(grid.elements()) * es);
   TileCHW(rows.data(), es, grid, tiled.data());
   return tiled;
+}
+
+// The summed-area tables of record (s, f): (P, H+1, W+1) counts of the
+// valid (non-zero, not NaN) values above and left of each entry.
+std::vector<uint32_t> SummedAreaTables(const StoreSpec& spec, uint64_t s, int f, const std::array<int64_t, 3>& shape) {
+  const int64_t P = shape[0], H = shape[1], W = shape[2];
+  std::vector<uint32_t> sat(static_cast<size_t>(P * (H + 1) * (W + 1)), 0);
+  for (int64_t p = 0; p < P; ++p)
+    for (int64_t y = 0; y < H; ++y)
+      for (int64_t x = 0; x < W; ++x) {
+        const float v = static_cast<float>(spec.value(s, f, p, y, x));
+        const size_t at = static_cast<size_t>((p * (H + 1) + y + 1) * (W + 1) + x + 1);
+        sat[at] = sat[at - 1] + sat[at - static_cast<size_t>(W + 1)] - sat[at - static_cast<size_t>(W + 2)] +
+                  ((v != 0.0f && v == v) ? 1u : 0u);
+      }
+  return sat;
 }
 
 }  // namespace
@@ -117,6 +138,8 @@ Status WriteStore(const std::string& path, const StoreSpec& spec) {
     m.norm = f.norm;
     m.is_mask = f.mask;
     m.source_type = f.source_type;
+    m.mask_blocks = f.mask_blocks;
+    m.has_sat = f.sat;
     m.source_format = "synthetic";
     PS_ASSIGN_OR_RETURN(uint16_t i, writer->EnsureField(m));
     idx.push_back(i);
@@ -126,6 +149,7 @@ Status WriteStore(const std::string& path, const StoreSpec& spec) {
   for (uint64_t s = 0; s < n;) {
     std::vector<SampleInput> in;
     std::vector<std::vector<uint8_t>> data;
+    std::vector<std::vector<uint32_t>> sats;
     for (; s < n && in.size() < std::max<uint64_t>(spec.batch, 1); ++s) {
       if (writer->Contains(spec.ids[s])) continue;  // an existing store: append the rest
       SampleInput si;
@@ -148,13 +172,24 @@ Status WriteStore(const std::string& path, const StoreSpec& spec) {
         r.header.norm = field.norm;
         r.header.source_type = field.source_type;
         si.records.push_back(std::move(r));
+        if (field.sat) {
+          sats.push_back(SummedAreaTables(spec, s, static_cast<int>(f), shape));
+          RecordInput t;
+          t.field = static_cast<uint16_t>(kAuxFieldBase + idx[f]);
+          t.header.dtype = DType::kUInt32;
+          t.header.layout = Layout::kSAT;
+          t.header.shape = {static_cast<uint64_t>(shape[0]), static_cast<uint64_t>(shape[1] + 1),
+                            static_cast<uint64_t>(shape[2] + 1), 0};
+          si.records.push_back(std::move(t));
+        }
       }
       in.push_back(std::move(si));
     }
     // Point records at their data now that `data` no longer reallocates.
-    size_t k = 0;
+    size_t k = 0, t = 0;
     for (SampleInput& si : in)
-      for (RecordInput& r : si.records) r.data = data[k++].data();
+      for (RecordInput& r : si.records)
+        r.data = r.header.layout == Layout::kSAT ? static_cast<const void*>(sats[t++].data()) : data[k++].data();
     if (!in.empty()) PS_RETURN_IF_ERROR(writer->WriteBatch(in));
   }
   if (spec.seal) PS_RETURN_IF_ERROR(writer->Seal(spec.ordinal));

@@ -59,12 +59,17 @@ struct StoreField {
   uint16_t tile = 0;       // 0: rows; else the tile edge of every record
   Normalization norm;      // of the field and its records (readers apply it to raw dtypes)
   SourceType source_type = SourceType::kFloat32;
+  uint16_t mask_blocks = 0;  // a mask's block edge (0: the writer's default)
+  // Summed-area tables stored beside each record (has_sat, as format-1
+  // masks had; such a field has no block counts).
+  bool sat = false;
 };
 
 // The value of element (sample s, field f, plane p, row y, column x), where a
 // plane is a channel of an image record or a slice of a volume record. It is
 // stored as is in float32 records and cast to the element type of integer
-// (raw source) records.
+// (raw source) records; float16 records take it as the binary16 bit pattern
+// (0..65535).
 using StoreValueFn = std::function<double(uint64_t s, int f, int64_t p, int64_t y, int64_t x)>;
 
 // A store written by WriteStore: every sample has one record per field, of
