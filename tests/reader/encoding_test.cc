@@ -471,35 +471,23 @@ TEST(Encodings, CompactVolumesSliceBitIdenticalToFloat32) {
   const Normalization affine = Norm(NormKind::kAffine, 0.5, -100);
   auto write = [&](const std::string& name, DType dtype) {
     const std::string path = dir / name;
-    WriterOptions wo;
-    wo.durable = false;
-    wo.kind = "volumes";
-    auto w = Writer::Open(path, wo).value();
-    FieldMeta fm;
-    fm.name = "ct";
-    fm.channels = 1;
-    fm.layout = Layout::kSHW;
-    fm.dtype = dtype;
-    fm.norm = affine;
-    EXPECT_TRUE(w->EnsureField(fm).ok());
     const int64_t S = 5, H = 9, W = 11;
-    std::vector<int16_t> i16(S * H * W);
-    std::vector<float> f32(i16.size());
-    for (size_t i = 0; i < i16.size(); ++i) {
-      i16[i] = static_cast<int16_t>(static_cast<int32_t>(i * 2654435761u % 65536) - 32768);
-      f32[i] = affine.Apply(i16[i]);
-    }
-    SampleInput in;
-    in.id = "v";
-    RecordInput r;
-    r.header.dtype = dtype;
-    r.header.layout = Layout::kSHW;
-    r.header.shape = {S, H, W, 0};
-    r.header.norm = affine;
-    r.data = dtype == DType::kInt16 ? static_cast<const void*>(i16.data()) : f32.data();
-    in.records = {r};
-    EXPECT_TRUE(w->WriteBatch({in}).ok());
-    EXPECT_TRUE(w->Seal().ok());
+    testing::StoreSpec spec;
+    spec.kind = "volumes";
+    spec.fields = {testing::StoreField{"ct"}};
+    spec.fields[0].dtype = dtype;
+    spec.fields[0].norm = affine;
+    spec.fields[0].source_type = SourceType::kUnknown;
+    spec.ids = {"v"};
+    spec.depth = S;
+    spec.height = H;
+    spec.width = W;
+    spec.value = [&](uint64_t, int, int64_t p, int64_t y, int64_t x) -> double {
+      const uint64_t i = static_cast<uint64_t>((p * H + y) * W + x);
+      const int16_t v = static_cast<int16_t>(static_cast<int32_t>(i * 2654435761u % 65536) - 32768);
+      return dtype == DType::kInt16 ? static_cast<double>(v) : static_cast<double>(affine.Apply(v));
+    };
+    EXPECT_TRUE(testing::WriteStore(path, spec).ok());
     return Reader::Open(path).value();
   };
   auto ref = write("f.ps", DType::kFloat32), r = write("i.ps", DType::kInt16);

@@ -160,59 +160,28 @@ TEST_F(SamplerTest, DrawsAreUniformOverQualifyingWindows) {
 std::string MakeMaskStore(const TempDir& dir, const std::string& name, const std::vector<std::vector<float>>& masks,
                           int64_t H, int64_t W, uint16_t tile, uint16_t mask_blocks = 0) {
   const std::string path = dir / name;
-  WriterOptions wo;
-  wo.durable = false;
-  auto w = Writer::Open(path, wo).value();
-  FieldMeta img, mask;
-  img.name = "img";
-  img.channels = 2;
-  img.tile = tile;
-  mask.name = "mask";
-  mask.channels = 1;
-  mask.is_mask = true;
-  mask.tile = tile;
-  mask.mask_blocks = mask_blocks;  // 0: the writer's default
+  testing::StoreSpec spec;
+  spec.fields = {testing::StoreField{"img", 2}, testing::StoreField{"mask", 1, /*mask=*/true}};
+  for (testing::StoreField& f : spec.fields) {
+    f.tile = tile;
+    f.source_type = SourceType::kUnknown;
+  }
+  spec.fields[1].mask_blocks = mask_blocks;  // 0: the writer's default
   if (tile) {
-    mask.dtype = DType::kUInt8;
-    mask.norm.kind = NormKind::kBinary;
-    mask.norm.scale = 255;
+    spec.fields[1].dtype = DType::kUInt8;
+    spec.fields[1].norm.kind = NormKind::kBinary;
+    spec.fields[1].norm.scale = 255;
   }
-  EXPECT_TRUE(w->EnsureField(img).ok());
-  EXPECT_TRUE(w->EnsureField(mask).ok());
-  for (size_t s = 0; s < masks.size(); ++s) {
-    std::vector<float> v(2 * H * W);
-    for (int64_t i = 0; i < 2 * H * W; ++i) v[i] = static_cast<float>(s * 100000 + i);
-    std::vector<uint8_t> m8(H * W);
-    for (int64_t i = 0; i < H * W; ++i) m8[i] = masks[s][i] != 0 ? 255 : 0;
-    std::vector<float> vt(v.size());
-    std::vector<uint8_t> mt;
-    SampleInput in;
-    in.id = "s" + std::to_string(s);
-    RecordInput a, m;
-    a.field = 0;
-    a.header.shape = {2, static_cast<uint64_t>(H), static_cast<uint64_t>(W), 0};
-    a.header.tile = tile;
-    a.data = v.data();
-    m.field = 1;
-    m.header.shape = {1, static_cast<uint64_t>(H), static_cast<uint64_t>(W), 0};
-    m.header.tile = tile;
-    m.data = masks[s].data();
-    if (tile) {
-      const TileGrid gi{2, H, W, tile}, gm{1, H, W, tile};
-      vt.resize(static_cast<size_t>(gi.elements()));
-      TileCHW(v.data(), 4, gi, vt.data());
-      a.data = vt.data();
-      mt.resize(static_cast<size_t>(gm.elements()));
-      TileCHW(m8.data(), 1, gm, mt.data());
-      m.header.dtype = DType::kUInt8;
-      m.header.norm.kind = NormKind::kBinary;
-      m.header.norm.scale = 255;
-      m.data = mt.data();
-    }
-    in.records = {a, m};
-    EXPECT_TRUE(w->WriteBatch({in}).ok());
-  }
-  EXPECT_TRUE(w->Seal().ok());
+  spec.ids = testing::NumberedIds(masks.size(), "s");
+  spec.height = H;
+  spec.width = W;
+  spec.value = [&](uint64_t s, int f, int64_t c, int64_t y, int64_t x) -> double {
+    if (f == 0) return static_cast<float>(s * 100000 + (c * H + y) * W + x);
+    const float m = masks[s][y * W + x];
+    return tile ? (m != 0 ? 255 : 0) : m;
+  };
+  spec.batch = 1;
+  EXPECT_TRUE(testing::WriteStore(path, spec).ok());
   return path;
 }
 
