@@ -104,7 +104,8 @@ Result<std::vector<uint8_t>> Payload(const StoreSpec& spec, uint64_t s, int f, c
 
 // The summed-area tables of record (s, f): (P, H+1, W+1) counts of the
 // valid (non-zero, not NaN) values above and left of each entry.
-std::vector<uint32_t> SummedAreaTables(const StoreSpec& spec, uint64_t s, int f, const std::array<int64_t, 3>& shape) {
+std::vector<uint32_t> SummedAreaTables(const StoreSpec& spec, uint64_t s, int f,
+                                       const std::array<int64_t, 3>& shape) {
   const int64_t P = shape[0], H = shape[1], W = shape[2];
   std::vector<uint32_t> sat(static_cast<size_t>(P * (H + 1) * (W + 1)), 0);
   for (int64_t p = 0; p < P; ++p)

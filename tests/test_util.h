@@ -75,6 +75,16 @@ using StoreValueFn = std::function<double(uint64_t s, int f, int64_t p, int64_t 
 // A store written by WriteStore: every sample has one record per field, of
 // shape (planes, height, width) — planes = the field's channels for frames,
 // `depth` slices for volumes — unless `shape` says otherwise per record.
+//
+//   StoreSpec spec;
+//   spec.fields = {StoreField{"img", 2}, StoreField{"mask", 1, /*mask=*/true}};
+//   spec.ids = NumberedIds(7);  // "s/0" .. "s/6"
+//   spec.height = 20;
+//   spec.width = 24;
+//   spec.value = [](uint64_t s, int f, int64_t c, int64_t y, int64_t x) {
+//     return f == 1 ? double((x + y + s) % 5 == 0) : SyntheticValue(s, f, c, y, x);
+//   };
+//   ASSERT_TRUE(WriteStore(dir / "s.ps", spec).ok());
 struct StoreSpec {
   std::string kind = "frames";  // or "volumes": fields of layout SHW, records (S, H, W)
   std::vector<StoreField> fields;
