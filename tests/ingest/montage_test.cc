@@ -18,46 +18,28 @@ using testing::TempDir;
 std::string MakeFrames(const TempDir& dir) {
   const int64_t H = 24, W = 30;
   const std::string path = dir / "frames.ps";
-  WriterOptions wo;
-  wo.durable = false;
-  auto w = Writer::Open(path, wo).value();
-  FieldMeta img;
-  img.name = "img";
-  img.channels = 1;
-  FieldMeta mask;
-  mask.name = "mask";
-  mask.channels = 1;
-  mask.is_mask = true;
-  EXPECT_TRUE(w->EnsureField(img).ok());
-  EXPECT_TRUE(w->EnsureField(mask).ok());
   std::mt19937 rng(3);
-  std::vector<std::vector<float>> keep;
-  std::vector<SampleInput> batch;
+  std::vector<std::vector<float>> masks;
   for (int s = 0; s < 8; ++s) {
-    std::vector<float> v(H * W), m(H * W, 0.0f);
-    for (int64_t i = 0; i < H * W; ++i) v[i] = static_cast<float>(s * 1000 + i) / 10000.0f;
+    std::vector<float> m(H * W, 0.0f);
     if (s != 2) {
       const int64_t cy = rng() % (H - 6), cx = rng() % (W - 6);  // a 6x6 blob and a few strays
       for (int64_t y = cy; y < cy + 6; ++y)
         for (int64_t x = cx; x < cx + 6; ++x) m[y * W + x] = 1.0f;
       for (int k = 0; k < 4; ++k) m[(rng() % H) * W + rng() % W] = 1.0f;
     }
-    keep.push_back(std::move(v));
-    keep.push_back(std::move(m));
-    SampleInput in;
-    in.id = "f" + std::to_string(s);
-    RecordInput a, b;
-    a.field = 0;
-    a.header.shape = {1, static_cast<uint64_t>(H), static_cast<uint64_t>(W), 0};
-    a.data = keep[keep.size() - 2].data();
-    b.field = 1;
-    b.header.shape = a.header.shape;
-    b.data = keep.back().data();
-    in.records = {a, b};
-    batch.push_back(std::move(in));
+    masks.push_back(std::move(m));
   }
-  EXPECT_TRUE(w->WriteBatch(batch).ok());
-  EXPECT_TRUE(w->Seal().ok());
+  testing::StoreSpec spec;
+  spec.fields = {testing::StoreField{"img", 1}, testing::StoreField{"mask", 1, /*mask=*/true}};
+  spec.ids = testing::NumberedIds(8, "f");
+  spec.height = H;
+  spec.width = W;
+  spec.value = [&](uint64_t s, int f, int64_t, int64_t y, int64_t x) -> double {
+    return f == 0 ? static_cast<float>(s * 1000 + y * W + x) / 10000.0f : masks[s][y * W + x];
+  };
+  spec.batch = 8;
+  EXPECT_TRUE(testing::WriteStore(path, spec).ok());
   return path;
 }
 

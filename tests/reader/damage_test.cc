@@ -113,28 +113,13 @@ TEST(Damage, IdsOfAnyBytesAreStoredAndListedFaithfully) {
   const std::string path = dir / "s.ps";
   std::vector<std::string> ids = {"../x", "/abs/path", std::string("nul\0byte", 8), "new\nline",
                                   std::string(4096, 'L'), "\xff\xfe not utf-8", "plain/0001"};
-  {
-    WriterOptions wo;
-    wo.durable = false;
-    auto w = Writer::Open(path, wo).value();
-    FieldMeta f;
-    f.name = "x";
-    f.channels = 1;
-    ASSERT_TRUE(w->EnsureField(f).ok());
-    float data[4] = {1, 2, 3, 4};
-    std::vector<SampleInput> batch;
-    for (const auto& id : ids) {
-      SampleInput s;
-      s.id = id;
-      RecordInput r;
-      r.header.shape = {1, 2, 2, 0};
-      r.data = data;
-      s.records.push_back(r);
-      batch.push_back(s);
-    }
-    ASSERT_TRUE(w->WriteBatch(batch).ok());
-    ASSERT_TRUE(w->Seal().ok());
-  }
+  testing::StoreSpec spec;
+  spec.fields = {testing::StoreField{"x"}};
+  spec.ids = ids;
+  spec.height = spec.width = 2;
+  spec.value = [](uint64_t, int, int64_t, int64_t y, int64_t x) { return static_cast<double>(y * 2 + x + 1); };
+  spec.batch = ids.size();
+  ASSERT_TRUE(testing::WriteStore(path, spec).ok());
   auto r = Reader::Open(path).value();
   ASSERT_EQ(r->size(), ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {

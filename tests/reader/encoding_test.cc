@@ -57,78 +57,30 @@ std::string WriteStore(const TempDir& dir, const std::string& name, DType source
                        Encoding enc, bool float16_reference = false, int64_t height = kH,
                        int64_t width = kW) {
   const std::string path = dir / name;
-  WriterOptions wo;
-  wo.durable = false;
-  auto w = Writer::Open(path, wo).value();
-  const char* names[2] = {"rgb", "mask"};
-  const int channels[2] = {3, 1};
-  for (int f = 0; f < 2; ++f) {
-    FieldMeta fm;
-    fm.name = names[f];
-    fm.channels = channels[f];
-    fm.dtype = enc.dtype;
-    fm.tile = enc.tile;
-    fm.norm = norm;
-    fm.is_mask = f == 1;
-    if (f == 1) fm.mask_blocks = 8;  // kH x kW: 5 x 6 blocks, the last ones cut
-    EXPECT_TRUE(w->EnsureField(fm).ok());
+  testing::StoreSpec spec;
+  spec.fields = {testing::StoreField{"rgb", 3}, testing::StoreField{"mask", 1, /*mask=*/true}};
+  for (testing::StoreField& f : spec.fields) {
+    f.dtype = enc.dtype;
+    f.tile = enc.tile;
+    f.norm = norm;
+    f.source_type = SourceType::kUnknown;
   }
-  for (uint64_t s = 0; s < kSamples; ++s) {
-    SampleInput in;
-    in.id = "s/" + std::to_string(s);
-    std::vector<std::vector<uint8_t>> bufs(2);
-    for (int f = 0; f < 2; ++f) {
-      const int64_t C = channels[f];
-      const size_t es = DTypeSize(enc.dtype);
-      std::vector<uint8_t> rows(static_cast<size_t>(C * height * width) * es);
-      for (int64_t c = 0; c < C; ++c)
-        for (int64_t y = 0; y < height; ++y)
-          for (int64_t x = 0; x < width; ++x) {
-            const int32_t v = SourceValue(source_dtype, s, f, c, y, x);
-            const size_t i = static_cast<size_t>((c * height + y) * width + x);
-            const uint16_t half = static_cast<uint16_t>(v * 13 + 0x2c00 + c) & 0x7bff;  // finite halves
-            switch (enc.dtype) {
-              case DType::kFloat32: {
-                float fv = norm.Apply(v);
-                if (float16_reference) fv = ToFloat32(Float16{half});
-                std::memcpy(&rows[i * 4], &fv, 4);
-                break;
-              }
-              case DType::kUInt8: rows[i] = static_cast<uint8_t>(v); break;
-              case DType::kUInt16: {
-                const uint16_t u = static_cast<uint16_t>(v);
-                std::memcpy(&rows[i * 2], &u, 2);
-                break;
-              }
-              case DType::kInt16: {
-                const int16_t u = static_cast<int16_t>(v);
-                std::memcpy(&rows[i * 2], &u, 2);
-                break;
-              }
-              case DType::kFloat16: std::memcpy(&rows[i * 2], &half, 2); break;
-              default: ADD_FAILURE();
-            }
-          }
-      RecordInput r;
-      r.field = static_cast<uint16_t>(f);
-      r.header.dtype = enc.dtype;
-      r.header.shape = {static_cast<uint64_t>(C), static_cast<uint64_t>(height), static_cast<uint64_t>(width), 0};
-      r.header.tile = enc.tile;
-      r.header.norm = norm;
-      if (enc.tile) {
-        const TileGrid g{C, height, width, enc.tile};
-        bufs[f].resize(static_cast<size_t>(g.elements()) * es);
-        TileCHW(rows.data(), es, g, bufs[f].data());
-      } else {
-        bufs[f] = std::move(rows);
-      }
-      r.data = bufs[f].data();
-      in.records.push_back(r);
+  spec.fields[1].mask_blocks = 8;  // kH x kW: 5 x 6 blocks, the last ones cut
+  spec.ids = testing::NumberedIds(kSamples);
+  spec.height = height;
+  spec.width = width;
+  spec.value = [&](uint64_t s, int f, int64_t c, int64_t y, int64_t x) -> double {
+    const int32_t v = SourceValue(source_dtype, s, f, c, y, x);
+    const uint16_t half = static_cast<uint16_t>(v * 13 + 0x2c00 + c) & 0x7bff;  // finite halves
+    switch (enc.dtype) {
+      case DType::kFloat32: return float16_reference ? ToFloat32(Float16{half}) : norm.Apply(v);
+      case DType::kFloat16: return half;  // the bits
+      default: return v;                  // raw source values
     }
-    Status st = w->WriteBatch({in});
-    EXPECT_TRUE(st.ok()) << st.ToString();
-  }
-  EXPECT_TRUE(w->Seal().ok());
+  };
+  spec.batch = 1;
+  Status st = testing::WriteStore(path, spec);
+  EXPECT_TRUE(st.ok()) << st.ToString();
   return path;
 }
 
@@ -519,35 +471,23 @@ TEST(Encodings, CompactVolumesSliceBitIdenticalToFloat32) {
   const Normalization affine = Norm(NormKind::kAffine, 0.5, -100);
   auto write = [&](const std::string& name, DType dtype) {
     const std::string path = dir / name;
-    WriterOptions wo;
-    wo.durable = false;
-    wo.kind = "volumes";
-    auto w = Writer::Open(path, wo).value();
-    FieldMeta fm;
-    fm.name = "ct";
-    fm.channels = 1;
-    fm.layout = Layout::kSHW;
-    fm.dtype = dtype;
-    fm.norm = affine;
-    EXPECT_TRUE(w->EnsureField(fm).ok());
     const int64_t S = 5, H = 9, W = 11;
-    std::vector<int16_t> i16(S * H * W);
-    std::vector<float> f32(i16.size());
-    for (size_t i = 0; i < i16.size(); ++i) {
-      i16[i] = static_cast<int16_t>(static_cast<int32_t>(i * 2654435761u % 65536) - 32768);
-      f32[i] = affine.Apply(i16[i]);
-    }
-    SampleInput in;
-    in.id = "v";
-    RecordInput r;
-    r.header.dtype = dtype;
-    r.header.layout = Layout::kSHW;
-    r.header.shape = {S, H, W, 0};
-    r.header.norm = affine;
-    r.data = dtype == DType::kInt16 ? static_cast<const void*>(i16.data()) : f32.data();
-    in.records = {r};
-    EXPECT_TRUE(w->WriteBatch({in}).ok());
-    EXPECT_TRUE(w->Seal().ok());
+    testing::StoreSpec spec;
+    spec.kind = "volumes";
+    spec.fields = {testing::StoreField{"ct"}};
+    spec.fields[0].dtype = dtype;
+    spec.fields[0].norm = affine;
+    spec.fields[0].source_type = SourceType::kUnknown;
+    spec.ids = {"v"};
+    spec.depth = S;
+    spec.height = H;
+    spec.width = W;
+    spec.value = [&](uint64_t, int, int64_t p, int64_t y, int64_t x) -> double {
+      const uint64_t i = static_cast<uint64_t>((p * H + y) * W + x);
+      const int16_t v = static_cast<int16_t>(static_cast<int32_t>(i * 2654435761u % 65536) - 32768);
+      return dtype == DType::kInt16 ? static_cast<double>(v) : static_cast<double>(affine.Apply(v));
+    };
+    EXPECT_TRUE(testing::WriteStore(path, spec).ok());
     return Reader::Open(path).value();
   };
   auto ref = write("f.ps", DType::kFloat32), r = write("i.ps", DType::kInt16);

@@ -31,36 +31,17 @@ float MaskValue(uint64_t s, int64_t i) {
 
 std::string MakeStore(const TempDir& dir, uint64_t n, const std::string& name = "s.ps", bool seal = true) {
   const std::string path = dir / name;
-  WriterOptions wo;
-  wo.durable = false;
-  auto w = Writer::Open(path, wo).value();
-  FieldMeta img, mask;
-  img.name = "img";
-  img.channels = 2;
-  mask.name = "mask";
-  mask.channels = 1;
-  mask.is_mask = true;
-  EXPECT_TRUE(w->EnsureField(img).ok());
-  EXPECT_TRUE(w->EnsureField(mask).ok());
-  for (uint64_t s = 0; s < n; ++s) {
-    std::vector<float> a(2 * kH * kW), m(kH * kW);
-    for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(s * 1000 + i);
-    for (int64_t i = 0; i < kH * kW; ++i) m[i] = MaskValue(s, i);
-    SampleInput in;
-    in.id = "s" + std::to_string(s);
-    RecordInput ra, rm;
-    ra.field = 0;
-    ra.header.shape = {2, kH, kW, 0};
-    ra.data = a.data();
-    rm.field = 1;
-    rm.header.shape = {1, kH, kW, 0};
-    rm.data = m.data();
-    in.records = {ra, rm};
-    EXPECT_TRUE(w->WriteBatch({in}).ok());
-  }
-  if (seal) {
-    EXPECT_TRUE(w->Seal().ok());
-  }
+  testing::StoreSpec spec;
+  spec.fields = {testing::StoreField{"img", 2}, testing::StoreField{"mask", 1, /*mask=*/true}};
+  spec.ids = testing::NumberedIds(n, "s");
+  spec.height = kH;
+  spec.width = kW;
+  spec.value = [](uint64_t s, int f, int64_t c, int64_t y, int64_t x) -> double {
+    return f == 0 ? static_cast<float>(s * 1000 + (c * kH + y) * kW + x) : MaskValue(s, y * kW + x);
+  };
+  spec.seal = seal;
+  spec.batch = 1;
+  EXPECT_TRUE(testing::WriteStore(path, spec).ok());
   return path;
 }
 
@@ -273,23 +254,16 @@ TEST(SampleIndex, IdsOfASealedStoreOutliveItsSealedIndex) {
   const std::string path = MakeStore(dir, 4);
   auto r = Reader::Open(path).value();
   {
-    WriterOptions wo;
-    wo.durable = false;
-    auto w = Writer::Open(path, wo).value();
-    std::vector<float> img(2 * kH * kW, 3.0f), mask(kH * kW, 1.0f);
-    for (int i = 0; i < 6; ++i) {
-      SampleInput in;
-      in.id = "new" + std::to_string(i);
-      RecordInput ra, rm;
-      ra.field = 0;
-      ra.header.shape = {2, kH, kW, 0};
-      ra.data = img.data();
-      rm.field = 1;
-      rm.header.shape = {1, kH, kW, 0};
-      rm.data = mask.data();
-      in.records = {ra, rm};
-      ASSERT_TRUE(w->WriteBatch({in}).ok());
-    }
+    // Six more samples, one commit each (the store stays unsealed).
+    testing::StoreSpec more;
+    more.fields = {testing::StoreField{"img", 2}, testing::StoreField{"mask", 1, /*mask=*/true}};
+    more.ids = testing::NumberedIds(6, "new");
+    more.height = kH;
+    more.width = kW;
+    more.value = [](uint64_t, int f, int64_t, int64_t, int64_t) { return f == 0 ? 3.0 : 1.0; };
+    more.seal = false;
+    more.batch = 1;
+    ASSERT_TRUE(testing::WriteStore(path, more).ok());
   }
   for (uint64_t s = 0; s < 4; ++s) EXPECT_EQ(r->id(s), "s" + std::to_string(s));
   EXPECT_EQ(r->Find("s2").value(), 2u);

@@ -33,44 +33,24 @@ using testing::TempDir;
 // channel, `valid` pixels set per sample, sample 2 empty when skip_one).
 std::string MakeStore(const TempDir& dir, int n, int64_t H, int64_t W, bool skip_one = false) {
   const std::string path = dir / "s.ps";
-  WriterOptions wo;
-  wo.durable = false;
-  auto w = Writer::Open(path, wo).value();
-  FieldMeta img;
-  img.name = "img";
-  img.channels = 3;
-  FieldMeta mask;
-  mask.name = "mask";
-  mask.channels = 1;
-  mask.is_mask = true;
-  EXPECT_TRUE(w->EnsureField(img).ok());
-  EXPECT_TRUE(w->EnsureField(mask).ok());
   std::mt19937 rng(11);
-  std::vector<std::vector<float>> keep;
-  std::vector<SampleInput> batch;
-  keep.reserve(2 * n);
+  std::vector<std::vector<float>> masks;
   for (int s = 0; s < n; ++s) {
-    std::vector<float> v(3 * H * W);
-    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(s * 1000000 + i);
     std::vector<float> m(H * W, 0.0f);
     if (!(skip_one && s == 2))
       for (int k = 0; k < 4; ++k) m[(rng() % H) * W + rng() % W] = 1.0f;
-    keep.push_back(std::move(v));
-    keep.push_back(std::move(m));
-    SampleInput in;
-    in.id = "s" + std::to_string(s);
-    RecordInput a, b;
-    a.field = 0;
-    a.header.shape = {3, static_cast<uint64_t>(H), static_cast<uint64_t>(W), 0};
-    a.data = keep[keep.size() - 2].data();
-    b.field = 1;
-    b.header.shape = {1, static_cast<uint64_t>(H), static_cast<uint64_t>(W), 0};
-    b.data = keep.back().data();
-    in.records = {a, b};
-    batch.push_back(std::move(in));
+    masks.push_back(std::move(m));
   }
-  EXPECT_TRUE(w->WriteBatch(batch).ok());
-  EXPECT_TRUE(w->Seal().ok());
+  testing::StoreSpec spec;
+  spec.fields = {testing::StoreField{"img", 3}, testing::StoreField{"mask", 1, /*mask=*/true}};
+  spec.ids = testing::NumberedIds(static_cast<uint64_t>(n), "s");
+  spec.height = H;
+  spec.width = W;
+  spec.value = [&](uint64_t s, int f, int64_t c, int64_t y, int64_t x) -> double {
+    return f == 0 ? static_cast<float>(s * 1000000 + (c * H + y) * W + x) : masks[s][y * W + x];
+  };
+  spec.batch = static_cast<uint64_t>(n);
+  EXPECT_TRUE(testing::WriteStore(path, spec).ok());
   return path;
 }
 

@@ -16,58 +16,22 @@ namespace {
 using testing::TempDir;
 
 // A store of `masks.size()` samples, H x W: field "img" (2 channels, value =
-// 1000*s + 100*c + y*W + x ... small exact ints) and field "mask" (1 channel).
+// 100000*s + 10000*c + y*W + x: small exact ints) and field "mask" (1 channel).
 // With `with_sat` the summed-area tables are stored as at ingest.
 std::string MakeStore(const TempDir& dir, const std::vector<std::vector<float>>& masks, int64_t H, int64_t W,
                       bool with_sat) {
   const std::string path = dir / (with_sat ? "sat.ps" : "nosat.ps");
-  WriterOptions wo;
-  wo.durable = false;
-  auto w = Writer::Open(path, wo).value();
-  FieldMeta img;
-  img.name = "img";
-  img.channels = 2;
-  FieldMeta mask;
-  mask.name = "mask";
-  mask.channels = 1;
-  mask.is_mask = true;
-  mask.has_sat = with_sat;
-  EXPECT_TRUE(w->EnsureField(img).ok());
-  EXPECT_TRUE(w->EnsureField(mask).ok());
-  std::vector<std::vector<float>> keep;
-  std::vector<std::vector<uint32_t>> sats;
-  std::vector<SampleInput> batch;
-  for (size_t s = 0; s < masks.size(); ++s) {
-    std::vector<float> v(2 * H * W);
-    for (int64_t c = 0; c < 2; ++c)
-      for (int64_t i = 0; i < H * W; ++i) v[c * H * W + i] = static_cast<float>(s * 100000 + c * 10000 + i);
-    keep.push_back(std::move(v));
-    SampleInput in;
-    in.id = "s" + std::to_string(s);
-    RecordInput a, m;
-    a.field = 0;
-    a.header.shape = {2, static_cast<uint64_t>(H), static_cast<uint64_t>(W), 0};
-    a.data = keep.back().data();
-    m.field = 1;
-    m.header.shape = {1, static_cast<uint64_t>(H), static_cast<uint64_t>(W), 0};
-    m.data = masks[s].data();
-    in.records = {a, m};
-    if (with_sat) {
-      std::vector<uint32_t> sat((H + 1) * (W + 1));
-      ComputeSat(masks[s].data(), 1, H, W, sat.data());
-      sats.push_back(std::move(sat));
-      RecordInput t;
-      t.field = kAuxFieldBase + 1;
-      t.header.dtype = DType::kUInt32;
-      t.header.layout = Layout::kSAT;
-      t.header.shape = {1, static_cast<uint64_t>(H + 1), static_cast<uint64_t>(W + 1), 0};
-      t.data = sats.back().data();
-      in.records.push_back(t);
-    }
-    batch.push_back(std::move(in));
-  }
-  EXPECT_TRUE(w->WriteBatch(batch).ok());
-  EXPECT_TRUE(w->Seal().ok());
+  testing::StoreSpec spec;
+  spec.fields = {testing::StoreField{"img", 2}, testing::StoreField{"mask", 1, /*mask=*/true}};
+  spec.fields[1].sat = with_sat;
+  spec.ids = testing::NumberedIds(masks.size(), "s");
+  spec.height = H;
+  spec.width = W;
+  spec.value = [&](uint64_t s, int f, int64_t c, int64_t y, int64_t x) -> double {
+    return f == 0 ? static_cast<float>(s * 100000 + c * 10000 + y * W + x) : masks[s][y * W + x];
+  };
+  spec.batch = masks.size();
+  EXPECT_TRUE(testing::WriteStore(path, spec).ok());
   return path;
 }
 
@@ -196,59 +160,28 @@ TEST_F(SamplerTest, DrawsAreUniformOverQualifyingWindows) {
 std::string MakeMaskStore(const TempDir& dir, const std::string& name, const std::vector<std::vector<float>>& masks,
                           int64_t H, int64_t W, uint16_t tile, uint16_t mask_blocks = 0) {
   const std::string path = dir / name;
-  WriterOptions wo;
-  wo.durable = false;
-  auto w = Writer::Open(path, wo).value();
-  FieldMeta img, mask;
-  img.name = "img";
-  img.channels = 2;
-  img.tile = tile;
-  mask.name = "mask";
-  mask.channels = 1;
-  mask.is_mask = true;
-  mask.tile = tile;
-  mask.mask_blocks = mask_blocks;  // 0: the writer's default
+  testing::StoreSpec spec;
+  spec.fields = {testing::StoreField{"img", 2}, testing::StoreField{"mask", 1, /*mask=*/true}};
+  for (testing::StoreField& f : spec.fields) {
+    f.tile = tile;
+    f.source_type = SourceType::kUnknown;
+  }
+  spec.fields[1].mask_blocks = mask_blocks;  // 0: the writer's default
   if (tile) {
-    mask.dtype = DType::kUInt8;
-    mask.norm.kind = NormKind::kBinary;
-    mask.norm.scale = 255;
+    spec.fields[1].dtype = DType::kUInt8;
+    spec.fields[1].norm.kind = NormKind::kBinary;
+    spec.fields[1].norm.scale = 255;
   }
-  EXPECT_TRUE(w->EnsureField(img).ok());
-  EXPECT_TRUE(w->EnsureField(mask).ok());
-  for (size_t s = 0; s < masks.size(); ++s) {
-    std::vector<float> v(2 * H * W);
-    for (int64_t i = 0; i < 2 * H * W; ++i) v[i] = static_cast<float>(s * 100000 + i);
-    std::vector<uint8_t> m8(H * W);
-    for (int64_t i = 0; i < H * W; ++i) m8[i] = masks[s][i] != 0 ? 255 : 0;
-    std::vector<float> vt(v.size());
-    std::vector<uint8_t> mt;
-    SampleInput in;
-    in.id = "s" + std::to_string(s);
-    RecordInput a, m;
-    a.field = 0;
-    a.header.shape = {2, static_cast<uint64_t>(H), static_cast<uint64_t>(W), 0};
-    a.header.tile = tile;
-    a.data = v.data();
-    m.field = 1;
-    m.header.shape = {1, static_cast<uint64_t>(H), static_cast<uint64_t>(W), 0};
-    m.header.tile = tile;
-    m.data = masks[s].data();
-    if (tile) {
-      const TileGrid gi{2, H, W, tile}, gm{1, H, W, tile};
-      vt.resize(static_cast<size_t>(gi.elements()));
-      TileCHW(v.data(), 4, gi, vt.data());
-      a.data = vt.data();
-      mt.resize(static_cast<size_t>(gm.elements()));
-      TileCHW(m8.data(), 1, gm, mt.data());
-      m.header.dtype = DType::kUInt8;
-      m.header.norm.kind = NormKind::kBinary;
-      m.header.norm.scale = 255;
-      m.data = mt.data();
-    }
-    in.records = {a, m};
-    EXPECT_TRUE(w->WriteBatch({in}).ok());
-  }
-  EXPECT_TRUE(w->Seal().ok());
+  spec.ids = testing::NumberedIds(masks.size(), "s");
+  spec.height = H;
+  spec.width = W;
+  spec.value = [&](uint64_t s, int f, int64_t c, int64_t y, int64_t x) -> double {
+    if (f == 0) return static_cast<float>(s * 100000 + (c * H + y) * W + x);
+    const float m = masks[s][y * W + x];
+    return tile ? (m != 0 ? 255 : 0) : m;
+  };
+  spec.batch = 1;
+  EXPECT_TRUE(testing::WriteStore(path, spec).ok());
   return path;
 }
 

@@ -22,33 +22,16 @@ float ValueOf(const std::string& id) { return static_cast<float>(std::stoi(id.su
 // Writes the ids into a store of one 1-channel field "x", recording shard `spec` ("" for none).
 void WriteStore(const std::string& path, const std::vector<std::string>& ids, const std::string& spec,
                 const char* field = "x", const Writer::OrdinalOf& ordinal = nullptr) {
-  WriterOptions wo;
-  wo.durable = false;
-  auto writer = Writer::Open(path, wo).value();
-  FieldMeta m;
-  m.name = field;
-  m.channels = 1;
-  m.source_type = SourceType::kFloat32;
-  const uint16_t f = writer->EnsureField(m).value();
-  if (!spec.empty()) writer->mutable_meta().attributes[kShardAttribute] = spec;
-  std::vector<std::vector<float>> data;
-  std::vector<SampleInput> in;
-  for (const std::string& id : ids) data.emplace_back(kH * kW, ValueOf(id));
-  for (size_t i = 0; i < ids.size(); ++i) {
-    SampleInput s;
-    s.id = ids[i];
-    RecordInput r;
-    r.field = f;
-    r.header.rank = 3;
-    r.header.shape = {1, kH, kW, 0};
-    r.header.source_type = SourceType::kFloat32;
-    r.data = data[i].data();
-    s.records.push_back(r);
-    in.push_back(std::move(s));
-  }
-  if (!in.empty()) ASSERT_TRUE(writer->WriteBatch(in).ok());
-  else ASSERT_TRUE(writer->CommitMeta().ok());
-  ASSERT_TRUE(writer->Seal(ordinal).ok());
+  testing::StoreSpec store;
+  store.fields = {testing::StoreField{field}};
+  store.ids = ids;
+  store.height = kH;
+  store.width = kW;
+  store.value = [&](uint64_t s, int, int64_t, int64_t, int64_t) -> double { return ValueOf(ids[s]); };
+  if (!spec.empty()) store.attributes[kShardAttribute] = spec;
+  store.batch = ids.size();
+  store.ordinal = ordinal;
+  ASSERT_TRUE(testing::WriteStore(path, store).ok());
 }
 
 // 30 ids "s/0".."s/29" split into `n` shards by ShardOfId, written as shard stores; returns their paths.

@@ -27,44 +27,18 @@ float Value(size_t v, int f, int64_t s, int64_t y, int64_t x) {
 
 Status WriteVolumeStore(const std::string& path, const std::vector<Vol>& vols, int nfields = 2,
                         const std::string& kind = "volumes") {
-  WriterOptions wo;
-  wo.kind = kind;
-  wo.durable = false;
-  PS_ASSIGN_OR_RETURN(auto w, Writer::Open(path, wo));
+  testing::StoreSpec spec;
+  spec.kind = kind;
   for (int f = 0; f < nfields; ++f) {
-    FieldMeta fm;
-    fm.name = f == 0 ? "MR" : f == 1 ? "CT" : "F" + std::to_string(f);
     // A frame store's field has C channels; its records are (C, H, W).
-    fm.channels = kind == "volumes" ? 1 : static_cast<uint32_t>(vols.at(0).S);
-    fm.layout = kind == "volumes" ? Layout::kSHW : Layout::kCHW;
-    fm.source_format = "test";
-    PS_ASSIGN_OR_RETURN(uint16_t idx, w->EnsureField(fm));
-    (void)idx;
+    spec.fields.push_back(testing::StoreField{f == 0 ? "MR" : f == 1 ? "CT" : "F" + std::to_string(f),
+                                              kind == "volumes" ? 1 : static_cast<int>(vols.at(0).S)});
   }
-  std::vector<std::vector<float>> data;
-  std::vector<SampleInput> batch;
-  for (size_t v = 0; v < vols.size(); ++v) {
-    SampleInput in;
-    in.id = vols[v].id;
-    for (int f = 0; f < nfields; ++f) {
-      const Vol& d = vols[v];
-      data.emplace_back(static_cast<size_t>(d.S * d.H * d.W));
-      float* p = data.back().data();
-      for (int64_t s = 0; s < d.S; ++s)
-        for (int64_t y = 0; y < d.H; ++y)
-          for (int64_t x = 0; x < d.W; ++x) p[(s * d.H + y) * d.W + x] = Value(v, f, s, y, x);
-      RecordInput r;
-      r.field = static_cast<uint16_t>(f);
-      r.header.layout = kind == "volumes" ? Layout::kSHW : Layout::kCHW;
-      r.header.rank = 3;
-      r.header.shape = {static_cast<uint64_t>(d.S), static_cast<uint64_t>(d.H), static_cast<uint64_t>(d.W), 0};
-      r.data = p;
-      in.records.push_back(r);
-    }
-    batch.push_back(std::move(in));
-  }
-  PS_RETURN_IF_ERROR(w->WriteBatch(batch));
-  return w->Seal();
+  for (const Vol& d : vols) spec.ids.push_back(d.id);
+  spec.shape = [&](uint64_t v, int) { return std::array<int64_t, 3>{vols[v].S, vols[v].H, vols[v].W}; };
+  spec.value = [](uint64_t v, int f, int64_t s, int64_t y, int64_t x) -> double { return Value(v, f, s, y, x); };
+  spec.batch = vols.size();
+  return testing::WriteStore(path, spec);
 }
 
 // A plain 2D array and NumPy's operations on it, written from NumPy's own
@@ -199,32 +173,14 @@ TEST(VolumeStore, SliceIndexRefusesFrameStores) {
 
 TEST(VolumeStore, SliceIndexRefusesFieldsOfDifferentShapes) {
   TempDir dir;
-  WriterOptions wo;
-  wo.kind = "volumes";
-  wo.durable = false;
-  auto w = Writer::Open(dir / "m.ps", wo);
-  ASSERT_TRUE(w.ok());
-  for (const char* n : {"MR", "CT"}) {
-    FieldMeta fm;
-    fm.name = n;
-    fm.channels = 1;
-    fm.layout = Layout::kSHW;
-    ASSERT_TRUE((*w)->EnsureField(fm).ok());
-  }
-  std::vector<float> a(3 * 4 * 5, 1.f), b(2 * 4 * 5, 2.f);
-  SampleInput in;
-  in.id = "bad";
-  for (int f = 0; f < 2; ++f) {
-    RecordInput r;
-    r.field = static_cast<uint16_t>(f);
-    r.header.layout = Layout::kSHW;
-    r.header.rank = 3;
-    r.header.shape = {f == 0 ? 3u : 2u, 4, 5, 0};
-    r.data = f == 0 ? a.data() : b.data();
-    in.records.push_back(r);
-  }
-  ASSERT_TRUE((*w)->WriteBatch({in}).ok());
-  w->reset();
+  testing::StoreSpec spec;
+  spec.kind = "volumes";
+  spec.fields = {testing::StoreField{"MR"}, testing::StoreField{"CT"}};
+  spec.ids = {"bad"};
+  spec.shape = [](uint64_t, int f) { return std::array<int64_t, 3>{f == 0 ? 3 : 2, 4, 5}; };
+  spec.value = [](uint64_t, int f, int64_t, int64_t, int64_t) { return f == 0 ? 1.0 : 2.0; };
+  spec.seal = false;
+  ASSERT_TRUE(testing::WriteStore(dir / "m.ps", spec).ok());
   auto r = Reader::Open(dir / "m.ps");
   ASSERT_TRUE(r.ok());
   auto ix = SliceIndex::Build(**r);
