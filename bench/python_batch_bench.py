@@ -19,7 +19,7 @@ Above glibc's mmap threshold (32 MiB at most) a fresh tensor per batch is a
 fresh mapping: every 4 KiB page faults and is zeroed on first touch, and the
 mapping is unmapped again on free.
 
-Run:  PYTHONPATH=build/bindings/python python bench/python_batch_bench.py [--seconds 3] [--rounds 3]
+Run:  PYTHONPATH=bindings:build/bindings/python python bench/python_batch_bench.py [--seconds 3] [--rounds 3]
 Writes a Markdown table to bench/results/batch_sizes.md (--out). About 2
 minutes per round on 2 cores, 0.5 GB of temporary files.
 """

@@ -21,7 +21,7 @@ untimed items each, the two sides run in alternating rounds of 128 items for
 about --seconds each (so load from other processes hits both alike); files
 are in the page cache. torch uses one thread.
 
-Run:  PYTHONPATH=build/bindings/python python bench/python_item_bench.py [--seconds 3]
+Run:  PYTHONPATH=bindings:build/bindings/python python bench/python_item_bench.py [--seconds 3]
 """
 
 from __future__ import annotations

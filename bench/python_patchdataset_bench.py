@@ -13,7 +13,7 @@ collate flattening to 16 patches) with num_workers 0 and 2 over
     emulated with pillow for the PNGs and the OpenEXR package for the EXR,
     which decode at least as fast as skimage.io.imread / pyexr.
 
-Run:  PYTHONPATH=build-py/bindings/python python bench/python_patchdataset_bench.py
+Run:  PYTHONPATH=bindings:build-py/bindings/python python bench/python_patchdataset_bench.py
       (or with the package installed by `pip install .`)
 The first epoch of each configuration (worker start-up, first decode of the
 valid-position maps) is not timed. Default run: about 1-2 minutes on 2 cores.

@@ -28,7 +28,7 @@ training process (map_store). All loops only count
 what they receive (no training step). The first epoch / batches of each
 configuration are not timed.
 
-Run:  PYTHONPATH=build-py/bindings/python python bench/python_sampler_bench.py
+Run:  PYTHONPATH=bindings:build-py/bindings/python python bench/python_sampler_bench.py
 Default run: about 2 minutes on 2 cores.
 """
 

@@ -28,7 +28,7 @@ Each configuration runs for --seconds after one untimed warm-up batch
 in the page cache (warm reads): the numbers are the CPU cost of getting a
 slice out of each format. torch uses one thread per process.
 
-Run:  PYTHONPATH=build/bindings/python python bench/python_slices_bench.py
+Run:  PYTHONPATH=bindings:build/bindings/python python bench/python_slices_bench.py
 Prints a Markdown table and writes it to bench/results/slices.md (--out).
 Default run: about 2-3 minutes on 2 cores, 2 GiB of temporary files.
 """

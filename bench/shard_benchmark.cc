@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "patchstore/reader/sampler.h"
-#include "patchstore/store/shard.h"
+#include "store/shard.h"
 #include "patchstore/store/store.h"
 
 namespace ps = patchstore;

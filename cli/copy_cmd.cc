@@ -18,7 +18,7 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "patchstore/reader/verify.h"
-#include "patchstore/store/copy.h"
+#include "store/copy.h"
 
 namespace patchstore::cli {
 namespace {

@@ -13,7 +13,7 @@
 
 #include "cli/commands.h"
 #include "cli/progress.h"
-#include "patchstore/store/shard.h"
+#include "store/shard.h"
 #include "patchstore/ingest/ingest_hdf5.h"
 
 namespace patchstore::cli {

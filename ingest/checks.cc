@@ -1,4 +1,4 @@
-#include "patchstore/ingest/checks.h"
+#include "ingest/checks.h"
 
 #include <sys/stat.h>
 #include <unistd.h>

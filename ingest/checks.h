@@ -1,4 +1,4 @@
-// patchstore/ingest/checks.h — checks an ingest makes before it starts
+// ingest/checks.h — checks an ingest makes before it starts
 // (internal to ingest/; not installed).
 #pragma once
 
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "patchstore/store/format.h"
-#include "patchstore/store/shard.h"
+#include "store/shard.h"
 #include "patchstore/store/status.h"
 #include "patchstore/store/store.h"
 

@@ -1,4 +1,4 @@
-#include "patchstore/ingest/decode.h"
+#include "ingest/decode.h"
 
 #include <ImfChannelList.h>
 #include <ImfFrameBuffer.h>
@@ -19,8 +19,8 @@
 #include <fstream>
 #include <vector>
 
-#include "patchstore/ingest/checks.h"
-#include "patchstore/ingest/encoding.h"
+#include "ingest/checks.h"
+#include "ingest/encoding.h"
 
 namespace patchstore {
 namespace {

@@ -1,4 +1,4 @@
-// patchstore/ingest/decode.h — decoding one file into pixels (ingest-private).
+// ingest/decode.h — decoding one file into pixels (ingest-private).
 //
 // Images go through OpenCV (PNG, JPEG, TIFF, ...), OpenEXR files through the
 // OpenEXR library (never through OpenCV's EXR reader). The result is an

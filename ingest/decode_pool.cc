@@ -1,4 +1,4 @@
-#include "patchstore/ingest/decode_pool.h"
+#include "ingest/decode_pool.h"
 
 #include <fcntl.h>
 #include <poll.h>

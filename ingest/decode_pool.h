@@ -1,4 +1,4 @@
-// patchstore/ingest/decode_pool.h — decoding in child processes
+// ingest/decode_pool.h — decoding in child processes
 // (ingest-private).
 //
 // Image libraries were not written for hostile input: a damaged EXR can make
@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "patchstore/ingest/decode.h"
+#include "ingest/decode.h"
 
 namespace patchstore {
 

@@ -1,4 +1,4 @@
-#include "patchstore/ingest/encoding.h"
+#include "ingest/encoding.h"
 
 #include <cmath>
 #include <cstring>

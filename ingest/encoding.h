@@ -1,4 +1,4 @@
-// patchstore/ingest/encoding.h — which dtype and layout each field's records
+// ingest/encoding.h — which dtype and layout each field's records
 // get (ingest-private; store/FORMAT.md "Encodings" and "Tiled records").
 //
 // The one place an ingest decides a record's dtype: the user's --encoding

@@ -17,8 +17,8 @@
 #include <filesystem>
 #include <random>
 
-#include "patchstore/ingest/decode.h"
-#include "patchstore/ingest/hdf5_internal.h"
+#include "ingest/decode.h"
+#include "ingest/hdf5_internal.h"
 #include "patchstore/ingest/ingest.h"
 #include "patchstore/ingest/montage.h"
 #include "patchstore/reader/reader.h"

@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <vector>
 
-#include "patchstore/ingest/hdf5_internal.h"
+#include "ingest/hdf5_internal.h"
 #include "patchstore/reader/reader.h"
 #include "patchstore/reader/volume.h"
 

@@ -1,4 +1,4 @@
-// patchstore/ingest/hdf5_internal.h — HDF5 helpers shared by HDF5 ingest and
+// ingest/hdf5_internal.h — HDF5 helpers shared by HDF5 ingest and
 // export (ingest-private; nothing outside ingest/ includes this).
 //
 // Debian's libhdf5 is the serial (not thread-safe) build, so every use of

@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "patchstore/ingest/hdf5_internal.h"
+#include "ingest/hdf5_internal.h"
 
 namespace patchstore {
 namespace hdf5 {

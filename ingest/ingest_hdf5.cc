@@ -18,9 +18,9 @@
 #include <set>
 #include <utility>
 
-#include "patchstore/ingest/checks.h"
-#include "patchstore/ingest/encoding.h"
-#include "patchstore/ingest/hdf5_internal.h"
+#include "ingest/checks.h"
+#include "ingest/encoding.h"
+#include "ingest/hdf5_internal.h"
 #include "patchstore/ingest/ingest_hdf5.h"
 #include "patchstore/reader/reader.h"
 #include "patchstore/store/store.h"

@@ -14,14 +14,14 @@
 #include <mutex>
 #include <thread>
 
-#include "patchstore/ingest/decode.h"
-#include "patchstore/ingest/decode_pool.h"
-#include "patchstore/ingest/encoding.h"
+#include "ingest/decode.h"
+#include "ingest/decode_pool.h"
+#include "ingest/encoding.h"
 #include "patchstore/ingest/ingest.h"
-#include "patchstore/ingest/sources.h"
+#include "ingest/sources.h"
 #include "patchstore/store/store.h"
 
-#include "patchstore/ingest/checks.h"
+#include "ingest/checks.h"
 
 namespace patchstore {
 namespace {

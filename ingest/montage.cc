@@ -1,6 +1,6 @@
 #include "patchstore/ingest/montage.h"
 
-#include "patchstore/ingest/decode.h"
+#include "ingest/decode.h"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "patchstore/ingest/sources.h"
+#include "ingest/sources.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -8,7 +8,7 @@
 #include <set>
 #include <sstream>
 
-#include "patchstore/ingest/checks.h"
+#include "ingest/checks.h"
 
 namespace patchstore {
 namespace fs = std::filesystem;

@@ -1,4 +1,4 @@
-// patchstore/ingest/sources.h — which files make which samples (ingest-private).
+// ingest/sources.h — which files make which samples (ingest-private).
 #pragma once
 
 #include <string>

@@ -1,4 +1,4 @@
-// patchstore/reader/parallel.h — split [0, n) into contiguous blocks over
+// reader/parallel.h — split [0, n) into contiguous blocks over
 // threads (reader-private).
 //
 // Block t covers [n*t/T, n*(t+1)/T): each thread writes its own part of an

@@ -1,7 +1,7 @@
 #include "patchstore/reader/reader.h"
 
-#include "patchstore/reader/parallel.h"
-#include "patchstore/store/shard.h"
+#include "reader/parallel.h"
+#include "store/shard.h"
 
 #include <unistd.h>
 #if defined(__SSE2__)

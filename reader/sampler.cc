@@ -1,7 +1,7 @@
 #include "patchstore/reader/sampler.h"
 
-#include "patchstore/reader/parallel.h"
-#include "patchstore/reader/sampling_policy.h"
+#include "reader/parallel.h"
+#include "reader/sampling_policy.h"
 #include "patchstore/reader/transform.h"
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-#include "patchstore/reader/sampling_policy.h"
+#include "reader/sampling_policy.h"
 
 #include <cstdio>
 

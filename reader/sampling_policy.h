@@ -1,4 +1,4 @@
-// patchstore/reader/sampling_policy.h — the sampling policies of
+// reader/sampling_policy.h — the sampling policies of
 // PatchSampler (internal; not installed).
 //
 // A policy decides, for one sample, which windows qualify and which set a

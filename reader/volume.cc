@@ -1,6 +1,6 @@
 #include "patchstore/reader/volume.h"
 
-#include "patchstore/reader/parallel.h"
+#include "reader/parallel.h"
 
 #include <algorithm>
 #include <cstring>

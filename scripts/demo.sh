@@ -28,9 +28,9 @@ du -sh "$OUT/frames" "$OUT/frames.ps"
 echo "== 3. random 256x256 windows of rgb+mask+depth from 1, 2 and 4 reader processes"
 $PS bench "$OUT/frames.ps" --processes 1,2,4 --seconds 2
 
-if [ -f build/bindings/python/patchstore/__init__.py ]; then
+if ls build/bindings/python/patchstore/_patchstore*.so >/dev/null 2>&1; then
   echo "== 4. the same store through PyTorch (PatchDataset, mask-aware windows, k=4)"
-  PYTHONPATH=build/bindings/python $PY tools/demo_torch.py "$OUT/frames.ps"
+  PYTHONPATH=bindings:build/bindings/python $PY tools/demo_torch.py "$OUT/frames.ps"
 fi
 
 echo "== 5. export two frames back to images for inspection"

@@ -1,4 +1,4 @@
-// patchstore/store/copy.h — compacting copy of a store (internal; used by
+// store/copy.h — compacting copy of a store (internal; used by
 // `patchstore copy`).
 #pragma once
 

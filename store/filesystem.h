@@ -1,4 +1,4 @@
-// patchstore/store/filesystem.h — which filesystems a writer refuses
+// store/filesystem.h — which filesystems a writer refuses
 // (internal; docs/guide/shared-filesystems.md).
 //
 // LMDB's writer needs working POSIX locks and a memory map coherent with

@@ -1,5 +1,5 @@
 #include "patchstore/store/format.h"
-#include "patchstore/store/shard.h"
+#include "store/shard.h"
 
 #include <xxhash.h>
 

@@ -1,4 +1,4 @@
-// patchstore/store/shard.h — which shard of a shard set a sample belongs to
+// store/shard.h — which shard of a shard set a sample belongs to
 // (internal; FORMAT.md "Shards").
 //
 // A shard set is N stores written by N independent ingests (`--shard I/N`):

@@ -1,6 +1,6 @@
 #include "patchstore/store/store.h"
-#include "patchstore/store/copy.h"
-#include "patchstore/store/filesystem.h"
+#include "store/copy.h"
+#include "store/filesystem.h"
 
 #include <lmdb.h>
 
@@ -277,7 +277,10 @@ Status WalkByIndex(MDB_txn* txn, MDB_dbi dbi, const std::string& what, const std
 
 }  // namespace
 
-const char* ToolVersion() { return "0.1.0"; }
+#ifndef PATCHSTORE_VERSION
+#error "PATCHSTORE_VERSION is defined by CMakeLists.txt from the VERSION file"
+#endif
+const char* ToolVersion() { return PATCHSTORE_VERSION; }
 
 Status LmdbError(const std::string& what, const std::string& path, int rc) {
   std::string msg = what + " '" + path + "': " + mdb_strerror(rc);

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Batch prefetch on vs off, from a store evicted from the page cache (small and quick).
 
-    PYTHONPATH=build/bindings/python python bench/scale/prefetch.py [--build build] [--work /tmp/ps-prefetch]
+    PYTHONPATH=bindings:build/bindings/python python bench/scale/prefetch.py [--build build] [--work /tmp/ps-prefetch]
         [--frames 44] [--step-ms 50] [--batch 8] [--k 4] [--rounds 3]
 
 Builds a store of --frames 1920x1080 rgb+mask+depth frames (4 generated frames listed under distinct

@@ -239,8 +239,9 @@ def main():
     args.argv = sys.argv[1:]
     patchstore = os.path.join(os.path.abspath(args.build), "patchstore")
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.path.join(os.path.abspath(args.build), "bindings/python") + os.pathsep + env.get(
-        "PYTHONPATH", "")
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "bindings"),  # the package and its compiled modules
+                                         os.path.join(os.path.abspath(args.build), "bindings/python"),
+                                         env.get("PYTHONPATH", "")])
     os.makedirs(args.work, exist_ok=True)
     m = Measured(env)
     try:

@@ -315,7 +315,8 @@ def main():
     args = ap.parse_args()
     patchstore = os.path.join(args.build, "patchstore")
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.path.join(args.build, "bindings/python") + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "bindings"),  # the package and its compiled modules
+                                         os.path.join(args.build, "bindings/python"), env.get("PYTHONPATH", "")])
     os.makedirs(args.work, exist_ok=True)
     src, trip = make_sources(args.work, 1080, 1920, 3, 4, 7)
     target = args.ram_factor * mem_total()

@@ -42,8 +42,16 @@ Errors: KeyError (unknown id/field), IndexError (outside the data), ValueError
 from __future__ import annotations
 
 import os
+import pkgutil
 import shutil
 from typing import Optional
+
+# In the build tree the compiled modules (_patchstore, _ingest) are built into
+# <build>/bindings/python/patchstore and this file stays in bindings/patchstore:
+# with both folders on PYTHONPATH they form one package (no links to the .py
+# files needed). Installed, every module is in the first folder, which is
+# searched first, so a folder of the same name elsewhere on sys.path changes nothing.
+__path__ = pkgutil.extend_path(__path__, __name__)
 
 from ._store import CorruptRecordError, FieldInfo, Ids, Store, open
 from ._ingest_api import IngestSummary, ingest_hdf5, ingest_images
@@ -52,7 +60,7 @@ from ._sampler import PatchSampler, Window, Windows
 from ._volumes import SliceIndex, SliceRef, SliceTransform
 from ._rank_local import RankLocalSampler, RankLocalShards
 
-__version__ = "0.1.0"
+from ._patchstore import __version__  # VERSION at the source root, through the C++ build
 
 __all__ = [
     "open",

@@ -2,6 +2,8 @@
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+__version__: str
+
 class CorruptRecordError(OSError):
     """A record or the store's metadata failed validation (bad checksum, impossible header, truncated file)."""
 

@@ -193,6 +193,8 @@ PYBIND11_MODULE(_patchstore, m) {
   m.doc() =
       "patchstore._patchstore: the compiled reader behind the patchstore package.\n\n"
       "Use the Python API (patchstore.open, patchstore.Store); this module is an implementation detail.";
+  // The version of the C++ build (VERSION at the source root); patchstore.__version__.
+  m.attr("__version__") = patchstore::ToolVersion();
 
   // patchstore.CorruptRecordError: stored bytes fail validation. A subclass
   // of OSError, so `except OSError` also catches damaged stores.

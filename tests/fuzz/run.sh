@@ -7,11 +7,11 @@ set -euo pipefail
 SRC=$1; WORK=$2; SECONDS_=${3:-20}
 CXX=$(command -v clang++-14 || command -v clang++ || true)
 if [ -z "$CXX" ]; then echo "fuzz: clang++ not found (apt-get install clang-14 libclang-rt-14-dev)"; exit 1; fi
-mkdir -p "$WORK/corpus" "$WORK/include/patchstore"
-# Headers are included as "patchstore/store/...", as the CMake build provides them.
-ln -sfn "$(cd "$SRC" && pwd)/store" "$WORK/include/patchstore/store"
+mkdir -p "$WORK/corpus"
+# Public headers from include/ ("patchstore/store/format.h"), internal ones
+# from the source root ("store/shard.h"), as in the CMake build.
 "$CXX" -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-  -I"$WORK/include" "$SRC/tests/fuzz/record_fuzzer.cc" "$SRC/store/format.cc" "$SRC/store/status.cc" \
+  -I"$SRC/include" -I"$SRC" "$SRC/tests/fuzz/record_fuzzer.cc" "$SRC/store/format.cc" "$SRC/store/status.cc" \
   -lxxhash -o "$WORK/record_fuzzer"
 # Seeds: a valid record header, a valid metadata text.
 printf 'patchstore_format=1\ntool_version=0.1.0\nkind=frames\nsealed=0\nsample_count=0\nfield_count=0\n' \

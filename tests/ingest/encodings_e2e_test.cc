@@ -11,7 +11,7 @@
 
 #include "encoding_test_util.h"
 #include "hdf5_test_util.h"
-#include "patchstore/ingest/encoding.h"
+#include "ingest/encoding.h"
 #include "patchstore/ingest/ingest_hdf5.h"
 #include "patchstore/reader/reader.h"
 #include "test_util.h"

@@ -7,10 +7,14 @@ set -euo pipefail
 SRC=$1; PY=$2
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
+VERSION=$(cat "$SRC/VERSION")
+# The wheel's build takes its parallelism from the environment
+# (CMAKE_BUILD_PARALLEL_LEVEL); here PATCHSTORE_JOBS, default 2, as bootstrap.sh.
+export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-${PATCHSTORE_JOBS:-2}}
 # Build isolation off: the build tools (scikit-build-core, pybind11) come
 # from the developer venv, so this works without network access too.
 "$PY" -m pip wheel -q --no-build-isolation --no-deps -w "$TMP/wheels" "$SRC"
-WHEEL=$(ls "$TMP"/wheels/patchstore-*.whl)
+WHEEL=$(ls "$TMP"/wheels/patchstore-"$VERSION"-*.whl)
 python3 -m venv "$TMP/venv"
 "$TMP/venv/bin/pip" install -q "$WHEEL" numpy==2.4.6
 cd "$TMP"
@@ -24,9 +28,14 @@ a = np.array([[x * 40 + y * 10 for x in range(4)] for y in range(3)], np.uint8)
 Image.fromarray(a, "L").save("data/a.png")
 open("data/manifest.csv", "w").write("id,x\nsample/1,a.png\n")
 PY
+"$TMP/venv/bin/patchstore" --version | grep -qx "patchstore $VERSION"
 "$TMP/venv/bin/patchstore" -q ingest images s.ps --manifest data/manifest.csv
-"$TMP/venv/bin/python" - <<'PY'
+PATCHSTORE_EXPECT_VERSION=$VERSION "$TMP/venv/bin/python" - <<'PY'
+import importlib.metadata, os
 import numpy as np, patchstore
+v = os.environ["PATCHSTORE_EXPECT_VERSION"]
+assert patchstore.__version__ == v and importlib.metadata.version("patchstore") == v, (
+    patchstore.__version__, importlib.metadata.version("patchstore"), v)
 s = patchstore.open("s.ps")
 assert len(s) == 1 and s.ids[0] == "sample/1", (len(s), list(s.ids))
 p = s.patch("sample/1", "x", 1, 1, 2, 2)

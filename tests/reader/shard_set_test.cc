@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "patchstore/reader/reader.h"
-#include "patchstore/store/shard.h"
+#include "store/shard.h"
 #include "patchstore/store/store.h"
 #include "test_util.h"
 

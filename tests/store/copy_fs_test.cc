@@ -5,8 +5,8 @@
 #include <fstream>
 #include <string>
 
-#include "patchstore/store/copy.h"
-#include "patchstore/store/filesystem.h"
+#include "store/copy.h"
+#include "store/filesystem.h"
 #include "patchstore/store/store.h"
 #include "test_util.h"
 
