@@ -33,10 +33,6 @@ namespace patchstore::cli {
 // [--overlay mask] [--seed S]`: a contact sheet of the sampler's windows.
 Runner RegisterMontage(CLI::App* app, const bool* quiet);
 
-// --window: "LO,HI" (LO < HI, finite) -> true with both set; "auto" -> true
-// with *is_auto set; anything else -> false.
-bool ParseWindow(const std::string& s, double* lo, double* hi, bool* is_auto);
-
 }  // namespace patchstore::cli
 
 namespace patchstore::cli {
@@ -44,5 +40,11 @@ namespace patchstore::cli {
 // `patchstore copy SRC DST`: a compacted copy of a store, verified before it
 // appears under DST (e.g. to replicate a store onto node-local disk).
 Runner RegisterCopy(CLI::App* app, const bool* quiet);
+
+}  // namespace patchstore::cli
+
+namespace patchstore::cli {
+
+Runner RegisterInfo(CLI::App* app, const bool* quiet);
 
 }  // namespace patchstore::cli

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "cli/json.h"
 #include "cli/progress.h"
 #include "cli/sampler_flags.h"
@@ -32,87 +33,13 @@
 
 namespace ps = patchstore;
 using patchstore::cli::JsonString;
+using patchstore::cli::CommandLine;
+using patchstore::cli::Fail;
+using patchstore::cli::OpenStoreOrSet;
+using patchstore::cli::Printable;
+using patchstore::cli::StoresIn;
 
 namespace {
-
-// Printable form of an id for terminal output: control bytes escaped.
-// " (mask)" and whether its block counts exist (FORMAT.md "Mask block
-// counts"), for `info`; "" for other fields.
-std::string MaskNote(const ps::FieldMeta& f) {
-  if (!f.is_mask) return "";
-  if (f.mask_blocks) return " (mask; block counts " + std::to_string(f.mask_blocks) + "x" + std::to_string(f.mask_blocks) + ")";
-  if (f.channels == 1 && f.layout == ps::Layout::kCHW && !f.has_sat)
-    return " (mask; no block counts: `patchstore upgrade` adds them)";
-  return " (mask)";
-}
-
-std::string Printable(std::string_view s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (c < 0x20 || c == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out;
-}
-
-
-// "3x1080x1920" -> [3, 1080, 1920]; "varies" or "-" -> null.
-std::string JsonShape(const std::string& shape) {
-  if (shape.empty() || shape.find_first_not_of("0123456789x") != std::string::npos) return "null";
-  std::string out = "[";
-  for (char c : shape) out += c == 'x' ? std::string(", ") : std::string(1, c);
-  return out + "]";
-}
-
-// "R,G,B" -> ["R", "G", "B"].
-std::string JsonList(const std::string& csv) {
-  std::string out = "[";
-  size_t start = 0;
-  while (!csv.empty()) {
-    size_t comma = csv.find(',', start);
-    out += (start ? ", " : "") + JsonString(csv.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return out + "]";
-}
-
-// The stores of a shard set named by `path`: a directory that is not a store
-// itself but holds stores (sorted by name; the reader puts shards in shard
-// order). Empty when `path` is a store or anything else.
-std::vector<std::string> StoresIn(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  std::vector<std::string> out;
-  if (!fs::is_directory(path, ec) || fs::exists(fs::path(path) / "data.mdb", ec)) return out;
-  for (const auto& e : fs::directory_iterator(path, ec))
-    if (e.is_directory(ec) && fs::is_regular_file(e.path() / "data.mdb", ec)) out.push_back(e.path().string());
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-// A store, or a directory of shards read as one store.
-ps::Result<std::shared_ptr<ps::Reader>> OpenStoreOrSet(const std::string& path) {
-  std::vector<std::string> set = StoresIn(path);
-  if (set.empty()) return ps::Reader::Open(path);
-  return ps::Reader::OpenSet(set);
-}
-
-int Fail(const ps::Status& st) {
-  std::cerr << "patchstore: error: " << st.message() << "\n";
-  return 1;
-}
-
-std::string CommandLine(int argc, char** argv) {
-  std::string s;
-  for (int i = 0; i < argc; ++i) s += (i ? " " : "") + std::string(argv[i]);
-  return s;
-}
 
 }  // namespace
 
@@ -211,13 +138,7 @@ int main(int argc, char** argv) {
   auto run_copy = ps::cli::RegisterCopy(&app, &quiet);
 
   // ---- info / ls / verify
-  auto* info = app.add_subcommand("info", "Describe a store: fields, shapes, samples, bytes, sealed");
-  std::string info_store;
-  bool info_json = false;
-  info->add_option("STORE", info_store, "Store directory, or a directory of shards (read as one store)")->required();
-  info->add_flag("--json", info_json, "Machine-readable output");
-  bool info_all = false;
-  info->add_flag("--all", info_all, "Also list every sample's shapes, e.g. each volume's (S,H,W)");
+  auto run_info = ps::cli::RegisterInfo(&app, &quiet);
 
   auto* ls = app.add_subcommand("ls", "List sample ids (one per line, in index order); --json: ids with each "
                                       "sample's shapes");
@@ -301,6 +222,7 @@ int main(int argc, char** argv) {
   if (int rc = run_bench(); rc >= 0) return rc;
   if (int rc = run_montage(); rc >= 0) return rc;
   if (int rc = run_copy(); rc >= 0) return rc;
+  if (int rc = run_info(); rc >= 0) return rc;
 
   if (images->parsed()) {
     for (const std::string& f : field_specs) {
@@ -378,102 +300,6 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i < s.errors.size() && i < 5; ++i) std::printf("  %s\n", s.errors[i].c_str());
     } else {
       std::printf("store sealed\n");
-    }
-    return 0;
-  }
-
-  if (info->parsed()) {
-    auto r = OpenStoreOrSet(info_store);
-    if (!r.ok()) return Fail(r.status());
-    const auto& reader = *r;
-    const ps::StoreMeta& m = reader->meta();
-    // Shapes: per field, the shape shared by all samples or "varies".
-    std::vector<std::string> shapes(m.fields.size());
-    // Per mask field: samples whose mask has no valid pixel (no sampler can
-    // draw a masked window from them; loaders skip and report them).
-    std::vector<uint64_t> empty_masks(m.fields.size(), 0);
-    std::vector<std::string> first_empty(m.fields.size());
-    uint64_t payload = 0;
-    for (int f = 0; f < reader->field_count(); ++f) {
-      std::string shape;
-      bool varies = false;
-      for (uint64_t s = 0; s < reader->size(); ++s) {
-        auto h = reader->Summary(s, f);  // the sample index: no record is read
-        if (!h.ok()) continue;
-        payload += h->payload_bytes();
-        if (h->has_valid_count && h->valid_count == 0 && ++empty_masks[f] == 1) first_empty[f] = std::string(reader->id(s));
-        std::string sh;
-        for (int d = 0; d < h->rank; ++d) sh += (d ? "x" : "") + std::to_string(h->shape[d]);
-        if (shape.empty()) shape = sh;
-        else if (sh != shape) varies = true;
-      }
-      shapes[f] = varies ? "varies" : shape.empty() ? "-" : shape;
-    }
-    if (info_json) {
-      std::ostringstream os;
-      os << "{\"path\": " << JsonString(info_store) << ", \"format_version\": " << m.format_version
-         << ", \"tool_version\": " << JsonString(m.tool_version) << ", \"kind\": " << JsonString(m.kind)
-         << ", \"sealed\": " << (m.sealed ? "true" : "false") << ", \"samples\": " << reader->size()
-         << ", \"payload_bytes\": " << payload << ", \"fields\": [";
-      for (size_t f = 0; f < m.fields.size(); ++f) {
-        const auto& fm = m.fields[f];
-        os << (f ? ", " : "") << "{\"name\": " << JsonString(fm.name) << ", \"channels\": " << fm.channels
-           << ", \"shape\": " << JsonShape(shapes[f]) << ", \"source_type\": "
-           << JsonString(ps::SourceTypeName(fm.source_type)) << ", \"source_format\": "
-           << JsonString(fm.source_format) << ", \"normalisation\": " << JsonString(fm.norm.ToString())
-           << ", \"channel_names\": " << JsonList(fm.channel_names) << ", \"mask\": "
-           << (fm.is_mask ? "true" : "false") << ", \"dtype\": " << JsonString(ps::DTypeName(fm.dtype))
-           << ", \"layout\": " << JsonString(fm.tile ? "tiles" : "rows") << ", \"tile_size\": " << fm.tile;
-        if (fm.is_mask) os << ", \"empty_masks\": " << empty_masks[f] << ", \"mask_blocks\": " << fm.mask_blocks;
-        os << ", \"shape_range\": " << ps::cli::ShapeRangeJson(ps::cli::FieldShapeRange(*reader, static_cast<int>(f)))
-           << "}";
-      }
-      os << "]";
-      if (info_all) {
-        os << ", \"sample_shapes\": [";
-        for (uint64_t i = 0; i < reader->size(); ++i)
-          os << (i ? ", " : "") << "{\"id\": " << JsonString(reader->id(i))
-             << ", \"shapes\": " << ps::cli::SampleShapesJson(*reader, i, JsonString) << "}";
-        os << "]";
-      }
-      os << "}";
-      std::cout << os.str() << "\n";
-    } else {
-      std::printf("store:          %s\n", info_store.c_str());
-      std::printf("format version: %u (written by patchstore %s)\n", m.format_version, m.tool_version.c_str());
-      std::printf("kind:           %s\n", m.kind.c_str());
-      std::printf("sealed:         %s\n", m.sealed ? "yes" : "no (ingest unfinished or failed)");
-      std::printf("samples:        %llu\n", static_cast<unsigned long long>(reader->size()));
-      if (reader->store_count() > 1) {
-        std::printf("stores:         %zu, read as one (samples in this order):\n", reader->store_count());
-        for (size_t i = 0; i < reader->store_count(); ++i) {
-          auto snap_meta = reader->store_begin(i + 1) - reader->store_begin(i);
-          std::printf("  %s: %llu samples\n", reader->store_path(i).c_str(), static_cast<unsigned long long>(snap_meta));
-        }
-      }
-      std::printf("record bytes:   %s\n", ps::cli::HumanBytes(static_cast<double>(payload)).c_str());
-      std::printf("fields:\n");
-      for (size_t f = 0; f < m.fields.size(); ++f) {
-        const auto& fm = m.fields[f];
-        const std::string layout = fm.tile ? "tiles " + std::to_string(fm.tile) : std::string("rows");
-        std::printf("  %-10s C=%u shape=%s dtype=%s layout=%s source=%s %s norm=%s channels=%s%s\n", fm.name.c_str(),
-                    fm.channels, shapes[f].c_str(), ps::DTypeName(fm.dtype), layout.c_str(),
-                    fm.source_format.c_str(), ps::SourceTypeName(fm.source_type), fm.norm.ToString().c_str(),
-                    fm.channel_names.c_str(), MaskNote(fm).c_str());
-        if (shapes[f] == "varies")
-          std::printf("  %-10s shapes: %s%s\n", "", ps::cli::ShapeRangeText(
-                          ps::cli::FieldShapeRange(*reader, static_cast<int>(f)), m.kind == "volumes").c_str(),
-                      info_all ? "" : "; --all lists each sample");
-        if (empty_masks[f] > 0)
-          std::printf("  %-10s %llu sample(s) with no valid pixel (first: '%s'): samplers with require=%s skip them\n",
-                      "", static_cast<unsigned long long>(empty_masks[f]), Printable(first_empty[f]).c_str(),
-                      fm.name.c_str());
-      }
-      if (info_all) {
-        std::printf("samples (%s):\n", m.kind == "volumes" ? "S x H x W per field" : "C x H x W per field");
-        for (uint64_t i = 0; i < reader->size(); ++i)
-          std::printf("  %s: %s\n", Printable(reader->id(i)).c_str(), ps::cli::SampleShapesText(*reader, i).c_str());
-      }
     }
     return 0;
   }
