@@ -46,5 +46,6 @@ Runner RegisterCopy(CLI::App* app, const bool* quiet);
 namespace patchstore::cli {
 
 Runner RegisterInfo(CLI::App* app, const bool* quiet);
+Runner RegisterLs(CLI::App* app, const bool* quiet);
 
 }  // namespace patchstore::cli

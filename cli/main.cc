@@ -140,12 +140,7 @@ int main(int argc, char** argv) {
   // ---- info / ls / verify
   auto run_info = ps::cli::RegisterInfo(&app, &quiet);
 
-  auto* ls = app.add_subcommand("ls", "List sample ids (one per line, in index order); --json: ids with each "
-                                      "sample's shapes");
-  std::string ls_store;
-  bool ls_json = false;
-  ls->add_option("STORE", ls_store, "Store directory, or a directory of shards (read as one store)")->required();
-  ls->add_flag("--json", ls_json, "Machine-readable output: [{\"id\": ID, \"shapes\": {FIELD: [dims]}}, ...]");
+  auto run_ls = ps::cli::RegisterLs(&app, &quiet);
 
   auto* verify = app.add_subcommand("verify", "Recompute every checksum; exit 3 and name each damaged record");
   std::string verify_store;
@@ -223,6 +218,7 @@ int main(int argc, char** argv) {
   if (int rc = run_montage(); rc >= 0) return rc;
   if (int rc = run_copy(); rc >= 0) return rc;
   if (int rc = run_info(); rc >= 0) return rc;
+  if (int rc = run_ls(); rc >= 0) return rc;
 
   if (images->parsed()) {
     for (const std::string& f : field_specs) {
@@ -300,22 +296,6 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i < s.errors.size() && i < 5; ++i) std::printf("  %s\n", s.errors[i].c_str());
     } else {
       std::printf("store sealed\n");
-    }
-    return 0;
-  }
-
-  if (ls->parsed()) {
-    auto r = OpenStoreOrSet(ls_store);
-    if (!r.ok()) return Fail(r.status());
-    const auto& reader = *r;
-    if (ls_json) {
-      std::cout << "[";
-      for (uint64_t i = 0; i < reader->size(); ++i)
-        std::cout << (i ? ", " : "") << "{\"id\": " << JsonString(reader->id(i))
-                  << ", \"shapes\": " << ps::cli::SampleShapesJson(*reader, i, JsonString) << "}";
-      std::cout << "]\n";
-    } else {
-      for (uint64_t i = 0; i < reader->size(); ++i) std::cout << Printable(reader->id(i)) << "\n";
     }
     return 0;
   }
