@@ -142,14 +142,7 @@ int main(int argc, char** argv) {
 
   auto run_ls = ps::cli::RegisterLs(&app, &quiet);
 
-  auto* verify = app.add_subcommand("verify", "Recompute every checksum; exit 3 and name each damaged record");
-  std::string verify_store;
-  bool verify_json = false;
-  verify->add_option("STORE", verify_store,
-                     "Store directory, or a directory of shards (every shard is verified, and the set checked: "
-                     "each shard once, no id in two shards)")
-      ->required();
-  verify->add_flag("--json", verify_json, "Machine-readable output");
+  auto run_verify = ps::cli::RegisterVerify(&app, &quiet);
 
   auto* upgrade = app.add_subcommand("upgrade", "Bring a store written by an older patchstore to the current "
                                                 "format, in place (records are kept)");
@@ -219,6 +212,7 @@ int main(int argc, char** argv) {
   if (int rc = run_copy(); rc >= 0) return rc;
   if (int rc = run_info(); rc >= 0) return rc;
   if (int rc = run_ls(); rc >= 0) return rc;
+  if (int rc = run_verify(); rc >= 0) return rc;
 
   if (images->parsed()) {
     for (const std::string& f : field_specs) {
@@ -298,53 +292,6 @@ int main(int argc, char** argv) {
       std::printf("store sealed\n");
     }
     return 0;
-  }
-
-  if (verify->parsed()) {
-    std::vector<std::string> set = StoresIn(verify_store);
-    ps::Result<ps::VerifyReport> r = ps::Status::Internal("not verified");
-    if (set.empty()) {
-      r = ps::VerifyStore(verify_store);
-    } else {
-      // The set first (each shard once, ids unique), then every store; a
-      // problem names its store.
-      auto whole = ps::Reader::OpenSet(set);
-      if (!whole.ok()) return Fail(whole.status());
-      ps::VerifyReport all;
-      for (size_t i = 0; i < (*whole)->store_count(); ++i) {
-        const std::string& store = (*whole)->store_path(i);
-        auto one = ps::VerifyStore(store);
-        if (!one.ok()) return Fail(one.status().WithContext("verifying shard '" + store + "'"));
-        all.samples += one->samples;
-        all.records += one->records;
-        all.bytes += one->bytes;
-        for (ps::VerifyProblem p : one->problems) {
-          p.message = "in '" + store + "': " + p.message;
-          all.problems.push_back(std::move(p));
-        }
-      }
-      r = std::move(all);
-    }
-    if (!r.ok()) return Fail(r.status());
-    const ps::VerifyReport& rep = *r;
-    if (verify_json) {
-      std::cout << "{\"ok\": " << (rep.ok() ? "true" : "false") << ", \"samples\": " << rep.samples
-                << ", \"records\": " << rep.records << ", \"bytes\": " << rep.bytes << ", \"problems\": [";
-      for (size_t i = 0; i < rep.problems.size(); ++i)
-        std::cout << (i ? ", " : "") << "{\"id\": " << JsonString(rep.problems[i].id)
-                  << ", \"field\": " << JsonString(rep.problems[i].field)
-                  << ", \"message\": " << JsonString(rep.problems[i].message) << "}";
-      std::cout << "]}\n";
-    } else {
-      for (const auto& p : rep.problems)
-        std::printf("BAD  '%s' field '%s': %s\n", Printable(p.id).c_str(), Printable(p.field).c_str(),
-                    p.message.c_str());
-      std::printf("%s: %llu samples, %llu records, %s checked, %zu problem%s\n", rep.ok() ? "OK" : "DAMAGED",
-                  static_cast<unsigned long long>(rep.samples), static_cast<unsigned long long>(rep.records),
-                  ps::cli::HumanBytes(static_cast<double>(rep.bytes)).c_str(), rep.problems.size(),
-                  rep.problems.size() == 1 ? "" : "s");
-    }
-    return rep.ok() ? 0 : 3;
   }
 
   if (upgrade->parsed()) {
