@@ -48,5 +48,6 @@ namespace patchstore::cli {
 Runner RegisterInfo(CLI::App* app, const bool* quiet);
 Runner RegisterLs(CLI::App* app, const bool* quiet);
 Runner RegisterVerify(CLI::App* app, const bool* quiet);
+Runner RegisterUpgrade(CLI::App* app, const bool* quiet);
 
 }  // namespace patchstore::cli

@@ -144,17 +144,7 @@ int main(int argc, char** argv) {
 
   auto run_verify = ps::cli::RegisterVerify(&app, &quiet);
 
-  auto* upgrade = app.add_subcommand("upgrade", "Bring a store written by an older patchstore to the current "
-                                                "format, in place (records are kept)");
-  std::string upgrade_store;
-  upgrade->add_option("STORE", upgrade_store, "Store directory")->required();
-  upgrade->footer("Format 1 -> 2 adds the sample index (shapes, mask counts) that lets open, info, ls and "
-                  "samplers\nwork without reading records. Mask fields written before mask block counts existed "
-                  "get them\n(FORMAT.md \"Mask block counts\"): samplers then decide candidate windows of stores "
-                  "larger than\nRAM without reading masks. The format step is one transaction; block counts are "
-                  "written in\ntransactions of 1,024 samples and used only once all are there. Interrupted "
-                  "(Ctrl-C stops\nafter the current transaction), an upgrade leaves the store readable as "
-                  "before; run it\nagain to finish. Reopen readers of the store afterwards.");
+  auto run_upgrade = ps::cli::RegisterUpgrade(&app, &quiet);
 
   // ---- export
   auto* exp = app.add_subcommand("export", "Write records back to images: OUTDIR/<id>/<field>.<ext>");
@@ -213,6 +203,7 @@ int main(int argc, char** argv) {
   if (int rc = run_info(); rc >= 0) return rc;
   if (int rc = run_ls(); rc >= 0) return rc;
   if (int rc = run_verify(); rc >= 0) return rc;
+  if (int rc = run_upgrade(); rc >= 0) return rc;
 
   if (images->parsed()) {
     for (const std::string& f : field_specs) {
@@ -291,31 +282,6 @@ int main(int argc, char** argv) {
     } else {
       std::printf("store sealed\n");
     }
-    return 0;
-  }
-
-  if (upgrade->parsed()) {
-    auto r = ps::UpgradeStore(upgrade_store);
-    if (!r.ok()) return Fail(r.status());
-    if (*r != ps::kStoreFormatVersion)
-      std::printf("upgraded '%s' from store format %u to %u\n", upgrade_store.c_str(), *r, ps::kStoreFormatVersion);
-    ps::cli::ProgressPrinter printer("upgrade: mask block counts", "samples", quiet, /*counts_only=*/true);
-    const auto t0 = std::chrono::steady_clock::now();
-    ps::cli::InstallInterruptHandler();  // Ctrl-C: stop after the current transaction
-    auto blocks = ps::AddMaskBlocks(upgrade_store, [&](uint64_t done, uint64_t total) {
-      ps::Progress p;
-      p.done = done;
-      p.total = total;
-      p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      printer(p);
-      return !ps::cli::Interrupted();
-    });
-    if (!blocks.ok()) return Fail(blocks.status());
-    for (const std::string& f : *blocks)
-      std::printf("added mask block counts to field '%s' of '%s'\n", f.c_str(), upgrade_store.c_str());
-    if (*r == ps::kStoreFormatVersion && blocks->empty())
-      std::printf("'%s' is up to date (store format %u; every mask field has block counts): nothing to do\n",
-                  upgrade_store.c_str(), ps::kStoreFormatVersion);
     return 0;
   }
 
