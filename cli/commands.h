@@ -49,5 +49,6 @@ Runner RegisterInfo(CLI::App* app, const bool* quiet);
 Runner RegisterLs(CLI::App* app, const bool* quiet);
 Runner RegisterVerify(CLI::App* app, const bool* quiet);
 Runner RegisterUpgrade(CLI::App* app, const bool* quiet);
+Runner RegisterExport(CLI::App* app, const bool* quiet);
 
 }  // namespace patchstore::cli
