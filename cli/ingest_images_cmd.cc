@@ -184,8 +184,8 @@ Runner RegisterIngestImages(CLI::App* ingest, const bool* quiet, std::string com
       "  for i in 0 1 2; do patchstore ingest images shards/frames-$i.ps --manifest data/manifest.csv \\\n"
       "      --shard $i/3 & done; wait                   # 3 shards in parallel\n"
       "  patchstore ingest images big.ps --manifest data/manifest.csv --layout tiles --encoding compact\n"
-      "                                                   # a store larger than RAM: ~1/3 of the bytes, windows\n"
-      "                                                   # read as a few contiguous ranges\n"
+      "                                                   # a store larger than RAM: 8-bit fields in a quarter\n"
+      "                                                   # of the bytes, windows read as a few contiguous ranges\n"
       "Running the same command again resumes: complete samples are skipped (with the same --encoding and\n"
       "--layout: a store keeps those of its first ingest).");
   return [images, args, quiet]() -> int { return images->parsed() ? RunImages(*args, *quiet) : -1; };
