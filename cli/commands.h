@@ -16,8 +16,7 @@ namespace patchstore::cli {
 
 using Runner = std::function<int()>;
 
-// `ingest images STORE --manifest CSV | --root DIR --field NAME=TEMPLATE ...`
-// (`command_line` is recorded in the store).
+// `ingest images STORE --manifest CSV | --root DIR --field ...`: frames (the store records `command_line`).
 Runner RegisterIngestImages(CLI::App* ingest, const bool* quiet, std::string command_line);
 // `ingest hdf5 FILE.h5 [FILE.h5 ...] STORE --group MR ...`: 3D volumes.
 Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet);

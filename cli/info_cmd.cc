@@ -26,7 +26,10 @@ struct InfoArgs {
 // counts"), for `info`; "" for other fields.
 std::string MaskNote(const FieldMeta& f) {
   if (!f.is_mask) return "";
-  if (f.mask_blocks) return " (mask; block counts " + std::to_string(f.mask_blocks) + "x" + std::to_string(f.mask_blocks) + ")";
+  if (f.mask_blocks) {
+    const std::string n = std::to_string(f.mask_blocks);
+    return " (mask; block counts " + n + "x" + n + ")";
+  }
   if (f.channels == 1 && f.layout == Layout::kCHW && !f.has_sat)
     return " (mask; no block counts: `patchstore upgrade` adds them)";
   return " (mask)";
@@ -46,7 +49,8 @@ std::string JsonList(const std::string& csv) {
   size_t start = 0;
   while (!csv.empty()) {
     size_t comma = csv.find(',', start);
-    out += (start ? ", " : "") + JsonString(csv.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    const size_t len = comma == std::string::npos ? std::string::npos : comma - start;
+    out += (start ? ", " : "") + JsonString(csv.substr(start, len));
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
@@ -72,7 +76,8 @@ int RunInfo(const InfoArgs& a) {
       auto h = reader->Summary(s, f);  // the sample index: no record is read
       if (!h.ok()) continue;
       payload += h->payload_bytes();
-      if (h->has_valid_count && h->valid_count == 0 && ++empty_masks[f] == 1) first_empty[f] = std::string(reader->id(s));
+      if (h->has_valid_count && h->valid_count == 0 && ++empty_masks[f] == 1)
+        first_empty[f] = std::string(reader->id(s));
       std::string sh;
       for (int d = 0; d < h->rank; ++d) sh += (d ? "x" : "") + std::to_string(h->shape[d]);
       if (shape.empty()) shape = sh;
