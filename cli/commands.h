@@ -1,48 +1,40 @@
-// patchstore/cli/commands.h — subcommands defined in their own files.
+// patchstore/cli/commands.h — the subcommands, each in its own cli/*_cmd.cc.
 //
 // Each Register* function adds its subcommand (with options and --help text)
-// to `parent` and returns a runner that main() calls when that subcommand was
-// parsed. Runners return the process exit code (0 ok, 1 failure, 2 usage).
+// to `parent` (the app, or `ingest` for the ingest subcommands) and returns a
+// runner that main() calls after parsing: -1 when that subcommand was not
+// parsed, else the process exit code (0 ok, 1 failure, 2 usage; 3 and 130 as
+// the command's --help says). `quiet` points at the global --quiet flag.
 #pragma once
 
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <string>
 
 namespace patchstore::cli {
 
 using Runner = std::function<int()>;
 
-// `patchstore ingest hdf5 FILE.h5 [FILE.h5 ...] STORE --group MR ...`
-// `quiet` points at the global --quiet flag.
+// `ingest images STORE --manifest CSV | --root DIR --field ...`: frames (the store records `command_line`).
+Runner RegisterIngestImages(CLI::App* ingest, const bool* quiet, std::string command_line);
+// `ingest hdf5 FILE.h5 [FILE.h5 ...] STORE --group MR ...`: 3D volumes.
 Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet);
-
-}  // namespace patchstore::cli
-
-namespace patchstore::cli {
-
-// `patchstore bench STORE [--patch P] [--batch B] [--processes 1,2,4] ...`:
-// read throughput of random windows on the user's own store and machine.
+// `bench STORE [--patch P] [--processes 1,2,4] ...`: read throughput on this store and machine.
 Runner RegisterBench(CLI::App* app, const bool* quiet);
-
-}  // namespace patchstore::cli
-
-namespace patchstore::cli {
-
-// `patchstore montage STORE OUT.png --count 64 [--patch 256] [--field rgb]
-// [--overlay mask] [--seed S]`: a contact sheet of the sampler's windows.
+// `montage STORE OUT.png [--count 64] [--overlay mask] ...`: a contact sheet of the served windows.
 Runner RegisterMontage(CLI::App* app, const bool* quiet);
-
-// --window: "LO,HI" (LO < HI, finite) -> true with both set; "auto" -> true
-// with *is_auto set; anything else -> false.
-bool ParseWindow(const std::string& s, double* lo, double* hi, bool* is_auto);
-
-}  // namespace patchstore::cli
-
-namespace patchstore::cli {
-
-// `patchstore copy SRC DST`: a compacted copy of a store, verified before it
-// appears under DST (e.g. to replicate a store onto node-local disk).
+// `copy SRC DST`: a compacted copy of a store, verified before it appears under DST.
 Runner RegisterCopy(CLI::App* app, const bool* quiet);
+// `info STORE [--json] [--all]`: fields, shapes, samples, bytes, sealed.
+Runner RegisterInfo(CLI::App* app, const bool* quiet);
+// `ls STORE [--json]`: sample ids in index order (--json: with their shapes).
+Runner RegisterLs(CLI::App* app, const bool* quiet);
+// `verify STORE [--json]`: every checksum of a store or shard set; exit 3 on damage.
+Runner RegisterVerify(CLI::App* app, const bool* quiet);
+// `upgrade STORE`: an older store to the current format, in place; adds mask block counts.
+Runner RegisterUpgrade(CLI::App* app, const bool* quiet);
+// `export STORE OUTDIR [--boxes]`: records back to PNG/EXR/HDF5, or the windows a loader takes.
+Runner RegisterExport(CLI::App* app, const bool* quiet);
 
 }  // namespace patchstore::cli

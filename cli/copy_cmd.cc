@@ -16,6 +16,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "cli/progress.h"
 #include "patchstore/reader/verify.h"
 #include "store/copy.h"
@@ -26,11 +27,6 @@ namespace {
 struct CopyArgs {
   std::string src, dst;
 };
-
-int Error(const std::string& message) {
-  std::cerr << "patchstore: error: " << message << "\n";
-  return 1;
-}
 
 }  // namespace
 
@@ -56,13 +52,13 @@ Runner RegisterCopy(CLI::App* app, const bool* quiet) {
     std::error_code ec;
     const std::string& dst = args->dst;
     if (fs::exists(fs::symlink_status(dst, ec)))
-      return Error("copy to '" + dst + "': it exists; copy writes a new store and overwrites nothing");
+      return Fail("copy to '" + dst + "': it exists; copy writes a new store and overwrites nothing");
     fs::path parent = fs::path(dst).parent_path();
     if (parent.empty()) parent = ".";
-    if (!fs::is_directory(parent, ec)) return Error("copy to '" + dst + "': no folder '" + parent.string() + "'");
+    if (!fs::is_directory(parent, ec)) return Fail("copy to '" + dst + "': no folder '" + parent.string() + "'");
     std::string tmpl = dst + ".copy-XXXXXX";
     if (::mkdtemp(tmpl.data()) == nullptr)
-      return Error("copy to '" + dst + "': creating '" + tmpl + "': " + std::strerror(errno));
+      return Fail("copy to '" + dst + "': creating '" + tmpl + "': " + std::strerror(errno));
     const std::string tmp = tmpl;
     auto cleanup = [&] { fs::remove_all(tmp, ec); };
     const auto start = std::chrono::steady_clock::now();
@@ -87,7 +83,7 @@ Runner RegisterCopy(CLI::App* app, const bool* quiet) {
     });
     if (!report.ok()) {
       cleanup();
-      return Error("verifying the copy of '" + args->src + "': " + report.status().message());
+      return Fail("verifying the copy of '" + args->src + "': " + report.status().message());
     }
     if (!report->ok()) {
       for (const VerifyProblem& p : report->problems)
@@ -101,7 +97,7 @@ Runner RegisterCopy(CLI::App* app, const bool* quiet) {
     fs::rename(tmp, dst, ec);
     if (ec) {
       cleanup();
-      return Error("copy to '" + dst + "': renaming '" + tmp + "': " + ec.message());
+      return Fail("copy to '" + dst + "': renaming '" + tmp + "': " + ec.message());
     }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::printf("copied '%s' to '%s': %llu samples, %llu records verified, %s (source %s) in %.2f s\n",

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "cli/sampler_flags.h"
 #include "cli/validators.h"
 #include "patchstore/ingest/montage.h"
@@ -13,20 +14,6 @@
 #include "patchstore/reader/reader.h"
 
 namespace patchstore::cli {
-
-bool ParseWindow(const std::string& s, double* lo, double* hi, bool* is_auto) {
-  *is_auto = s == "auto";
-  if (*is_auto) return true;
-  const size_t comma = s.find(',');
-  if (comma == std::string::npos) return false;
-  char* end = nullptr;
-  const std::string a = s.substr(0, comma), b = s.substr(comma + 1);
-  *lo = std::strtod(a.c_str(), &end);
-  if (a.empty() || *end) return false;
-  *hi = std::strtod(b.c_str(), &end);
-  if (b.empty() || *end) return false;
-  return std::isfinite(*lo) && std::isfinite(*hi) && *lo < *hi;
-}
 
 namespace {
 

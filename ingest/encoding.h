@@ -1,4 +1,4 @@
-// ingest/encoding.h — which dtype and layout each field's records
+// patchstore/ingest/encoding.h — which dtype and layout each field's records
 // get (ingest-private; store/FORMAT.md "Encodings" and "Tiled records").
 //
 // The one place an ingest decides a record's dtype: the user's --encoding
@@ -56,14 +56,15 @@ Status CheckEncodingFields(const EncodingPlan& plan, const std::vector<std::stri
 DType RecordDType(FieldEncoding e, SourceType source, const Normalization& norm);
 
 // The tile edge of `--layout tiles` when --tile-size is not given, for a new
-// store (a resumed one keeps its own: StoredTile). 64: out of core a 256x256
-// window of rgb+mask+depth is ~15 contiguous ranges of ~50 KiB instead of ~27
-// of ~25 KiB with 32-pixel tiles, and disks complete random reads at a nearly
-// fixed rate per request, so fewer, larger ranges read more windows per second
-// (measured in bench/results/scale_windows.md). Cost: a window reads at most
-// (1+T/h)(1+T/w) of its bytes, 1.56x for 256x256 (1.27x with 32), 2.25x for
-// 128x128 windows, for which --tile-size 32 is the better choice
-// (docs/guide/larger-than-ram.md).
+// store (a resumed one keeps its own: StoredTile). A window of a store larger
+// than RAM is read as one contiguous range per tile row of each field, and a
+// disk that serves random reads at a nearly fixed rate per request delivers a
+// window sooner in fewer, larger ranges: 64-pixel tiles rather than 32 for
+// windows of 256x256 and larger. The cost is bytes read beyond the window,
+// at most (1+T/h)(1+T/w) of its bytes, which grows as windows shrink: for
+// windows of 128x128 and smaller --tile-size 32 is the better choice
+// (docs/guide/larger-than-ram.md; the measurements:
+// bench/results/scale_windows.md).
 inline constexpr uint32_t kDefaultTileSize = 64;
 
 // The layout options: "rows" (tile 0) or "tiles" (tile_size, checked with

@@ -1,0 +1,194 @@
+// `patchstore ingest images` — PNG/JPEG/TIFF/OpenEXR frames (see ingest/ingest.h).
+#include <malloc.h>
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "cli/progress.h"
+#include "cli/validators.h"
+#include "ingest/encoding.h"
+#include "patchstore/ingest/ingest.h"
+#include "store/shard.h"
+
+namespace patchstore::cli {
+namespace {
+
+struct ImagesArgs {
+  ImageIngestOptions options;
+  std::vector<std::string> field_specs, norm_specs;
+  std::string on_error = "stop";
+  bool no_sync = false;
+  bool in_process = false;
+  std::string shard;
+  CLI::Option* tile_size = nullptr;
+  std::string command_line;
+};
+
+// "NAME=VALUE" with a non-empty NAME -> true with both set.
+bool SplitAssignment(const std::string& s, std::string* name, std::string* value) {
+  size_t eq = s.find('=');
+  if (eq == std::string::npos || eq == 0) return false;
+  *name = s.substr(0, eq);
+  *value = s.substr(eq + 1);
+  return true;
+}
+
+int RunImages(ImagesArgs& a, bool quiet) {
+  ImageIngestOptions& io = a.options;
+  for (const std::string& f : a.field_specs) {
+    std::string name, value;
+    if (!SplitAssignment(f, &name, &value)) {
+      std::cerr << "patchstore: error: --field takes NAME=TEMPLATE, got '" << f << "'\n";
+      return 2;
+    }
+    io.field_templates.emplace_back(name, value);
+  }
+  for (const std::string& n : a.norm_specs) {
+    std::string name, value;
+    if (!SplitAssignment(n, &name, &value)) {
+      std::cerr << "patchstore: error: --norm takes FIELD=SPEC, got '" << n << "'\n";
+      return 2;
+    }
+    io.norm[name] = value;
+  }
+  if (io.manifest.empty() == io.root.empty()) {
+    std::cerr << "patchstore: error: give either --manifest FILE or --root DIR with --field templates\n";
+    return 2;
+  }
+  if (!io.root.empty() && io.field_templates.empty()) {
+    std::cerr << "patchstore: error: --root needs at least one --field NAME=TEMPLATE\n";
+    return 2;
+  }
+  if (a.tile_size->count() > 0 && io.layout != "tiles") {
+    std::cerr << "patchstore: error: --tile-size is for --layout tiles (the layout is " << io.layout << ")\n";
+    return 2;
+  }
+  if (!a.shard.empty()) {
+    Status st = ParseShardSpec(a.shard, &io.shard_index, &io.shard_count);
+    if (!st.ok()) {
+      std::cerr << "patchstore: error: --" << st.message() << "\n";
+      return 2;
+    }
+  }
+  io.skip_errors = a.on_error == "skip";
+  io.isolate_decoders = !a.in_process;
+  io.durable = !a.no_sync;
+  io.command_line = a.command_line;
+  ProgressPrinter printer("ingest", "samples", quiet);
+  io.progress = [&](const Progress& p) { printer(p); };
+  // Keep large freed blocks in the heap for reuse: LMDB allocates each
+  // record's pages with malloc, and fresh pages cost more than the copy.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  io.cancelled = [] { return Interrupted(); };
+  InstallInterruptHandler();
+  auto r = IngestImages(io);
+  if (!r.ok() && r.status().code() == Code::kAborted) {
+    std::cerr << "patchstore: interrupted: " << r.status().message() << "\nrun the same command again to resume\n";
+    return 130;
+  }
+  if (!r.ok()) return Fail(r.status());
+  const IngestSummary& s = *r;
+  std::printf("ingested %llu new samples (%llu already present, %llu failed) of %llu into '%s'\n",
+              static_cast<unsigned long long>(s.samples_written), static_cast<unsigned long long>(s.samples_present),
+              static_cast<unsigned long long>(s.samples_failed), static_cast<unsigned long long>(s.samples_total),
+              io.store.c_str());
+  std::printf("wrote %s of records in %.2f s (%.0f MB/s decoded)\n", HumanBytes(s.bytes_written).c_str(), s.seconds,
+              s.seconds > 0 ? s.bytes_decoded / s.seconds / 1e6 : 0.0);
+  if (s.samples_failed && !s.report_error.empty()) {
+    // Never claim a report that was not written: list what failed, exit 1.
+    for (size_t i = 0; i < s.errors.size(); ++i) std::fprintf(stderr, "  %s\n", s.errors[i].c_str());
+    std::fprintf(stderr, "patchstore: error: %llu failures, but the failure report was not written: %s\n",
+                 static_cast<unsigned long long>(s.samples_failed), s.report_error.c_str());
+    return 1;
+  }
+  if (s.samples_failed) {
+    std::printf("failures written to %s; fix the files and run the same command again to finish\n",
+                s.report_path.c_str());
+    for (size_t i = 0; i < s.errors.size() && i < 5; ++i) std::printf("  %s\n", s.errors[i].c_str());
+  } else {
+    std::printf("store sealed\n");
+  }
+  return 0;
+}
+
+}  // namespace
+
+Runner RegisterIngestImages(CLI::App* ingest, const bool* quiet, std::string command_line) {
+  auto* images = ingest->add_subcommand("images", "Ingest PNG/JPEG/TIFF/OpenEXR frames")->fallthrough();
+  auto args = std::make_shared<ImagesArgs>();
+  args->command_line = std::move(command_line);
+  ImageIngestOptions& io = args->options;
+  images->add_option("STORE", io.store, "Store directory (created if missing)")->required();
+  images->add_option("--manifest", io.manifest, "CSV manifest: header id,<field>,...; cells are paths relative "
+                                                "to the manifest, PATH.exr:CHANNEL picks an EXR channel");
+  images->add_option("--root", io.root, "Root folder searched with --field templates");
+  images->add_option("--field", args->field_specs,
+                     "NAME=TEMPLATE, e.g. rgb='{video}/render/rgb/{frame}.png'; the first field's matches define "
+                     "the samples, ids join the placeholder values with '/'");
+  images->add_option("--mask", io.mask_fields, "Treat FIELD as a mask, stored as {0,1} (a field named 'mask' "
+                                               "always is)");
+  images->add_option("--norm", args->norm_specs,
+                     "FIELD=SPEC: none | symmetric (x/max*2-1, default for 8/16-bit) | unit (x/max) | binary | "
+                     "affine:SCALE,OFFSET, optionally +clamp:LO,HI | range:LO,HI ([LO,HI] onto [-1,1], clamped)");
+  images->add_option("--layout", io.layout,
+                     "rows (default: row-major records, zero-copy views of whole frames; best for stores in the page "
+                     "cache) or tiles (every C,H,W field in TxT tiles: a random window of a store larger than RAM "
+                     "reads a few contiguous ranges, at most (1+T/h)(1+T/w) of its bytes)")
+      ->check(CLI::IsMember({"rows", "tiles"}));
+  args->tile_size = images->add_option("--tile-size", io.tile_size,
+                     "T for --layout tiles: a multiple of 8 in 8..4096 (default: " +
+                         std::to_string(kDefaultTileSize) +
+                         " for a new store, a resumed store keeps its own; with 64 a 256x256 window reads ~5 "
+                         "contiguous ranges per field, at most 1.56x its bytes; 32 suits windows of 128x128 and "
+                         "smaller)")
+      ->check(CLI::Range(8, 4096));
+  images->add_option("--encoding", io.encoding,
+                     "Record dtype (repeat): float32 (default: normalised float32) | compact (every field in the "
+                     "smallest type holding its source exactly: uint8 for 8-bit PNG/JPEG/TIFF and masks, uint16 for "
+                     "16-bit, float32 for EXR; readers still return the same float32, bit for bit) | FIELD=float32|"
+                     "compact|float16 for one field (float16: normalised values rounded to nearest, relative error "
+                     "<= 2^-11, absolute <= 2^-25 below 2^-14, beyond 65504 inf), e.g. --encoding compact "
+                     "--encoding depth=float16");
+  images->add_option("-j,--threads", io.threads, "Decoder threads (default: all cores)")->check(NonNegative());
+  images->add_option("--on-error", args->on_error, "stop (default): stop at the first bad file, keeping what was "
+                                                   "committed; skip: record failures in the report and go on")
+      ->check(CLI::IsMember({"stop", "skip"}));
+  images->add_option("--report", io.report_path, "Where --on-error skip writes failures (default "
+                                                 "STORE/ingest-errors.tsv)");
+  images->add_option("--commit-every", io.batch_samples,
+                     "Commit after this many samples (default 256, or every 256 MiB)")
+      ->check(CLI::Range(1, 1 << 30));
+  images->add_flag("--in-process", args->in_process,
+                   "Decode in this process instead of in isolated child processes (a hostile file can then "
+                   "crash or stall the ingest)");
+  images->add_option("--decode-timeout", io.decode_timeout_s, "Seconds one file may take to decode (default 60)")
+      ->check(CLI::Range(0.1, 86400.0))
+      ->check(FiniteNumber());
+  images->add_flag("--no-sync", args->no_sync, "Do not fsync commits (faster; a crash may lose recent batches)");
+  images->add_option("--shard", args->shard,
+                     "I/N: ingest only shard I (0..N-1) of N: the samples whose id hashes to I (xxh3_64 of the id "
+                     "mod N), into a store of their own; run N such ingests (any machines, at once) and read the "
+                     "N stores as one");
+  images->footer(
+      "Examples:\n"
+      "  patchstore ingest images frames.ps --manifest data/manifest.csv\n"
+      "  patchstore ingest images frames.ps --root data \\\n"
+      "      --field rgb='{video}/render/rgb/{frame}.png' \\\n"
+      "      --field mask='{video}/render/masks/{frame}.png' \\\n"
+      "      --field depth='{video}/render/depth/{frame}.exr'\n"
+      "  for i in 0 1 2; do patchstore ingest images shards/frames-$i.ps --manifest data/manifest.csv \\\n"
+      "      --shard $i/3 & done; wait                   # 3 shards in parallel\n"
+      "  patchstore ingest images big.ps --manifest data/manifest.csv --layout tiles --encoding compact\n"
+      "                                                   # a store larger than RAM: 8-bit fields in a quarter\n"
+      "                                                   # of the bytes, windows read as a few contiguous ranges\n"
+      "Running the same command again resumes: complete samples are skipped (with the same --encoding and\n"
+      "--layout: a store keeps those of its first ingest).");
+  return [images, args, quiet]() -> int { return images->parsed() ? RunImages(*args, *quiet) : -1; };
+}
+
+}  // namespace patchstore::cli

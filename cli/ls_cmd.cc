@@ -1,0 +1,47 @@
+// `patchstore ls STORE [--json]` — the sample ids in index order (with each
+// sample's shapes in --json), from the sample index.
+#include <iostream>
+#include <string>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "cli/json.h"
+#include "cli/shapes.h"
+#include "patchstore/reader/reader.h"
+
+namespace patchstore::cli {
+namespace {
+
+struct LsArgs {
+  std::string store;
+  bool json = false;
+};
+
+int RunLs(const LsArgs& a) {
+  auto r = OpenStoreOrSet(a.store);
+  if (!r.ok()) return Fail(r.status());
+  const auto& reader = *r;
+  if (a.json) {
+    std::cout << "[";
+    for (uint64_t i = 0; i < reader->size(); ++i)
+      std::cout << (i ? ", " : "") << "{\"id\": " << JsonString(reader->id(i))
+                << ", \"shapes\": " << SampleShapesJson(*reader, i, JsonString) << "}";
+    std::cout << "]\n";
+  } else {
+    for (uint64_t i = 0; i < reader->size(); ++i) std::cout << Printable(reader->id(i)) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+Runner RegisterLs(CLI::App* app, const bool* /*quiet*/) {
+  auto* cmd = app->add_subcommand("ls", "List sample ids (one per line, in index order); --json: ids with each "
+                                        "sample's shapes");
+  auto args = std::make_shared<LsArgs>();
+  cmd->add_option("STORE", args->store, "Store directory, or a directory of shards (read as one store)")->required();
+  cmd->add_flag("--json", args->json, "Machine-readable output: [{\"id\": ID, \"shapes\": {FIELD: [dims]}}, ...]");
+  return [cmd, args]() -> int { return cmd->parsed() ? RunLs(*args) : -1; };
+}
+
+}  // namespace patchstore::cli

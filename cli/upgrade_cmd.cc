@@ -1,0 +1,58 @@
+// `patchstore upgrade STORE` — bring a store written by an older patchstore
+// to the current format in place, then add missing mask block counts.
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "cli/progress.h"
+#include "patchstore/reader/reader.h"
+#include "patchstore/store/store.h"
+
+namespace patchstore::cli {
+namespace {
+
+int RunUpgrade(const std::string& store, bool quiet) {
+  auto r = UpgradeStore(store);
+  if (!r.ok()) return Fail(r.status());
+  if (*r != kStoreFormatVersion)
+    std::printf("upgraded '%s' from store format %u to %u\n", store.c_str(), *r, kStoreFormatVersion);
+  ProgressPrinter printer("upgrade: mask block counts", "samples", quiet, /*counts_only=*/true);
+  const auto t0 = std::chrono::steady_clock::now();
+  InstallInterruptHandler();  // Ctrl-C: stop after the current transaction
+  auto blocks = AddMaskBlocks(store, [&](uint64_t done, uint64_t total) {
+    Progress p;
+    p.done = done;
+    p.total = total;
+    p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    printer(p);
+    return !Interrupted();
+  });
+  if (!blocks.ok()) return Fail(blocks.status());
+  for (const std::string& f : *blocks)
+    std::printf("added mask block counts to field '%s' of '%s'\n", f.c_str(), store.c_str());
+  if (*r == kStoreFormatVersion && blocks->empty())
+    std::printf("'%s' is up to date (store format %u; every mask field has block counts): nothing to do\n",
+                store.c_str(), kStoreFormatVersion);
+  return 0;
+}
+
+}  // namespace
+
+Runner RegisterUpgrade(CLI::App* app, const bool* quiet) {
+  auto* cmd = app->add_subcommand("upgrade", "Bring a store written by an older patchstore to the current "
+                                             "format, in place (records are kept)");
+  auto store = std::make_shared<std::string>();
+  cmd->add_option("STORE", *store, "Store directory")->required();
+  cmd->footer("Format 1 -> 2 adds the sample index (shapes, mask counts) that lets open, info, ls and "
+              "samplers\nwork without reading records. Mask fields written before mask block counts existed "
+              "get them\n(FORMAT.md \"Mask block counts\"): samplers then decide candidate windows of stores "
+              "larger than\nRAM without reading masks. The format step is one transaction; block counts are "
+              "written in\ntransactions of 1,024 samples and used only once all are there. Interrupted "
+              "(Ctrl-C stops\nafter the current transaction), an upgrade leaves the store readable as "
+              "before; run it\nagain to finish. Reopen readers of the store afterwards.");
+  return [cmd, store, quiet]() -> int { return cmd->parsed() ? RunUpgrade(*store, *quiet) : -1; };
+}
+
+}  // namespace patchstore::cli
