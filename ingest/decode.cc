@@ -320,7 +320,13 @@ Result<DecodedImage> DecodeFile(const std::string& path, const std::string& chan
   if (!channel.empty())
     return Status::InvalidArgument("decoding '" + path + "': a channel (':" + channel +
                                    "') can only be chosen for OpenEXR files");
+  if (format == "tiff") return DecodeTiff(path, bytes, max_pixels);
   return DecodeWithOpenCV(path, bytes, format, max_pixels);
+}
+
+std::string Float32RoundingNote(const std::string& path, SourceType source, uint64_t largest) {
+  return "'" + path + "': " + SourceTypeName(source) + " values up to " + std::to_string(largest) +
+         " exceed 2^24 = 16777216 and are rounded to the nearest float32 (e.g. 16777217 is stored as 16777216)";
 }
 
 void FiniteRange(const float* data, int64_t n, double* lo, double* hi) {

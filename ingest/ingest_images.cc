@@ -83,6 +83,7 @@ struct DecodedSample {
   Status status;
   std::string failed_file;
   std::vector<DecodedField> fields;
+  std::vector<std::string> warnings;  // the decoders' notes (DecodedImage::warnings)
   uint64_t bytes = 0;
 };
 
@@ -114,6 +115,7 @@ DecodedSample DecodeSample(const SampleSource& src, const std::vector<FieldPlan>
       out.failed_file = file.path;
       return out;
     }
+    for (const std::string& w : img->warnings) out.warnings.push_back("sample '" + src.id + "' field '" + plans[f].name + "': " + w);
     if (H < 0) {
       H = img->height();
       W = img->width();
@@ -132,7 +134,9 @@ DecodedSample DecodeSample(const SampleSource& src, const std::vector<FieldPlan>
       std::vector<cv::Mat> planes;
       cv::split(img->pixels, planes);
       cv::Mat any = planes[0].clone();
-      const int colour = img->channels() == 4 ? 3 : img->channels();
+      const std::string& names = img->channel_names;
+      const bool alpha_last = names.size() >= 2 && names.compare(names.size() - 2, 2, ",A") == 0;
+      const int colour = alpha_last ? img->channels() - 1 : img->channels();
       for (int c = 1; c < colour; ++c) any = cv::max(any, planes[c]);
       img->pixels = any;
       img->channel_names = "Y";
@@ -446,6 +450,8 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
         }
         in.records.push_back(std::move(r));
       }
+      for (std::string& w : d.warnings)
+        if (summary.warnings.size() < 100) summary.warnings.push_back(std::move(w));
       summary.bytes_decoded += d.bytes;
       batch_bytes += d.bytes;
       batch.push_back(std::move(in));
