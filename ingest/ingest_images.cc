@@ -89,7 +89,11 @@ struct DecodedSample {
 
 Result<Normalization> ResolveNorm(const FieldPlan& plan, SourceType type) {
   const double maxval = SourceMaxValue(type);
-  if (!plan.norm_spec.empty()) return ParseNormalization(plan.norm_spec, maxval);
+  if (!plan.norm_spec.empty()) {
+    PS_ASSIGN_OR_RETURN(Normalization n, ParseNormalization(plan.norm_spec, maxval));
+    PS_RETURN_IF_ERROR(CheckNormalizationFor(n, type, plan.norm_spec));
+    return n;
+  }
   Normalization n;
   if (plan.is_mask) {
     n.kind = NormKind::kBinary;
@@ -147,6 +151,26 @@ DecodedSample DecodeSample(const SampleSource& src, const std::vector<FieldPlan>
                                              file.path + "')");
       out.failed_file = file.path;
       return out;
+    }
+    if (!plans[f].norm_spec.empty() && img->pixels.depth() == CV_32F && !IsIntegerSource(img->source_type)) {
+      // Float sources: the transform must keep this image's own values
+      // finite and apart (CheckNormalizationFor could only check the type).
+      const float* px = img->pixels.ptr<float>(0);
+      const size_t count = img->pixels.total() * static_cast<size_t>(img->channels());
+      double lo = INFINITY, hi = -INFINITY;
+      for (size_t i = 0; i < count; ++i)
+        if (std::isfinite(px[i])) {
+          lo = std::min(lo, static_cast<double>(px[i]));
+          hi = std::max(hi, static_cast<double>(px[i]));
+        }
+      Status st = lo <= hi ? CheckNormalizationOn(*norm, lo, hi, false, plans[f].norm_spec,
+                                                  std::string(SourceTypeName(img->source_type)) + " value of this file")
+                           : Status::OK();
+      if (!st.ok()) {
+        out.status = st.WithContext("sample '" + src.id + "' field '" + plans[f].name + "' ('" + file.path + "')");
+        out.failed_file = file.path;
+        return out;
+      }
     }
     DecodedField d;
     d.path = file.path;
