@@ -4,8 +4,10 @@
 // (decode_tiff.cc: the samples as stored, never OpenCV's TIFF reader, which
 // premultiplies alpha, scrambles planar 16-bit and reads CMYK as RGBA),
 // OpenEXR files through the OpenEXR library (never through OpenCV's EXR
-// reader). The result is an interleaved H x W x C cv::Mat in RGB(A) channel
-// order.
+// reader; UINT channels above 2^24 are noted in `warnings`, luminance/chroma
+// files (Y, RY, BY) are read as R,G,B[,A] half through Imf::RgbaInputFile,
+// format "exr-yc"). The result is an interleaved H x W x C cv::Mat in RGB(A)
+// channel order.
 #pragma once
 
 #include <opencv2/core.hpp>

@@ -14,6 +14,11 @@
 //   * OpenEXR through the OpenEXR library: half/float/uint channels,
 //     scanline or tiled, any compression. `file.exr:Z` picks channel Z; by
 //     default all channels (R,G,B,A first in that order, others by name).
+//     Luminance/chroma files (Y, RY, BY) become R,G,B[,A] as OpenEXR's RGBA
+//     interface reconstructs them (the field's source_format says "exr-yc"
+//     when its first file was one).
+// Decoders' notes (32-bit integers above 2^24, which float32 rounds) are in
+// IngestSummary::warnings.
 // Normalisation per field (recorded in each record's header so export can
 // invert it): 8/16-bit images default to [-1,1] (x/maxval*2-1, as the seed
 // code does), masks (field named "mask" or listed in mask_fields) to {0,1},
