@@ -166,11 +166,11 @@ Result<DecodedImage> DecodeTiff(const std::string& path, const std::vector<uint8
       if (!TIFFSetDirectory(tif.get(), d)) break;
       uint32_t subfile = 0;
       TIFFGetFieldDefaulted(tif.get(), TIFFTAG_SUBFILETYPE, &subfile);
-      if (!(subfile & FILETYPE_REDUCEDIMAGE)) ++pages;
+      if (!(subfile & FILETYPE_REDUCEDIMAGE) && ++pages > 1) break;  // one more is enough to refuse
     }
     if (pages > 1)
-      return Status::Unsupported(what + ": the file holds " + std::to_string(pages) +
-                                 " images (pages); only single-image TIFFs are read (split the pages into files)");
+      return Status::Unsupported(what + ": the file holds more than one image (" + std::to_string(dirs) +
+                                 " directories); only single-image TIFFs are read (split the pages into files)");
     if (!TIFFSetDirectory(tif.get(), 0)) return fail("cannot re-read the first directory");
   }
 

@@ -288,7 +288,7 @@ TEST(TiffDecode, OddBitDepthsMinIsWhiteAndSeveralPagesAreRefused) {
   TiffSpec p;
   p.w = 5, p.h = 3, p.pages = 3;
   WriteTiff(dir.path() + "/pages.tif", p, std::vector<uint8_t>(15, 1));
-  ExpectRefused(dir.path() + "/pages.tif", {"3 images (pages)"});
+  ExpectRefused(dir.path() + "/pages.tif", {"more than one image (3 directories)"});
 }
 
 TEST(TiffDecode, TruncatedFileIsAnErrorNamingTheFile) {
