@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "patchstore/ingest/decode.h"
+#include "patchstore/ingest/ingest.h"
+#include "patchstore/reader/reader.h"
 #include "test_util.h"
 
 namespace patchstore {
@@ -134,6 +136,25 @@ TEST(ExrDecode, LuminanceChromaIsReadThroughTheRgbaInterface) {
     }
     // The chroma really was subsampled (the reconstruction is not the input).
     EXPECT_TRUE(differs_from_written);
+  }
+  // Ingested: the store says where the values came from (info's source_format).
+  {
+    FILE* f = std::fopen((dir.path() + "/m.csv").c_str(), "w");
+    std::fputs("id,rgb\na,yca.exr\n", f);
+    std::fclose(f);
+    ImageIngestOptions o;
+    o.store = dir.path() + "/s.ps";
+    o.manifest = dir.path() + "/m.csv";
+    o.threads = 1;
+    o.durable = false;
+    auto sum = IngestImages(o);
+    ASSERT_TRUE(sum.ok()) << sum.status().ToString();
+    auto r = Reader::Open(o.store).value();
+    EXPECT_EQ(r->field(0).source_format, "exr-yc");
+    EXPECT_EQ(r->field(0).channel_names, "R,G,B,A");
+    const std::vector<Imf::Rgba> want = ReadRgba(dir.path() + "/yca.exr", 22, 16);
+    const float* g = r->Get(0, 0)->data_as<float>() + 22 * 16;  // the G plane
+    for (int i = 0; i < 22 * 16; ++i) ASSERT_EQ(g[i], static_cast<float>(want[i].g)) << i;
   }
   // Its full-resolution luminance can still be chosen alone.
   auto y = DecodeFile(dir.path() + "/yc.exr", "Y", kLimit);
