@@ -99,6 +99,7 @@ int RunImages(ImagesArgs& a, bool quiet) {
               io.store.c_str());
   std::printf("wrote %s of records in %.2f s (%.0f MB/s decoded)\n", HumanBytes(s.bytes_written).c_str(), s.seconds,
               s.seconds > 0 ? s.bytes_decoded / s.seconds / 1e6 : 0.0);
+  for (const std::string& w : s.warnings) std::cerr << "patchstore: warning: " << w << "\n";
   if (s.samples_failed && !s.report_error.empty()) {
     // Never claim a report that was not written: list what failed, exit 1.
     for (size_t i = 0; i < s.errors.size(); ++i) std::fprintf(stderr, "  %s\n", s.errors[i].c_str());

@@ -5,6 +5,7 @@
 #include <ImfHeader.h>
 #include <ImfInputFile.h>
 #include <ImfIO.h>
+#include <ImfRgbaFile.h>
 #include <ImfStdIO.h>
 #include <ImfTestFile.h>
 #include <openexr.h>
@@ -133,6 +134,44 @@ Status PrecheckExr(const std::string& path, const std::vector<uint8_t>& bytes, u
   return st;
 }
 
+// A luminance/chroma image (Y, RY, BY with chroma subsampled, optionally A)
+// read through OpenEXR's RGBA interface, which reconstructs R, G, B (half)
+// from Y and the interpolated chroma: the values are exactly what
+// Imf::RgbaInputFile returns. Format "exr-yc" records where they came from.
+Result<DecodedImage> DecodeExrYc(const std::string& path, const std::vector<uint8_t>& bytes, uint64_t max_pixels) {
+  MemoryIStream stream(path, bytes);
+  Imf::RgbaInputFile file(stream, 1);
+  const Imath::Box2i dw = file.dataWindow();
+  const int64_t width = static_cast<int64_t>(dw.max.x) - dw.min.x + 1;
+  const int64_t height = static_cast<int64_t>(dw.max.y) - dw.min.y + 1;
+  if (width <= 0 || height <= 0 || width > (1 << 20) || height > (1 << 20))
+    return Status::Corruption("decoding '" + path + "': bad data window");
+  const bool alpha = (file.channels() & Imf::WRITE_A) != 0;
+  if (static_cast<uint64_t>(width) * static_cast<uint64_t>(height) * (alpha ? 4 : 3) > max_pixels)
+    return Status::InvalidArgument("decoding '" + path + "': declared size " + std::to_string(width) + "x" +
+                                   std::to_string(height) + "x" + (alpha ? "4" : "3") + " exceeds the limit of " +
+                                   std::to_string(max_pixels) + " values");
+  std::vector<Imf::Rgba> rgba(static_cast<size_t>(width) * static_cast<size_t>(height));
+  // Absolute (x, y) addressing: shift the base by the data window origin.
+  const intptr_t origin = -static_cast<intptr_t>(dw.min.x) - static_cast<intptr_t>(dw.min.y) * width;
+  file.setFrameBuffer(rgba.data() + origin, 1, static_cast<size_t>(width));
+  file.readPixels(dw.min.y, dw.max.y);
+  const int C = alpha ? 4 : 3;
+  DecodedImage img;
+  img.pixels.create(static_cast<int>(height), static_cast<int>(width), CV_32FC(C));
+  float* out = img.pixels.ptr<float>(0);
+  for (size_t i = 0; i < rgba.size(); ++i) {
+    out[i * C] = rgba[i].r;
+    out[i * C + 1] = rgba[i].g;
+    out[i * C + 2] = rgba[i].b;
+    if (alpha) out[i * C + 3] = rgba[i].a;
+  }
+  img.source_type = SourceType::kFloat16;
+  img.format = "exr-yc";
+  img.channel_names = alpha ? "R,G,B,A" : "R,G,B";
+  return img;
+}
+
 Result<DecodedImage> DecodeExr(const std::string& path, const std::vector<uint8_t>& bytes,
                                const std::string& channel, uint64_t max_pixels) {
   PS_RETURN_IF_ERROR(PrecheckExr(path, bytes, max_pixels));
@@ -146,6 +185,20 @@ Result<DecodedImage> DecodeExr(const std::string& path, const std::vector<uint8_
     if (width <= 0 || height <= 0) return Status::Corruption("decoding '" + path + "': empty data window");
     std::vector<std::string> names;
     std::vector<Imf::PixelType> types;
+    const Imf::ChannelList& chl = header.channels();
+    if (channel.empty() && chl.findChannel("Y") && (chl.findChannel("RY") || chl.findChannel("BY"))) {
+      // Luminance/chroma: R, G, B through the RGBA interface. Channels it
+      // does not read would be lost: refused, naming them.
+      std::string others;
+      for (auto it = chl.begin(); it != chl.end(); ++it) {
+        const std::string n = it.name();
+        if (n != "Y" && n != "RY" && n != "BY" && n != "A") others += (others.empty() ? "" : ",") + n;
+      }
+      if (!others.empty())
+        return Status::Unsupported("decoding '" + path + "': a luminance/chroma image (Y,RY,BY) with further "
+                                   "channels (" + others + "): pick one with '" + path + ":NAME'");
+      return DecodeExrYc(path, bytes, max_pixels);
+    }
     for (auto it = header.channels().begin(); it != header.channels().end(); ++it) {
       if (it.channel().xSampling != 1 || it.channel().ySampling != 1) {
         if (!channel.empty() && channel != it.name()) continue;
@@ -201,10 +254,31 @@ Result<DecodedImage> DecodeExr(const std::string& path, const std::vector<uint8_
     // the data window origin (arithmetic in integers, as the library does).
     const intptr_t origin = -static_cast<intptr_t>(dw.min.x) * static_cast<intptr_t>(xs) -
                             static_cast<intptr_t>(dw.min.y) * static_cast<intptr_t>(ys);
-    for (size_t c = 0; c < C; ++c)
-      fb.insert(names[c], Imf::Slice(Imf::FLOAT, base + origin + c * sizeof(float), xs, ys, 1, 1, 0.0));
+    // UINT channels are read as UINT (then converted), so that values
+    // float32 rounds (above 2^24) are seen and reported.
+    std::vector<std::vector<uint32_t>> uints(C);
+    const intptr_t uorigin = -static_cast<intptr_t>(dw.min.x) * 4 - static_cast<intptr_t>(dw.min.y) * 4 * width;
+    for (size_t c = 0; c < C; ++c) {
+      if (types[c] == Imf::UINT) {
+        uints[c].assign(static_cast<size_t>(width) * static_cast<size_t>(height), 0);
+        fb.insert(names[c], Imf::Slice(Imf::UINT, reinterpret_cast<char*>(uints[c].data()) + uorigin, 4,
+                                       4 * static_cast<size_t>(width), 1, 1, 0.0));
+      } else {
+        fb.insert(names[c], Imf::Slice(Imf::FLOAT, base + origin + c * sizeof(float), xs, ys, 1, 1, 0.0));
+      }
+    }
     file.setFrameBuffer(fb);
     file.readPixels(dw.min.y, dw.max.y);
+    uint32_t largest = 0;
+    for (size_t c = 0; c < C; ++c) {
+      if (uints[c].empty()) continue;
+      float* out = img.pixels.ptr<float>(0);
+      for (size_t i = 0; i < uints[c].size(); ++i) {
+        out[i * C + c] = static_cast<float>(uints[c][i]);
+        largest = std::max(largest, uints[c][i]);
+      }
+    }
+    if (largest > (uint32_t{1} << 24)) img.warnings.push_back(Float32RoundingNote(path, SourceType::kUInt32, largest));
     bool all_half = true, any_uint = false;
     for (auto t : types) {
       all_half = all_half && t == Imf::HALF;
@@ -320,7 +394,13 @@ Result<DecodedImage> DecodeFile(const std::string& path, const std::string& chan
   if (!channel.empty())
     return Status::InvalidArgument("decoding '" + path + "': a channel (':" + channel +
                                    "') can only be chosen for OpenEXR files");
+  if (format == "tiff") return DecodeTiff(path, bytes, max_pixels);
   return DecodeWithOpenCV(path, bytes, format, max_pixels);
+}
+
+std::string Float32RoundingNote(const std::string& path, SourceType source, uint64_t largest) {
+  return "'" + path + "': " + SourceTypeName(source) + " values up to " + std::to_string(largest) +
+         " exceed 2^24 = 16777216 and are rounded to the nearest float32 (e.g. 16777217 is stored as 16777216)";
 }
 
 void FiniteRange(const float* data, int64_t n, double* lo, double* hi) {

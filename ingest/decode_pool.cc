@@ -149,6 +149,8 @@ std::string GetStr(const std::string& s, size_t* pos) {
         PutU64(&resp, static_cast<uint64_t>(img->source_type));
         PutStr(&resp, img->format);
         PutStr(&resp, img->channel_names);
+        PutU64(&resp, img->warnings.size());
+        for (const std::string& w : img->warnings) PutStr(&resp, w);
       }
     }
     if (!SendMessage(out, resp)) break;
@@ -266,6 +268,8 @@ Result<DecodedImage> DecodePool::Decode(int slot_index, const std::string& path,
   img.source_type = static_cast<SourceType>(GetU64(resp, &pos));
   img.format = GetStr(resp, &pos);
   img.channel_names = GetStr(resp, &pos);
+  const uint64_t nwarn = GetU64(resp, &pos);
+  for (uint64_t i = 0; i < nwarn && i < 100; ++i) img.warnings.push_back(GetStr(resp, &pos));
   const int64_t elem = static_cast<int64_t>(CV_ELEM_SIZE(type));
   if (rows <= 0 || cols <= 0 || elem <= 0 || static_cast<uint64_t>(rows) * cols * elem > s.shared_size)
     return Status::Internal("decoding '" + path + "': the decoder returned an impossible size");

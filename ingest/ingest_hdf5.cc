@@ -620,9 +620,9 @@ Status Hdf5Ingest::ResolveNorms(Item* item) {
                                      base + "' of field '" + field + "' needs a uint8 or uint16 source, not " +
                                      item->fields[g].type_name + " (use affine:SCALE,OFFSET)");
     auto n = ParseNormalization(spec, maxval);
-    if (!n.ok())
-      return n.status().WithContext("reading " + DescribeDataset(item->file, g, item->name) + " for field '" +
-                                    field + "'");
+    Status fits = n.ok() ? CheckNormalizationFor(*n, src, spec) : n.status();
+    if (!fits.ok())
+      return fits.WithContext("reading " + DescribeDataset(item->file, g, item->name) + " for field '" + field + "'");
     item->norms.push_back(*n);
   }
   return Status::OK();

@@ -83,12 +83,17 @@ struct DecodedSample {
   Status status;
   std::string failed_file;
   std::vector<DecodedField> fields;
+  std::vector<std::string> warnings;  // the decoders' notes (DecodedImage::warnings)
   uint64_t bytes = 0;
 };
 
 Result<Normalization> ResolveNorm(const FieldPlan& plan, SourceType type) {
   const double maxval = SourceMaxValue(type);
-  if (!plan.norm_spec.empty()) return ParseNormalization(plan.norm_spec, maxval);
+  if (!plan.norm_spec.empty()) {
+    PS_ASSIGN_OR_RETURN(Normalization n, ParseNormalization(plan.norm_spec, maxval));
+    PS_RETURN_IF_ERROR(CheckNormalizationFor(n, type, plan.norm_spec));
+    return n;
+  }
   Normalization n;
   if (plan.is_mask) {
     n.kind = NormKind::kBinary;
@@ -114,6 +119,7 @@ DecodedSample DecodeSample(const SampleSource& src, const std::vector<FieldPlan>
       out.failed_file = file.path;
       return out;
     }
+    for (const std::string& w : img->warnings) out.warnings.push_back("sample '" + src.id + "' field '" + plans[f].name + "': " + w);
     if (H < 0) {
       H = img->height();
       W = img->width();
@@ -132,7 +138,9 @@ DecodedSample DecodeSample(const SampleSource& src, const std::vector<FieldPlan>
       std::vector<cv::Mat> planes;
       cv::split(img->pixels, planes);
       cv::Mat any = planes[0].clone();
-      const int colour = img->channels() == 4 ? 3 : img->channels();
+      const std::string& names = img->channel_names;
+      const bool alpha_last = names.size() >= 2 && names.compare(names.size() - 2, 2, ",A") == 0;
+      const int colour = alpha_last ? img->channels() - 1 : img->channels();
       for (int c = 1; c < colour; ++c) any = cv::max(any, planes[c]);
       img->pixels = any;
       img->channel_names = "Y";
@@ -143,6 +151,26 @@ DecodedSample DecodeSample(const SampleSource& src, const std::vector<FieldPlan>
                                              file.path + "')");
       out.failed_file = file.path;
       return out;
+    }
+    if (!plans[f].norm_spec.empty() && img->pixels.depth() == CV_32F && !IsIntegerSource(img->source_type)) {
+      // Float sources: the transform must keep this image's own values
+      // finite and apart (CheckNormalizationFor could only check the type).
+      const float* px = img->pixels.ptr<float>(0);
+      const size_t count = img->pixels.total() * static_cast<size_t>(img->channels());
+      double lo = INFINITY, hi = -INFINITY;
+      for (size_t i = 0; i < count; ++i)
+        if (std::isfinite(px[i])) {
+          lo = std::min(lo, static_cast<double>(px[i]));
+          hi = std::max(hi, static_cast<double>(px[i]));
+        }
+      Status st = lo <= hi ? CheckNormalizationOn(*norm, lo, hi, false, plans[f].norm_spec,
+                                                  std::string(SourceTypeName(img->source_type)) + " value of this file")
+                           : Status::OK();
+      if (!st.ok()) {
+        out.status = st.WithContext("sample '" + src.id + "' field '" + plans[f].name + "' ('" + file.path + "')");
+        out.failed_file = file.path;
+        return out;
+      }
     }
     DecodedField d;
     d.path = file.path;
@@ -446,6 +474,8 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
         }
         in.records.push_back(std::move(r));
       }
+      for (std::string& w : d.warnings)
+        if (summary.warnings.size() < 100) summary.warnings.push_back(std::move(w));
       summary.bytes_decoded += d.bytes;
       batch_bytes += d.bytes;
       batch.push_back(std::move(in));

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 #include <set>
+#include <string_view>
 #include <utility>
 
 #include "patchstore/store/format.h"
@@ -69,8 +70,25 @@ Result<VerifyReport> VerifyStore(const std::string& path, const std::function<vo
   }
   for (size_t i = 0; i < ids.size(); ++i)
     if (!have_id[i]) report.problems.push_back({"#" + std::to_string(i), "", "sample id missing or damaged"});
+  // One id, one sample: a reader looking an id up would find only one of them.
+  {
+    std::map<std::string_view, size_t> first;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (!have_id[i]) continue;
+      auto [it, added] = first.emplace(ids[i], i);
+      if (!added)
+        report.problems.push_back({ids[i], "", "duplicate id: samples #" + std::to_string(it->second) + " and #" +
+                                                   std::to_string(i) + " have it (lookups by id find one of them)"});
+    }
+  }
   report.samples = ids.size();
   const size_t nf = meta.fields.size();
+  // Normalisations that ingest refuses today (float32 overflow or distinct
+  // values collapsed) but an older one accepted: the stored values are wrong.
+  for (const FieldMeta& fm : meta.fields) {
+    Status ns = CheckNormalizationFor(fm.norm, fm.source_type, fm.norm.ToString());
+    if (!ns.ok()) report.problems.push_back({"", fm.name, ns.message() + " (the stored values are not the source's)"});
+  }
   auto field_name = [&](uint16_t f) -> std::string {
     if (f < nf) return meta.fields[f].name;
     if (f >= kAuxFieldBase && static_cast<size_t>(f - kAuxFieldBase) < nf)
@@ -178,9 +196,21 @@ Result<VerifyReport> VerifyStore(const std::string& path, const std::function<vo
     if (rst.ok() && h->dtype != want)
       rst = Status::Corruption(std::string("record holds ") + DTypeName(h->dtype) + " but the field is " +
                                DTypeName(want));
+    if (rst.ok() && f < nf && h->rank != 3)
+      rst = Status::Corruption("record has rank " + std::to_string(h->rank) + ", the field's records 3");
     if (rst.ok() && f < nf && h->shape[0] != meta.fields[f].channels && meta.fields[f].layout == Layout::kCHW)
       rst = Status::Corruption("record has " + std::to_string(h->shape[0]) + " channels, the field " +
                                std::to_string(meta.fields[f].channels));
+    // What reads refuse (Reader: "run `patchstore verify`") verify reports.
+    if (rst.ok() && f < nf && h->tile != meta.fields[f].tile) {
+      auto layout = [](uint16_t t) { return t ? std::to_string(t) + "-pixel tiles" : std::string("rows"); };
+      rst = Status::Corruption("the record is stored in " + layout(h->tile) + " but the field in " +
+                               layout(meta.fields[f].tile) + " (reads refuse it)");
+    }
+    if (rst.ok() && f < nf && StoresRawSource(h->dtype) && !(h->norm == meta.fields[f].norm))
+      rst = Status::Corruption("the record's normalisation " + h->norm.ToString() + " disagrees with its field's " +
+                               meta.fields[f].norm.ToString() + " (reads refuse it: raw values are normalised with "
+                               "the field's table)");
     if (rst.ok() && f < nf && have_sum[s]) {
       if (!(SummarizeRecord(*h, data, meta.fields[f].is_mask) == sums[s].fields[f]))
         rst = Status::Corruption("the sample index disagrees with the record (shape, layout or mask count)");

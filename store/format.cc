@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <sstream>
@@ -52,7 +53,54 @@ std::string FormatDouble(double d) {
   return os.str();
 }
 
+// The shortest text that reads back as `v` (float32).
+std::string ShowFloat(float v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  std::string t;
+  for (int p = 1; p <= 9; ++p) {
+    std::ostringstream os;
+    os.precision(p);
+    os << v;
+    t = os.str();
+    if (std::strtof(t.c_str(), nullptr) == v) break;
+  }
+  return t;
+}
+
+// A source value as the message shows it: integers in full, float32 values
+// as float32, others as the shortest double text.
+std::string ShowSource(double x) {
+  if (x == std::floor(x) && std::fabs(x) < 1e19) {
+    std::ostringstream os;
+    os.precision(20);
+    os << x;
+    return os.str();
+  }
+  if (static_cast<double>(static_cast<float>(x)) == x) return ShowFloat(static_cast<float>(x));
+  std::string t;
+  for (int p = 1; p <= 17; ++p) {
+    std::ostringstream os;
+    os.precision(p);
+    os << x;
+    t = os.str();
+    if (std::strtod(t.c_str(), nullptr) == x) break;
+  }
+  return t;
+}
+
+
 }  // namespace
+
+bool IsIntegerSource(SourceType t) {
+  switch (t) {
+    case SourceType::kUInt8: case SourceType::kInt8: case SourceType::kUInt16: case SourceType::kInt16:
+    case SourceType::kUInt32: case SourceType::kInt32: case SourceType::kUInt64: case SourceType::kInt64:
+      return true;
+    default:
+      return false;
+  }
+}
 
 double SourceMaxValue(SourceType t) {
   switch (t) {
@@ -106,7 +154,9 @@ float Normalization::Apply(double x) const {
     case NormKind::kBinary: v = x != 0 ? 1.0f : 0.0f; break;
     case NormKind::kRange: {
       // (x - mid) / half: exact at lo (-half / half), mid (0) and hi.
-      const double mid = (scale + offset) / 2, half = (offset - scale) / 2;
+      // Halved first: HI - LO may exceed the double range when both are
+      // finite (range:-1e308,1e308); otherwise the same bits.
+      const double mid = scale / 2 + offset / 2, half = offset / 2 - scale / 2;
       v = static_cast<float>((x - mid) / half);
       break;
     }
@@ -128,7 +178,7 @@ double Normalization::Invert(float v, double maxval) const {
     case NormKind::kUnit: return x * scale;
     case NormKind::kAffine: return scale != 0 ? (x - offset) / scale : 0.0;
     case NormKind::kBinary: return v != 0 ? maxval : 0.0;
-    case NormKind::kRange: return (scale + offset) / 2 + x * ((offset - scale) / 2);
+    case NormKind::kRange: return (scale / 2 + offset / 2) + x * (offset / 2 - scale / 2);
   }
   return x;
 }
@@ -1003,12 +1053,26 @@ Result<Normalization> ParseNormalization(std::string_view spec, double maxval) {
     if (n.scale == 0)
       return Status::InvalidArgument("normalisation '" + std::string(spec) +
                                      "': SCALE 0 maps every value to OFFSET (the data would be lost)");
+    // The transform runs in float32 (Normalization::Apply): its parameters
+    // must be float32 numbers too.
+    for (auto [name, v] : {std::pair<const char*, double>{"SCALE", n.scale}, {"OFFSET", n.offset}})
+      if (!std::isfinite(static_cast<float>(v)))
+        return Status::InvalidArgument("normalisation '" + std::string(spec) + "': " + name + " " + ShowSource(v) +
+                                       " is beyond the float32 range (largest 3.4028235e+38) in which the "
+                                       "transform runs: every result would be infinite or NaN");
+    if (static_cast<float>(n.scale) == 0.0f)
+      return Status::InvalidArgument("normalisation '" + std::string(spec) + "': SCALE " + ShowSource(n.scale) +
+                                     " is 0 in float32 (smallest 1.4e-45), in which the transform runs: it maps "
+                                     "every value to OFFSET (the data would be lost)");
   } else if (base.rfind("range:", 0) == 0) {
     n.kind = NormKind::kRange;
     if (!two(base.substr(6), &n.scale, &n.offset) || !std::isfinite(n.scale) || !std::isfinite(n.offset) ||
-        !(n.scale < n.offset) || !std::isfinite(n.offset - n.scale))
+        !(n.scale < n.offset))
       return Status::InvalidArgument("normalisation 'range:LO,HI' needs two finite numbers with LO < HI, got '" +
                                      std::string(spec) + "'");
+    // [LO, HI] wider than the double range (range:-1e308,1e308) is applied
+    // halved (Apply); whether it still tells a source's values apart is
+    // CheckNormalizationFor's question.
     if (!clamp.empty())
       return Status::InvalidArgument("normalisation '" + std::string(spec) +
                                      "': range:LO,HI already clamps to [-1, 1]; give no +clamp");
@@ -1029,6 +1093,77 @@ Result<Normalization> ParseNormalization(std::string_view spec, double maxval) {
   if ((n.kind == NormKind::kSymmetric || n.kind == NormKind::kUnit) && !(maxval > 0))
     return Status::InvalidArgument("normalisation '" + std::string(base) + "' needs an integer source");
   return n;
+}
+
+namespace {
+
+// The extremes of a source type's finite values.
+void SourceExtremes(SourceType t, double* lo, double* hi) {
+  switch (t) {
+    case SourceType::kUInt8: *lo = 0; *hi = 255; return;
+    case SourceType::kInt8: *lo = -128; *hi = 127; return;
+    case SourceType::kUInt16: *lo = 0; *hi = 65535; return;
+    case SourceType::kInt16: *lo = -32768; *hi = 32767; return;
+    case SourceType::kUInt32: *lo = 0; *hi = 4294967295.0; return;
+    case SourceType::kInt32: *lo = -2147483648.0; *hi = 2147483647.0; return;
+    case SourceType::kUInt64: *lo = 0; *hi = 18446744073709551615.0; return;
+    case SourceType::kInt64: *lo = -9223372036854775808.0; *hi = 9223372036854775807.0; return;
+    case SourceType::kFloat16: *lo = -65504; *hi = 65504; return;
+    case SourceType::kFloat32: *lo = -std::numeric_limits<float>::max(); *hi = std::numeric_limits<float>::max(); return;
+    default: *lo = -std::numeric_limits<double>::max(); *hi = std::numeric_limits<double>::max(); return;
+  }
+}
+
+}  // namespace
+
+Status CheckNormalizationOn(const Normalization& n, double lo, double hi, bool every_step, std::string_view spec,
+                            const std::string& values, bool check_finite) {
+  if (n.kind == NormKind::kNone && !n.clamp) return Status::OK();
+  if (n.kind == NormKind::kBinary) return Status::OK();  // two values by design
+  Normalization open = n;  // the transform before its clamp
+  open.clamp = false;
+  auto inside = [&](float u) { return !n.clamp || (u >= static_cast<float>(n.clamp_lo) && u <= static_cast<float>(n.clamp_hi)); };
+  auto bad = [&](const std::string& what) {
+    return Status::InvalidArgument("normalisation '" + std::string(spec) + "' " + what);
+  };
+  // Finite: every transform is monotone in x, so its extremes decide.
+  for (double x : {lo, hi}) {
+    if (!check_finite) break;
+    const float v = n.Apply(x);
+    if (!std::isfinite(v))
+      return bad("maps " + ShowSource(x) + " (" + values + ") to " + ShowFloat(v) +
+                 " (the float32 transform overflows)");
+  }
+  // Not constant over the values it is meant to keep apart (a clamp
+  // collapses what lies outside it on purpose).
+  const float ulo = open.Apply(lo), uhi = open.Apply(hi);
+  if (lo < hi && ulo == uhi && inside(ulo))
+    return bad("maps every " + values + " to " + ShowFloat(n.Apply(lo)) +
+               " (float32 cannot tell them apart after the transform)");
+  if (every_step) {
+    // Integer sources of at most 16 bits: every pair of neighbours.
+    float prev = open.Apply(lo);
+    for (double x = lo + 1; x <= hi; x += 1) {
+      const float u = open.Apply(x);
+      if (u == prev && inside(u))
+        return bad("maps " + ShowSource(x - 1) + " and " + ShowSource(x) + " (" + values + "s) both to " +
+                   ShowFloat(n.Apply(x)) + " (float32 cannot tell them apart after the transform)");
+      prev = u;
+    }
+  }
+  return Status::OK();
+}
+
+Status CheckNormalizationFor(const Normalization& n, SourceType source, std::string_view spec) {
+  double lo = 0, hi = 0;
+  SourceExtremes(source, &lo, &hi);
+  const bool small_int = IsIntegerSource(source) && hi - lo < 65536;
+  // float32/float64 sources: the type's extremes are no real values (affine
+  // with SCALE 2 overflows at them), so only a transform that maps the whole
+  // type to one value is refused here; each image's range is checked at
+  // ingest (CheckNormalizationOn).
+  const bool bounded = IsIntegerSource(source) || source == SourceType::kFloat16;
+  return CheckNormalizationOn(n, lo, hi, small_int, spec, std::string(SourceTypeName(source)) + " value", bounded);
 }
 
 }  // namespace patchstore

@@ -36,7 +36,8 @@ class IngestSummary:
     report_path: str  #: where failures were written, if any
     errors: List[str] = field(default_factory=list)  #: one message per failed sample (first 100)
     #: things that went through but look wrong (HDF5: a patient under two file prefixes, slices much
-    #: thinner one way than another slice axis would give, an all-zero mask); each also warned
+    #: thinner one way than another slice axis would give, an all-zero mask; images: 32-bit integer
+    #: values above 2^24, which float32 rounds); each also warned
     warnings: List[str] = field(default_factory=list)
     report_error: str = ""  #: why the failure report could not be written ("" when it was, or was not needed)
 
@@ -346,7 +347,10 @@ def ingest_images(
     reporter = Reporter("ingest", "samples", progress, callback)
     o.shard_index, o.shard_count = shard_pair
     d = _run_cancellable(lambda cancel: native.ingest_images(o, reporter.native(), cancel), reporter)
-    return IngestSummary(**d)
+    summary = IngestSummary(**d)
+    for w in summary.warnings:
+        warnings.warn(f"patchstore.ingest_images: {w}", RuntimeWarning, stacklevel=2)
+    return summary
 
 
 def _group_specs(groups: Any) -> List[str]:

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "patchstore/reader/reader.h"
+#include "patchstore/reader/verify.h"
 #include "patchstore/reader/volume.h"
 #include "buffer_py.h"
 #include "sampler_py.h"
@@ -401,6 +402,29 @@ PYBIND11_MODULE(_patchstore, m) {
             return r.Describe(static_cast<uint64_t>(sample), r.meta().FieldIndex(field));
           },
           py::arg("sample"), py::arg("field"));
+
+  // patchstore::VerifyStore, the checks of `patchstore verify`.
+  m.def(
+      "verify_store",
+      [](const std::string& path) {
+        patchstore::Result<patchstore::VerifyReport> r = Status::OK();
+        {
+          py::gil_scoped_release nogil;
+          r = patchstore::VerifyStore(path);
+        }
+        if (!r.ok()) patchstore_py::RaiseStatus(r.status(), Where::kFiles);
+        py::dict d;
+        d["samples"] = r->samples;
+        d["records"] = r->records;
+        d["bytes"] = r->bytes;
+        py::list problems;
+        for (const patchstore::VerifyProblem& p : r->problems) problems.append(py::make_tuple(p.id, p.field, p.message));
+        d["problems"] = problems;
+        return d;
+      },
+      py::arg("path"),
+      "patchstore::VerifyStore: {samples, records, bytes, problems: [(id, field, message)]}, the checks of\n"
+      "`patchstore verify`; OSError when the store cannot be opened at all.");
 
   // For tests of the Status -> exception table: raises what a Status with
   // this code and message raises (files: the FileNotFoundError context).

@@ -6,11 +6,19 @@
 // Image ingest: every sample is a set of named fields (rgb, mask, depth),
 // each decoded from one file into a (C,H,W) record (float32 normalised by
 // default; rows or tiles, compact or float16 dtypes on request: encoding.h):
-//   * PNG, JPEG, TIFF through OpenCV: 8- and 16-bit; gray, RGB (stored in RGB
+//   * PNG, JPEG, BMP through OpenCV: 8- and 16-bit; gray, RGB (stored in RGB
 //     order), RGBA.
+//   * TIFF through libtiff: the samples as stored (strips or tiles, planar or
+//     interleaved, extra samples, any compression); CMYK, YCbCr, MinIsWhite
+//     and odd bit depths are refused naming the tag (decode.h DecodeTiff).
 //   * OpenEXR through the OpenEXR library: half/float/uint channels,
 //     scanline or tiled, any compression. `file.exr:Z` picks channel Z; by
 //     default all channels (R,G,B,A first in that order, others by name).
+//     Luminance/chroma files (Y, RY, BY) become R,G,B[,A] as OpenEXR's RGBA
+//     interface reconstructs them (the field's source_format says "exr-yc"
+//     when its first file was one).
+// Decoders' notes (32-bit integers above 2^24, which float32 rounds) are in
+// IngestSummary::warnings.
 // Normalisation per field (recorded in each record's header so export can
 // invert it): 8/16-bit images default to [-1,1] (x/maxval*2-1, as image
 // training code commonly does), masks (field named "mask" or listed in mask_fields) to {0,1},

@@ -1,7 +1,11 @@
 // patchstore/reader/verify.h — full integrity check of a store.
 //
 // Recomputes every record's checksum (headers, bodies, padding, ids and the
-// metadata), and checks that every sample has a record for every field.
+// metadata), and checks that every sample has a record for every field, that
+// ids are unique, that each record agrees with its field (dtype, layout,
+// rank, channels, tile edge, and for raw-source records the normalisation:
+// everything a read refuses) and with the sample index, and that each
+// field's normalisation passes CheckNormalizationFor (store/format.h).
 // Reads the whole store once; O(bytes).
 //
 // Thread-safety: reentrant; safe while other processes read the store.

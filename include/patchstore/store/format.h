@@ -67,6 +67,8 @@ enum class SourceType : uint8_t {
   kInt64 = 10, kUInt64 = 11,
 };
 const char* SourceTypeName(SourceType t);
+// True for the integer source types (8 to 64 bits, signed or not).
+bool IsIntegerSource(SourceType t);
 // The largest value of an integer source type that normalisations scale by
 // (the `maxval` below): 255 for uint8, 65535 for uint16; 0 for every other
 // type (no "symmetric"/"unit" for them, and values written back as floats).
@@ -357,5 +359,27 @@ Result<std::vector<uint64_t>> DecodeInputOrder(const void* data, size_t size);
 // or "range:LO,HI" (LO < HI; [LO, HI] onto [-1, 1], clamped; no +clamp).
 // `maxval` fills scale for symmetric/unit.
 Result<Normalization> ParseNormalization(std::string_view spec, double maxval);
+
+// Refuses (InvalidArgument: "normalisation 'SPEC' maps ...", naming the
+// values and what they become) a normalisation that, applied in float32 as
+// Normalization::Apply does, gives a value that is not finite or maps
+// distinct source values to one float32 value the clamp does not ask for:
+//   * integer sources of at most 16 bits: every value of the type is checked
+//     (each result finite, neighbours kept apart);
+//   * 32/64-bit integer and float16 sources: the type's extremes (results
+//     finite, not one value for the whole type: float32 already rounds
+//     32-bit integers above 2^24, so neighbours are not compared);
+//   * float32/float64 sources: a transform that maps every value to one
+//     (CheckNormalizationOn checks each image's own range at ingest).
+// `spec` is the user's text, shown in the message. kNone without a clamp
+// and kBinary always pass.
+Status CheckNormalizationFor(const Normalization& n, SourceType source, std::string_view spec);
+
+// The same checks for source values in [lo, hi] (every integer between them
+// when `every_step`; the results at lo and hi finite when `check_finite`);
+// `values` names one of them in the message ("uint8 value", "float32 value
+// of this file").
+Status CheckNormalizationOn(const Normalization& n, double lo, double hi, bool every_step, std::string_view spec,
+                            const std::string& values, bool check_finite = true);
 
 }  // namespace patchstore
