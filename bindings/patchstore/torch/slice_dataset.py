@@ -15,7 +15,7 @@ from .. import _patchstore as _C
 from .._resume import ResumableDataset
 from .._store import Store, reader_of
 from .._volumes import SliceRef, SliceTransform, draw_transforms
-from ._common import _SharedEpoch, _batch_tensor, _empty, _clamps
+from ._common import _batch_tensor, _clamps, _empty, _SharedEpoch
 
 
 def _flip_mode(flip: Union[bool, str]) -> str:
