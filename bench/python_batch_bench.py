@@ -138,7 +138,8 @@ def main() -> None:
         lines = [
             "### Python: batch size and glibc's mmap threshold (in-process batches)",
             "",
-            f"`bench/python_batch_bench.py --seconds {a.seconds:g} --rounds {a.rounds}`: {unit}, median of the rounds; `__getitems__` + collate in the "
+            f"`bench/python_batch_bench.py --seconds {a.seconds:g} --rounds {a.rounds}`: {unit}, median of the "
+            "rounds; `__getitems__` + collate in the "
             f"training process, torch 1 thread, {os.cpu_count()} cores ({platform.machine()}). \"before\": a new "
             "tensor per batch and field (`_POOL_BATCH_BUFFERS = False`); \"after\": pooled buffers. \"tuned\": "
             "`MALLOC_MMAP_THRESHOLD_=268435456` in the environment.",

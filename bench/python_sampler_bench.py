@@ -195,7 +195,7 @@ def main() -> None:
         src = np.ones(batch_bytes // 4, dtype=np.float32)
         dst = np.zeros_like(src)  # zeros_like writes: pre-faulted
         row("memcpy reference (np.copyto, 1 thread, same bytes)",
-            timed(lambda: (np.copyto(dst, src), BATCH)[1], args.seconds / 2))
+            timed(lambda dst=dst, src=src: (np.copyto(dst, src), BATCH)[1], args.seconds / 2))
         del src, dst
 
         # -- PatchSampler.batch ------------------------------------------------------------------
@@ -206,14 +206,14 @@ def main() -> None:
             for _ in range(max(2, per_epoch // BATCH + 1)):  # untimed: every sample's windows found once
                 sampler.batch(BATCH, out=out)
             row(f"PatchSampler.batch(64, out=preallocated), num_threads={threads}",
-                timed(lambda: sampler.batch(BATCH, out=out)["rgb"].shape[0], args.seconds))
+                timed(lambda s=sampler, o=out: s.batch(BATCH, out=o)["rgb"].shape[0], args.seconds))
             if threads == 1:
                 row("PatchSampler.batch(64) (its recycled buffers), num_threads=1",
-                    timed(lambda: sampler.batch(BATCH)["rgb"].shape[0], args.seconds / 2))
+                    timed(lambda s=sampler: s.batch(BATCH)["rgb"].shape[0], args.seconds / 2))
 
-                def fresh():
-                    o = {f: np.empty(shape, np.float32) for f, shape in sampler.shapes(BATCH).items()}
-                    return sampler.batch(BATCH, out=o)["rgb"].shape[0]
+                def fresh(s=sampler):
+                    o = {f: np.empty(shape, np.float32) for f, shape in s.shapes(BATCH).items()}
+                    return s.batch(BATCH, out=o)["rgb"].shape[0]
 
                 row("PatchSampler.batch(64, out=new np.empty per batch), 1 thread", timed(fresh, args.seconds / 2),
                     "(first touch of fresh pages)")
@@ -223,10 +223,10 @@ def main() -> None:
         for threads in (1, 2):
             ld = BatchLoader(opened, FIELDS, P, BATCH, patches_per_sample=K, require="mask", num_threads=threads)
             row(f"BatchLoader in the training process, num_threads={threads}",
-                loader_epochs(lambda: ld, args.seconds))
+                loader_epochs(lambda ld=ld: ld, args.seconds))
         ld = BatchLoader(store, FIELDS, P, BATCH, patches_per_sample=K, require="mask")
         dl = DataLoader(ld, batch_size=None, num_workers=2, persistent_workers=True)
-        result = loader_epochs(lambda: dl, args.seconds)
+        result = loader_epochs(lambda dl=dl: dl, args.seconds)
         bl_memory = memory_of([w.pid for w in dl._iterator._workers])
         row("BatchLoader in DataLoader(num_workers=2, batch_size=None)", result)
         del dl
@@ -237,7 +237,7 @@ def main() -> None:
             ds = PatchDataset(store, FIELDS, P, patches_per_sample=K, require="mask")
             dl = DataLoader(ds, batch_size=BATCH // K, shuffle=True, num_workers=workers, collate_fn=collate,
                             persistent_workers=workers > 0)
-            result = loader_epochs(lambda: dl, args.seconds, ds.set_epoch)
+            result = loader_epochs(lambda dl=dl: dl, args.seconds, ds.set_epoch)
             if workers:
                 pd_memory = memory_of([w.pid for w in dl._iterator._workers])
             row(f"PatchDataset, DataLoader(batch_size=16 items, num_workers={workers})", result)
@@ -247,7 +247,7 @@ def main() -> None:
         null = NullDataset(16 * 32)
         dl = DataLoader(null, batch_size=16, num_workers=2, persistent_workers=True)
 
-        def null_epoch():
+        def null_epoch(dl=dl):
             return sum(b.shape[0] for b in dl)
 
         null_epoch()

@@ -52,7 +52,8 @@ def main():
         if not os.path.exists(exe):
             lines.append(f"| {prog} | not built | | |")
             continue
-        out = subprocess.run([exe, f"--benchmark_min_time={args.min_time}", f"--benchmark_repetitions={args.repetitions}",
+        out = subprocess.run([exe, f"--benchmark_min_time={args.min_time}",
+                              f"--benchmark_repetitions={args.repetitions}",
                               "--benchmark_report_aggregates_only=true", "--benchmark_format=json"],
                              capture_output=True, text=True, check=True).stdout
         rows = [b for b in json.loads(out)["benchmarks"] if b.get("aggregate_name") == "median"]

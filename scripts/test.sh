@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, and runs every test: GoogleTest, pytest,
+# Installs what is missing, builds, checks the style (scripts/check_style.sh:
+# clang-format, ruff, mypy --strict) and runs every test: GoogleTest, pytest,
 # the installed-package consumer and a short libFuzzer session (all through
 # CTest), builds the manual (mkdocs build --strict), then the GoogleTest
 # suites again in a build with AddressSanitizer and UndefinedBehaviorSanitizer,
@@ -13,6 +14,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 ROOT=$PWD
+
+# The style gate first (a minute or two), so a formatting or typing finding
+# shows before the long test run: clang-format, ruff, mypy --strict.
+bash scripts/check_style.sh
 (cd "${PATCHSTORE_BUILD_DIR:-build}" && ctest --output-on-failure -j2 "$@")
 
 # The manual: --strict turns a broken link, a missing include or a docstring

@@ -28,7 +28,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
@@ -319,7 +319,9 @@ class SeqSampler:
 
 
 def flatten_collate(batch: List[Dict[str, Any]]) -> Dict[str, Any]:
-    """default_collate (shared memory in workers), then (B, k, C, P, P) -> (B*k, C, P, P): the seed's torch.cat collate."""
+    """default_collate (shared memory in workers), then (B, k, C, P, P) -> (B*k, C, P, P).
+
+    The collate of the seed (torch.cat)."""
     from torch.utils.data import default_collate
 
     out = default_collate(batch)

@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
-from common import ROOT, Config, SeqSampler, du, flatten_collate, forever, log, shutdown_loader
+from common import ROOT, Config, SeqSampler, du, flatten_collate, forever, shutdown_loader
 
 FIELDS = ("rgb", "mask", "depth")
 CH = {"rgb": 3, "mask": 1, "depth": 1}
@@ -246,7 +246,8 @@ class Method:
     def warmup(self, ctx: Ctx, mode: str, variant: str) -> int:
         return ctx.cfg.warmup_batches if mode == "inproc" else max(ctx.cfg.warmup_batches, 2 * ctx.cfg.workers + 1)
 
-    def stream(self, ctx: Ctx, mode: str, variant: str) -> Tuple[Iterator[Any], Callable[[Any], int], Callable[[], None]]:
+    def stream(self, ctx: Ctx, mode: str,
+               variant: str) -> Tuple[Iterator[Any], Callable[[Any], int], Callable[[], None]]:
         from torch.utils.data import DataLoader
 
         ds = self.dataset(ctx)
@@ -278,7 +279,9 @@ def compare_items(ctx: Ctx, items: List[Dict[str, Any]], ds: Any) -> str:
             for i, (y, x) in enumerate(yx):
                 d = float(np.abs(got[i] - ref[name][:, y:y + P, x:x + P]).max())
                 worst = max(worst, d)
-    return "identical to the reference decode" if worst == 0 else f"max |difference| to the reference decode: {worst:.3g}"
+    if worst == 0:
+        return "identical to the reference decode"
+    return f"max |difference| to the reference decode: {worst:.3g}"
 
 
 class _Where:

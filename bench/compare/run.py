@@ -25,7 +25,7 @@ import shutil
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -205,7 +205,7 @@ def main() -> int:
     deadline = time.time() + cfg.retry_budget_s
     retried = []
     for wl in ("frames", "volumes"):
-        for i, m in enumerate(results.get(wl, {}).get("methods", [])):
+        for m in results.get(wl, {}).get("methods", []):
             worst = max([r.get("foreign_cores", 0) for r in m.get("runs", {}).values()] or [0])
             if worst <= cfg.retry_above_cores or time.time() + m.get("child_wall_s", 0) > deadline:
                 continue

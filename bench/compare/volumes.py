@@ -23,11 +23,11 @@ import os
 import shutil
 import subprocess
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from common import ROOT, Config, SeqSampler, du, fmt_error, forever, log, shutdown_loader
+from common import ROOT, Config, SeqSampler, du, fmt_error, forever, shutdown_loader
 
 GROUPS = ("MR", "CT", "MASK")
 

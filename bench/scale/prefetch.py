@@ -6,8 +6,9 @@
 
 Builds a store of --frames 1920x1080 rgb+mask+depth frames (4 generated frames listed under distinct
 ids; 41.5 MB of float32 each, 44 frames = 1.8 GB), then for each round and mode (prefetch off / on,
-alternating, a new seed per round) evicts data.mdb (posix_fadvise DONTNEED, as vmtouch -e) and reads one epoch of random 256x256
-windows (--k per visit) with require="mask" in batches of --batch, sleeping --step-ms after each batch (a training
+alternating, a new seed per round) evicts data.mdb (posix_fadvise DONTNEED, as vmtouch -e) and reads one
+epoch of random 256x256 windows (--k per visit) with require="mask" in batches of --batch, sleeping --step-ms
+after each batch (a training
 step: the time prefetch can overlap). Prints windows/s, the time spent waiting in batch() per batch,
 and the bytes the disk read (/proc/diskstats) per window byte. Deletes the store unless --keep.
 """
@@ -69,7 +70,8 @@ def main():
             subprocess.run([os.path.join(a.build, "patchstore"), "--quiet", "ingest", "images", store, "--manifest",
                             manifest, "--no-sync"], check=True, stdout=subprocess.DEVNULL)
             os.sync()
-        print(f"{a.frames} frames of 1920x1080 rgb+mask+depth, k={a.k}, {a.batch}-window batches of 256x256 rgb+mask+depth "
+        print(f"{a.frames} frames of 1920x1080 rgb+mask+depth, k={a.k}, {a.batch}-window batches of 256x256 "
+              "rgb+mask+depth "
               f"(require='mask', num_threads=2), {a.step_ms:g} ms step after each batch, one epoch per run from "
               f"an evicted store")
         print("| prefetch | round | windows/s | wait in batch() per batch | disk bytes / window bytes |")

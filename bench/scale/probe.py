@@ -24,11 +24,11 @@ def main():
     ap.add_argument("--patch", type=int, default=256)
     a = ap.parse_args()
     fields = a.fields.split(",")
-    import numpy as np
     import patchstore
     if a.op == "dataloader":
         import torch  # noqa: F401  (import cost outside the timed part)
         from torch.utils.data import DataLoader
+
         from patchstore.torch import PatchDataset, collate
     t0 = time.perf_counter()
     if a.op == "open":

@@ -114,7 +114,7 @@ class Measured:
             th.join()
         ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         d1 = disk_sectors_read()
-        for p, (o, e) in zip(procs, outs):
+        for p, (_, e) in zip(procs, outs):
             if p.returncode != 0:
                 raise RuntimeError(f"{' '.join(cmds[0])} failed ({p.returncode}): {e.strip()[-2000:]}")
         secs = [json.loads(o.strip().splitlines()[-1])["seconds"] for o, _ in outs] if parse_seconds else [wall]
@@ -248,8 +248,8 @@ def main():
         ra = open("/sys/block/vda/queue/read_ahead_kb").read().strip()
     except OSError:
         ra = "?"
-    results = {"machine": f"{os.cpu_count()} cores, {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB, "
-                          f"{platform.platform()}",
+    ram_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    results = {"machine": f"{os.cpu_count()} cores, {ram_gib:.0f} GiB, {platform.platform()}",
                "date": datetime.date.today().isoformat(), "read_ahead_kb": ra, "stores": [], "rows": []}
     plans = []
     if args.big_frames > 0:

@@ -110,7 +110,7 @@ def disk_probe(path, seconds=6.0):
                 total = [0] * qd
                 stop = time.perf_counter() + seconds / 2
 
-                def worker(k):
+                def worker(k, block=block, qd=qd, stop=stop, total=total):
                     rng = random.Random(k * 7919 + block + qd)
                     while time.perf_counter() < stop:
                         off = rng.randrange(0, size - block) // 4096 * 4096
@@ -136,7 +136,8 @@ READER = r"""
 import json, sys, time
 import numpy as np
 import patchstore
-store, seconds, batch, threads, interval = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+store, seconds, batch, threads = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+interval = float(sys.argv[5])
 kw = {} if sys.argv[6] == '-' else {'prefetch': int(sys.argv[6])}
 def io_read():
     with open('/proc/self/io') as f:
@@ -188,14 +189,16 @@ def run_reader(store, seconds, batch, threads, interval, env, stored_window_byte
         dw = ev["windows"] - last["windows"]
         dd = disk - last["disk"]
         nreads = stats["reads"] - last["stats"]["reads"]
-        tick = {"t": ev["t"], "windows_per_s": dw / dt if dt > 0 else 0.0, "disk_MBps": dd / dt / 1e6 if dt > 0 else 0.0,
+        tick = {"t": ev["t"], "windows_per_s": dw / dt if dt > 0 else 0.0,
+                "disk_MBps": dd / dt / 1e6 if dt > 0 else 0.0,
                 "amplification": dd / (dw * stored_window_bytes) if dw else None,
                 # the disk's view: mean request size and mean reads in flight
                 "request_KiB": (stats["bytes"] - last["stats"]["bytes"]) / nreads / 1024 if nreads else None,
                 "reads_in_flight": (stats["read_ms"] - last["stats"]["read_ms"]) / (dt * 1000) if dt > 0 else None}
         ticks.append(tick)
+        amp = tick["amplification"]
         print(f"    t={ev['t']:6.1f} s  {tick['windows_per_s']:8.1f} windows/s  disk {tick['disk_MBps']:7.1f} MB/s  "
-              f"amplification {tick['amplification'] if tick['amplification'] is None else round(tick['amplification'], 2)}  "
+              f"amplification {amp if amp is None else round(amp, 2)}  "
               f"requests {tick['request_KiB'] or 0:.0f} KiB, {tick['reads_in_flight'] or 0:.1f} in flight",
               flush=True)
         last = {"t": ev["t"], "windows": ev["windows"], "disk": disk, "stats": stats}
@@ -228,7 +231,8 @@ def report(res, args, path):
     lines = [
         "### Scale: random windows from a store larger than RAM, per layout and encoding",
         "",
-        f"`python bench/scale/windows.py`. Machine: {res['machine']}; {res['date']}; `read_ahead_kb` {res['read_ahead_kb']}; "
+        f"`python bench/scale/windows.py`. Machine: {res['machine']}; {res['date']}; "
+        f"`read_ahead_kb` {res['read_ahead_kb']}; "
         f"command: `{res['command']}`. Each store is about {args.ram_factor}x RAM, built, evicted from the page "
         "cache (`posix_fadvise(POSIX_FADV_DONTNEED)`, as `vmtouch -e`), read by one process, then deleted.",
         "",
@@ -250,7 +254,8 @@ def report(res, args, path):
         m = r["read"]
         per = [t["windows_per_s"] for t in m["ticks"][:-1]] or [m["windows_per_s"]]
         lines.append(
-            f"| {r['layout']} | {r['encoding']} | {r.get('prefetch', '-')} | {r['store_bytes'] / 1e9:.1f} | {r['frames']} | "
+            f"| {r['layout']} | {r['encoding']} | {r.get('prefetch', '-')} | {r['store_bytes'] / 1e9:.1f} | "
+            f"{r['frames']} | "
             f"{r['store_bytes'] / r['frames'] / 1e6:.1f} | {r['ingest_s']:.0f} | **{m['windows_per_s']:.0f}** | "
             f"{min(per):.0f}-{max(per):.0f} | {m['disk_bytes'] / m['seconds'] / 1e6:.0f} | "
             f"**{m['amplification']:.2f}x** | {m['float32_MBps_delivered']:.0f} |")
@@ -258,7 +263,15 @@ def report(res, args, path):
     lines.append("Read amplification: bytes read from the disk (/proc/diskstats) / stored bytes of the windows "
                  "delivered (float32: 1.31 MB per window; compact: 0.52 MB).")
     lines.append("")
-    lines.append("Drawing a window (`reader/sampler.h`): uniform candidate windows, the first that qualifies. Out of memory a candidate is decided by the mask's block counts (FORMAT.md \"Mask block counts\": 32x32-block counts, 12 KiB per frame on disk) where their bounds tell, else by counting its own mask pixels (a few tile rows of a tiled mask; a page per row of a row-major one), so no whole mask is read. Stores without block counts (written before them) read a row-major frame's whole mask once on its first visit instead. Later, windows increasingly come from the page cache (the store is 1.5x RAM), which is why amplification falls below 1 and the rate climbs (the high end). Read-ahead requests every run of a window with a page out of memory, and the batch after next is drawn while the next one is read.")
+    lines.append("Drawing a window (`reader/sampler.h`): uniform candidate windows, the first that qualifies. "
+                 "Out of memory a candidate is decided by the mask's block counts (FORMAT.md \"Mask block counts\": "
+                 "32x32-block counts, 12 KiB per frame on disk) where their bounds tell, else by counting its own "
+                 "mask pixels (a few tile rows of a tiled mask; a page per row of a row-major one), so no whole mask "
+                 "is read. Stores without block counts (written before them) read a row-major frame's whole mask "
+                 "once on its first visit instead. Later, windows increasingly come from the page cache (the store "
+                 "is 1.5x RAM), which is why amplification falls below 1 and the rate climbs (the high end). "
+                 "Read-ahead requests every run of a window with a page out of memory, and the batch after next is "
+                 "drawn while the next one is read.")
     stats = [(r["layout"], r["encoding"] + ("" if r.get("prefetch", "-") == "-" else f" prefetch {r['prefetch']}"),
               r["read"].get("candidates")) for r in res["runs"]]
     if any(c for _, _, c in stats):

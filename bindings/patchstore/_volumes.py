@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import operator
 import os
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, List, NamedTuple, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union, overload
 
 import numpy as np
 
@@ -116,7 +115,7 @@ def draw_transforms(seed: int, epoch: int, indices: np.ndarray, heights: np.ndar
 # -- the index ----------------------------------------------------------------------------
 
 
-class SliceIndex(Sequence):
+class SliceIndex(Sequence[SliceRef]):
     """Every (volume, slice) pair of a volume store as one flat sequence (patchstore::SliceIndex).
 
     ``len(index)``: the number of slices over all indexed volumes (a Dataset's
@@ -165,7 +164,7 @@ class SliceIndex(Sequence):
         self._native, self._pid, self._hw = ix, os.getpid(), hw
         return ix
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Any, Tuple[Any, ...]]:
         ids = None if self._samples is None else [int(s) for s in self._samples]
         return (_unpickle_slice_index, (self._store, ids))
 
@@ -215,14 +214,20 @@ class SliceIndex(Sequence):
 
     def _flat(self, i: Any) -> int:
         n = len(self)
-        i = operator.index(i)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError(f"slice index {i} out of range [0, {n}) in '{self._store.path}'")
-        return i
+        j = operator.index(i)
+        if j < 0:
+            j += n
+        if not 0 <= j < n:
+            raise IndexError(f"slice index {j} out of range [0, {n}) in '{self._store.path}'")
+        return j
 
-    def __getitem__(self, i):  # type: ignore[override]
+    @overload
+    def __getitem__(self, i: int) -> SliceRef: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> List[SliceRef]: ...
+
+    def __getitem__(self, i: Union[int, slice]) -> Union[SliceRef, List[SliceRef]]:
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         sample, k, _ = self._n().at(self._flat(i))
@@ -249,6 +254,7 @@ class SliceIndex(Sequence):
         idx[idx < 0] += n
         out = np.empty((idx.shape[0], 3), dtype=np.int64)
         ix.lookup(idx, out)
+        assert self._hw is not None  # set by self._n()
         hw = self._hw[out[:, 0]]
         return np.concatenate([out, hw], axis=1)
 

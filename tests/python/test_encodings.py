@@ -44,7 +44,8 @@ def test_items_and_patches_equal_the_float32_row_store(stores, name, ref):
                 pa, pb = a.patch(i, "rgb", y, x, h, w), b.patch(i, "rgb", y, x, h, w)
                 assert pb.dtype == np.float32 and pb.shape == (3, h, w)
                 assert np.ascontiguousarray(pb).tobytes() == np.ascontiguousarray(pa).tobytes()
-        assert b.fields["rgb"].dtype == ("float32" if name.startswith("f32") else name[:name.index("_")].replace("u", "uint"))
+        want = "float32" if name.startswith("f32") else name[:name.index("_")].replace("u", "uint")
+        assert b.fields["rgb"].dtype == want
 
 
 def test_float32_row_records_stay_zero_copy(stores):

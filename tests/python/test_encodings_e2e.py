@@ -10,7 +10,6 @@ import subprocess
 
 import h5py
 import numpy as np
-import OpenEXR
 import pytest
 from PIL import Image
 

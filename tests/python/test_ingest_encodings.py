@@ -55,7 +55,8 @@ def test_bad_options_are_errors_naming_them(tmp_path, frames_root):
         ingest(tmp_path / "a.ps", frames_root, encoding="int4")
     with pytest.raises(ValueError, match="float16 loses precision, so it is given per field"):
         ingest(tmp_path / "a.ps", frames_root, encoding="float16")
-    with pytest.raises(ValueError, match=r"tile_size must be a multiple of 8 in 8..4096 \(or None: the default\), got 12"):
+    with pytest.raises(ValueError,
+                       match=r"tile_size must be a multiple of 8 in 8..4096 \(or None: the default\), got 12"):
         ingest(tmp_path / "a.ps", frames_root, layout="tiles", tile_size=12)
     with pytest.raises(ValueError, match="layout must be 'rows' or 'tiles'"):
         ingest(tmp_path / "a.ps", frames_root, layout="columns")

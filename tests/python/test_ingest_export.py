@@ -15,7 +15,7 @@ from PIL import Image
 import patchstore
 from patchstore import _ingest
 
-from conftest import H, TEMPLATES, make_frames, read_exr, write_png
+from conftest import TEMPLATES, H, make_frames, read_exr, write_png
 
 
 def store_bytes(path):

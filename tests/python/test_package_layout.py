@@ -128,7 +128,7 @@ def test_module_is_at_most_600_lines(name):
 
 def test_private_reader_handle_is_not_called_across_modules():
     # One documented handle (patchstore._store.reader_of), no `._r()` helper.
-    for name, path in _modules().items():
+    for path in _modules().values():
         assert "._r()" not in path.read_text(), f"{path} calls ._r(); use _store.reader_of(store)"
 
 

@@ -7,8 +7,6 @@ deterministic in (seed, epoch, rank, world_size), recorded in resume states.
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import pytest
 import torch
@@ -16,8 +14,6 @@ import torch
 import patchstore
 from patchstore import _patchstore as _C
 from patchstore.torch import BatchLoader, PatchDataset, SliceDataset
-
-from conftest import EMPTY_MASK_ID
 
 FIELDS = ["rgb", "mask", "depth"]
 pytestmark = pytest.mark.filterwarnings("ignore:patchstore.*skipping:RuntimeWarning")

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import patchstore
+
 from conftest import TEMPLATES, make_frames
 
 N = 4

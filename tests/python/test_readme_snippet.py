@@ -1,4 +1,5 @@
-"""Runs the README's Python examples (readme_snippet_*.py) as written, on generated data in the quick starts' layouts."""
+"""Runs the README's Python examples (readme_snippet_*.py) as written, on generated data in the quick starts'
+layouts."""
 
 from __future__ import annotations
 

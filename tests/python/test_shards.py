@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import patchstore
+
 from conftest import TEMPLATES, make_frames
 
 FIELDS = ["rgb", "mask", "depth"]
@@ -202,7 +203,7 @@ def test_python_shard_argument(sharded, tmp_path):
 
 def test_hdf5_shards_from_two_files_equal_a_single_ingest(tmp_path, cli):
     """ingest_hdf5(shard=...) and `ingest hdf5 --shard`: ids assigned over all files ("a/p1"), then split."""
-    h5py = pytest.importorskip("h5py")
+    pytest.importorskip("h5py")
     from test_volumes import make_volumes, write_h5
 
     rng = np.random.default_rng(4)

@@ -6,13 +6,13 @@ import gc
 import os
 import shutil
 import subprocess
-import uuid
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import patchstore
+
 from conftest import TEMPLATES
 
 

@@ -7,7 +7,6 @@ import gc
 import os
 import pickle
 import shutil
-import sys
 
 import numpy as np
 import pytest

@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader
 import patchstore
 from patchstore.torch import PatchDataset, collate
 
-from conftest import EMPTY_MASK_ID, H, W, make_frames, read_exr, write_png
+from conftest import EMPTY_MASK_ID, H, W, read_exr, write_png
 
 FIELDS = ["rgb", "mask", "depth"]
 P = 16
@@ -353,8 +353,8 @@ def test_info_reports_samples_with_an_empty_mask(frameset):
     cli = os.environ.get("PATCHSTORE_CLI") or patchstore.cli_path()
     text = subprocess.run([cli, "info", frameset.store], capture_output=True, text=True, check=True).stdout
     assert f"1 sample(s) with no valid pixel (first: '{EMPTY_MASK_ID}')" in text
-    fields = {f["name"]: f for f in json.loads(subprocess.run([cli, "info", "--json", frameset.store],
-                                                              capture_output=True, text=True, check=True).stdout)["fields"]}
+    info = subprocess.run([cli, "info", "--json", frameset.store], capture_output=True, text=True, check=True)
+    fields = {f["name"]: f for f in json.loads(info.stdout)["fields"]}
     assert fields["mask"]["empty_masks"] == 1 and "empty_masks" not in fields["rgb"]
     # Ingest gives the mask block counts (FORMAT.md "Mask block counts"), and info says so.
     assert fields["mask"]["mask_blocks"] == 32 and "mask_blocks" not in fields["rgb"]

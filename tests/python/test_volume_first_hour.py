@@ -112,7 +112,8 @@ def test_montage_auto_window_overlay_ids_and_labels(volstore, cli, tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 0 and "(auto: 1st..99th percentile)" in r.stdout, r.stdout + r.stderr
     r = subprocess.run([cli, "montage", store, str(tmp_path / "a.png"), "--crop", "64"], capture_output=True, text=True)
-    assert r.returncode == 1 and "crop 64x64 is larger than the slices of every volume ('p1' (40x40 slices)" in r.stderr, r.stderr
+    assert r.returncode == 1, r.stderr
+    assert "crop 64x64 is larger than the slices of every volume ('p1' (40x40 slices)" in r.stderr, r.stderr
     r = subprocess.run([cli, "montage", store, str(tmp_path / "a.png"), "--window", "1,0"], capture_output=True,
                        text=True)
     assert r.returncode == 2 and "--window: must be a finite number pair LO,HI" in r.stderr

@@ -163,7 +163,7 @@ class _Ring:
             # handed out (x.cuda(non_blocking=True)) must finish before its
             # buffer is refilled.
             try:
-                self.last.event = torch.cuda.Event()
+                self.last.event = torch.cuda.Event()  # type: ignore[no-untyped-call]
                 self.last.event.record(torch.cuda.current_stream())
             except RuntimeError:
                 self.last.event = None
@@ -240,14 +240,14 @@ class _BufferPool:
         if best >= 0:
             return self.bufs[best][0][:n].view(shape)
         flat = torch.empty(max(n, 1), dtype=torch.float32)
-        idle = self._uses(flat)
-        if idle is not None:
+        flat_idle = self._uses(flat)
+        if flat_idle is not None:
             if len(self.bufs) < self.keep:
-                self.bufs.append((flat, idle))
+                self.bufs.append((flat, flat_idle))
             else:  # replace the smallest free buffer, if any (keeps the pool at `keep`)
                 free = [j for j, (b, i) in enumerate(self.bufs) if self._uses(b) == i]
                 if free:
-                    self.bufs[min(free, key=lambda j: self.bufs[j][0].numel())] = (flat, idle)
+                    self.bufs[min(free, key=lambda j: self.bufs[j][0].numel())] = (flat, flat_idle)
         return flat[:n].view(shape)
 
 
@@ -255,7 +255,7 @@ def _pool_of(owner: Any, fields: int) -> Optional[_BufferPool]:
     """The owner's buffer pool (created on first use, never pickled); None when pooling is off."""
     if not _POOL_BATCH_BUFFERS:
         return None
-    pool = owner.__dict__.get("_pool")
+    pool: Optional[_BufferPool] = owner.__dict__.get("_pool")
     if pool is None:
         pool = owner.__dict__["_pool"] = _BufferPool(3 * max(1, fields))
     return pool
@@ -283,7 +283,8 @@ def _empty(shape: Tuple[int, ...], shared: bool) -> torch.Tensor:
     if shared:
         try:
             proto = torch.empty(0, dtype=torch.float32)
-            storage = proto._typed_storage()._new_shared(int(np.prod(shape)), device=proto.device)
+            storage = proto._typed_storage()._new_shared(  # type: ignore[no-untyped-call]
+                int(np.prod(shape)), device=proto.device)
             return proto.new(storage).resize_(*shape)
         except (AttributeError, RuntimeError, TypeError):  # private API moved: plain memory
             pass

@@ -21,7 +21,11 @@ def _consecutive(ts: List[Any]) -> Optional[torch.Tensor]:
                 or t.untyped_storage().data_ptr() != storage.data_ptr()
                 or t.data_ptr() != t0.data_ptr() + b * step):
             return None
-    return t0.new_empty(0).set_(storage, t0.storage_offset(), (len(ts),) + tuple(t0.shape))
+    size = (len(ts),) + tuple(t0.shape)
+    stride = [1] * len(size)  # contiguous, as set_ without strides computes them
+    for d in range(len(size) - 2, -1, -1):
+        stride[d] = stride[d + 1] * max(size[d + 1], 1)
+    return t0.new_empty(0).set_(storage, t0.storage_offset(), size, stride)
 
 
 def collate(batch: List[Any]) -> Any:

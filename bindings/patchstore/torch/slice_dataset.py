@@ -14,8 +14,8 @@ from torch.utils.data import Dataset
 from .. import _patchstore as _C
 from .._resume import ResumableDataset
 from .._store import Store, reader_of
-from .._volumes import SliceRef, SliceTransform, draw_transforms
-from ._common import _SharedEpoch, _batch_tensor, _empty, _clamps
+from .._volumes import SliceIndex, SliceRef, SliceTransform, draw_transforms
+from ._common import _batch_tensor, _clamps, _empty, _SharedEpoch
 
 
 def _flip_mode(flip: Union[bool, str]) -> str:
@@ -33,7 +33,7 @@ def _slice_transform_row(seed: int, epoch: int, i: int, H: int, W: int, crop: Op
     return list(_C.draw_slice_transform(seed, epoch, i, H, W, ch, cw, _flip_mode(flip), bool(rot90)))
 
 
-class SliceDataset(ResumableDataset, Dataset):
+class SliceDataset(ResumableDataset, Dataset[Tuple[torch.Tensor, ...]]):
     """2D slices (or 2.5D stacks) of the volumes of a volume store, as a map-style Dataset.
 
     The replacement of a Dataset that reads ``h5["MR"][patient][..., k]``
@@ -192,7 +192,7 @@ class SliceDataset(ResumableDataset, Dataset):
         self.num_threads = (os.cpu_count() or 1) if t == 0 else t
         if self.num_threads < 1:
             raise ValueError(f"SliceDataset: num_threads must be >= 1 (or 0 for all cores), got {num_threads!r}")
-        self.index = self.store.slice_index(ids)  # ValueError here for bad volumes
+        self.index: SliceIndex = self.store.slice_index(ids)  # ValueError here for bad volumes
         self.skipped_ids: List[str] = []
         self._skip_unusable()
         self._check_shapes()
