@@ -188,9 +188,9 @@ class EpochBatchSampler:
     def __init__(self, dataset: ResumableDataset, batch_size: int, shuffle: bool = True, drop_last: bool = False,
                  rank: Optional[int] = None, world_size: Optional[int] = None, *, order: str = "random",
                  cache_budget: Any = None) -> None:
-        from ._sampler_options import _order_options
+        from ._sampler_options import order_options
 
-        self.order_name, self.cache_budget = _order_options(order, cache_budget, "batch_sampler")
+        self.order_name, self.cache_budget = order_options(order, cache_budget, "batch_sampler")
         if self.order_name == "locality" and not shuffle:
             raise ValueError("batch_sampler: order='locality' shuffles; it needs shuffle=True")
         dataset._batch_order = (self.order_name, self.cache_budget)

@@ -185,6 +185,19 @@ def from_native(o: "_C.SamplerOptions") -> Dict[str, Any]:
     return d
 
 
+def order_options(order: Any, cache_budget: Any, what: str) -> Tuple[str, int]:
+    """(order, budget bytes) of order= / cache_budget= of an item-order batch sampler, converted and checked
+    as the loaders' (SamplerOptions::Validate)."""
+    o = _C.SamplerOptions(fields=["-"])
+    try:
+        o.order = order
+        _cache_budget(o, cache_budget)
+        o.validate()
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"{what}: {e}") from None
+    return o.order, int(o.cache_budget)
+
+
 def public_options(o: "_C.SamplerOptions") -> Dict[str, Any]:
     """A loader's ``options``: {"fields": (...), and every option in the Python spelling}."""
     return {"fields": tuple(o.fields), **from_native(o)}

@@ -117,12 +117,13 @@ class PatchDataset(ResumableDataset, Dataset):
 
     def __getstate__(self) -> Dict[str, Any]:
         state = self.__dict__.copy()
-        for k in ("_sampler", "_pid", "_eligible", "_pool"):
+        for k in ("_sampler", "_pid", "_eligible", "_pool", "_opts"):
             state.pop(k, None)
         return state
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self._opts = to_native(self.fields, self.config, "PatchDataset")
         self._init_process()
 
     def _native(self) -> "_C.Sampler":
