@@ -180,7 +180,11 @@ class PatchSampler:
     GIL released; batches continue into the next epoch when one ends.
 
     store: a store path or a :class:`patchstore.Store`. fields: the fields to
-    gather, e.g. ``["rgb", "mask", "depth"]``.
+    gather, e.g. ``["rgb", "mask", "depth"]``. Options: ``config=``
+    :class:`patchstore.SamplerConfig` and/or its fields as keywords (the
+    defaults are SamplerConfig's, from C++; ``patch_size`` and the older
+    positional order ``patches_per_sample, require, min_valid,
+    positive_fraction, seed, rank, world_size, num_threads`` still work).
 
     require: a 1-channel mask field (or None for uniform windows). Every
     window then holds at least ``min_valid`` valid (non-zero, non-NaN) mask
@@ -213,7 +217,7 @@ class PatchSampler:
     flip / rot90: random flips (each axis with probability 1/2) and quarter
     turns, applied inside the copy; :class:`Window` says which.
 
-    prefetch (default True, i.e. 4 batches): after each :meth:`batch`, the
+    prefetch (on by default: ``SamplerConfig().prefetch`` batches): after each :meth:`batch`, the
     byte ranges of the windows of the next ``prefetch`` batches (of the same
     n; they are known in advance) are kept requested from the disk (madvise
     WILLNEED), and the masks of the batch after, so a store that is not in

@@ -186,12 +186,16 @@ def from_native(o: "_C.SamplerOptions") -> Dict[str, Any]:
 
 
 def order_options(order: Any, cache_budget: Any, what: str) -> Tuple[str, int]:
-    """(order, budget bytes) of order= / cache_budget= of an item-order batch sampler, converted and checked
-    as the loaders' (SamplerOptions::Validate)."""
+    """(order, budget bytes) of order= / cache_budget= of an item-order batch sampler (UNSET: the loaders'
+    default), converted and checked as the loaders' (SamplerOptions::Validate)."""
+    from ._config import UNSET  # (imports this module)
+
     o = _C.SamplerOptions(fields=["-"])
     try:
-        o.order = order
-        _cache_budget(o, cache_budget)
+        if order is not UNSET:  # else the C++ default
+            o.order = order
+        if cache_budget is not UNSET:
+            _cache_budget(o, cache_budget)
         o.validate()
     except (TypeError, ValueError) as e:
         raise type(e)(f"{what}: {e}") from None

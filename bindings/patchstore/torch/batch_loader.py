@@ -37,7 +37,9 @@ class BatchLoader(IterableDataset):
 
     path: a store path or a :class:`patchstore.Store`. batch_size: windows
     per batch (B; with patches_per_sample=k, a batch covers B/k sample
-    visits). patch_size: P or (h, w); require, min_valid,
+    visits). Sampling options: ``config=`` :class:`patchstore.SamplerConfig`
+    and/or its fields as keywords, defaults from it (the older positional
+    order still works). patch_size: P or (h, w); require, min_valid,
     positive_fraction, policy, flip, rot90, ids (a subset of sample ids or
     indices): as PatchSampler and PatchDataset, with the same meaning. ``len(loader)``: batches per epoch on this rank, the last one
     smaller unless ``drop_last``.
@@ -47,8 +49,9 @@ class BatchLoader(IterableDataset):
     previous one (0, 1, 2, ...), counted per process. ``epoch``: the epoch
     the next iter() in this process yields.
 
-    rank / world_size: shard of each epoch (as DistributedSampler);
-    None takes them from torch.distributed when it is initialised, else 0 / 1.
+    rank / world_size: shard of each epoch (as DistributedSampler); not
+    given (or None) and without a config, they come from torch.distributed
+    when it is initialised, else from SamplerConfig.
 
     Buffers (in the training process): batches are written into a ring of
     ``buffers`` sets of (B, C, P, P) tensors, pinned with ``pin_memory``

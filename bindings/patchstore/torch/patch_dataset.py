@@ -32,7 +32,10 @@ class PatchDataset(ResumableDataset, Dataset):
     float data unchanged.
 
     path: a store path (or a Store). fields: the fields to return, e.g.
-    ["rgb", "mask", "depth"]. patch_size: P, or (h, w).
+    ["rgb", "mask", "depth"]. Sampling options: ``config=``
+    :class:`patchstore.SamplerConfig` and/or its fields as keywords, defaults
+    from it (``patches_per_sample, require, seed`` still work by position
+    after patch_size). patch_size: P, or (h, w).
     require: None, or the name of a 1-channel mask field (usually "mask"):
     then every patch holds at least `min_valid` valid (non-zero) pixels of
     that field (or, for 0 < min_valid < 1, that fraction of the patch).
