@@ -15,7 +15,7 @@ import dataclasses
 from typing import Any, Dict, Sequence, Tuple
 
 from . import _patchstore as _C
-from ._sampler_options import from_native
+from ._sampler_options import UNSET, from_native
 
 __all__ = ["SamplerConfig", "OPTIONS", "UNSET", "positional_options", "resolve_config"]
 
@@ -66,9 +66,6 @@ def resolve_config(config: Any, options: Dict[str, Any], what: str) -> Any:
             raise ValueError(f"{what}: {k}={v!r} contradicts config.{k}={getattr(config, k)!r} "
                              f"(give {k} in the config or as a keyword, not both)")
     return config
-
-
-UNSET: Any = object()  # an argument not given (its value comes from the config)
 
 
 def positional_options(what: str, patch_size: Any, positional: Sequence[Any], names: Sequence[str],

@@ -242,8 +242,8 @@ def volume_montage(
     return np.frombuffer(pixels, dtype=np.uint8).reshape(h, w, 3)
 
 
-def store_montage(store: Store, count: int, patch_size: Any, field: Optional[str], overlay: Optional[str], seed: Any,
-                  **options: Any) -> Any:
+def store_montage(store: Store, count: int, patch_size: Any = UNSET, field: Optional[str] = None,
+                  overlay: Optional[str] = None, seed: Any = UNSET, **options: Any) -> Any:
     """A contact sheet of the windows a PatchSampler with these options serves first: (H, W, 3) uint8.
 
     Volume stores: the slices a :class:`patchstore.torch.SliceDataset`

@@ -20,6 +20,9 @@ import numpy as np
 from . import _patchstore as _C
 
 
+UNSET: Any = object()  # an argument not given (its value comes from the config)
+
+
 def _field_list(fields: Union[str, Sequence[str]], what: str) -> Tuple[str, ...]:
     out = (fields,) if isinstance(fields, str) else tuple(fields)
     if not out:
@@ -188,8 +191,6 @@ def from_native(o: "_C.SamplerOptions") -> Dict[str, Any]:
 def order_options(order: Any, cache_budget: Any, what: str) -> Tuple[str, int]:
     """(order, budget bytes) of order= / cache_budget= of an item-order batch sampler (UNSET: the loaders'
     default), converted and checked as the loaders' (SamplerOptions::Validate)."""
-    from ._config import UNSET  # (imports this module)
-
     o = _C.SamplerOptions(fields=["-"])
     try:
         if order is not UNSET:  # else the C++ default

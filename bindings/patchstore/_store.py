@@ -17,7 +17,6 @@ from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Tu
 import numpy as np
 
 from . import _patchstore as _C
-from ._config import UNSET as _UNSET
 
 CorruptRecordError = _C.CorruptRecordError
 
@@ -492,11 +491,11 @@ class Store:
 
     # -- looking at what the sampler serves -------------------------------------
 
-    def montage(self, count: int = 64, patch_size: Any = _UNSET, field: Optional[str] = None,
-                overlay: Optional[str] = None, seed: Any = _UNSET, **options: Any) -> Any:
-        """A contact sheet of the windows a loader serves (documented by _export_api.store_montage);
-        sampling options as ``config=SamplerConfig(...)`` or keywords, with the loaders' defaults."""
-        return _LAYERS["montage"](self, count, patch_size, field, overlay, seed, **options)
+    def montage(self, count: int = 64, *args: Any, **options: Any) -> Any:
+        """A contact sheet of the windows a loader serves: montage(count, patch_size, field, overlay, seed,
+        **options) (documented by _export_api.store_montage); sampling options as
+        ``config=SamplerConfig(...)`` or keywords, with the loaders' defaults."""
+        return _LAYERS["montage"](self, count, *args, **options)
 
 
 def _common_shape(r: "_C.Reader", field: str, first: Tuple[int, ...]) -> Optional[Tuple[int, ...]]:
