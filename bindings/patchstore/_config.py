@@ -73,8 +73,8 @@ def positional_options(what: str, patch_size: Any, positional: Sequence[Any], na
     """The keyword arguments of a loader call, with patch_size and the older positional arguments
     (`names`, in the order the loader took them before SamplerConfig) added."""
     if len(positional) > len(names):
-        raise TypeError(f"{what}: takes at most {len(names) + 3} positional arguments "
-                        f"({len(positional) + 3} given)")
+        raise TypeError(f"{what}: {len(positional)} positional arguments after the required ones; at most "
+                        f"{len(names)} ({', '.join(names)}), the rest by keyword")
     given = dict(zip(names, positional))
     if patch_size is not UNSET:
         given["patch_size"] = patch_size

@@ -414,3 +414,18 @@ def test_values_are_checked_once_in_cpp_with_the_users_spelling(frameset):
         with pytest.raises(ValueError) as e:
             o.validate()
         assert str(e.value) == message
+
+
+def test_cli_reports_the_same_check(cli, frameset, tmp_path):
+    if cli is None:
+        pytest.skip("the patchstore program is not built")
+    out = subprocess.run([cli, "montage", frameset.store, str(tmp_path / "m.png"), "--field", "rgb", "--overlay",
+                          "mask", "--patch", "8", "--positive-fraction", "1.5"], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 1, out.stderr
+    assert "positive_fraction (--positive-fraction) must be in [0, 1] (None, CLI -1: off), got 1.5" in out.stderr
+    assert not (tmp_path / "m.png").exists()
+    # The picture's own limit: export --boxes draws every window of a frame.
+    out = subprocess.run([cli, "export", frameset.store, str(tmp_path / "boxes"), "--boxes", "--patch", "8",
+                          "-k", "5000"], capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and "--patches-per-sample must be 1..4096, got 5000" in out.stderr, out.stderr

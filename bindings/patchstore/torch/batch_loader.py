@@ -16,10 +16,11 @@ from .._store import Store
 from ._common import _EpochCounter, _Ring, _distributed_defaults, _empty
 
 
-# BatchLoader's arguments by position before SamplerConfig (after path, fields, patch_size), and its own.
-_POSITIONAL = ("batch_size", "patches_per_sample", "require", "min_valid", "positive_fraction", "seed", "rank",
+# BatchLoader's arguments by position before SamplerConfig (after path, fields, patch_size, batch_size), and
+# those of them that are the loader's own, not sampling options.
+_POSITIONAL = ("patches_per_sample", "require", "min_valid", "positive_fraction", "seed", "rank",
                "world_size", "num_threads", "pin_memory", "flip", "rot90", "drop_last", "buffers")
-_OWN = ("batch_size", "pin_memory", "drop_last", "buffers")
+_OWN = ("pin_memory", "drop_last", "buffers")
 
 
 def _dist_active() -> bool:
@@ -87,19 +88,23 @@ class BatchLoader(IterableDataset):
         path: Union[str, "os.PathLike[str]", Store],
         fields: Union[str, Sequence[str]],
         patch_size: Any = UNSET,
+        batch_size: Any = UNSET,
         *positional: Any,
         config: Optional[SamplerConfig] = None,
+        pin_memory: bool = False,
+        drop_last: bool = False,
+        buffers: int = 2,
         **options: Any,
     ) -> None:
         super().__init__()
         who = "patchstore.torch.BatchLoader"
         options = positional_options(who, patch_size, positional, _POSITIONAL, options)
-        own = {k: options.pop(k) for k in _OWN if k in options}
-        if "batch_size" not in own:
+        # The loader's own arguments that the older positional order put among the sampling options.
+        own = dict(pin_memory=pin_memory, drop_last=drop_last, buffers=buffers)
+        own.update({k: options.pop(k) for k in _OWN if k in options})
+        pin_memory, drop_last, buffers = own["pin_memory"], own["drop_last"], own["buffers"]
+        if batch_size is UNSET:
             raise TypeError(f"{who}: missing required argument 'batch_size'")
-        batch_size = own["batch_size"]
-        pin_memory, drop_last, buffers = (own.get(k, d) for k, d in (("pin_memory", False), ("drop_last", False),
-                                                                      ("buffers", 2)))
         # rank / world_size None or not given: torch.distributed's when it is initialised (without a config)
         dist = None if config is not None else _distributed_defaults(None, None)
         for i, k in enumerate(("rank", "world_size")):
