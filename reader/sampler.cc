@@ -86,6 +86,7 @@ Status SamplerOptions::Validate() const {
   if (prefetch_next && (prefetch_batches < 1 || prefetch_batches > 64))
     return bad("prefetch_batches", "must be a number of batches in 1..64 (False or 0: off), got " +
                                        std::to_string(prefetch_batches));
+  if (index_cache_bytes == 0) return bad("index_cache_bytes", "must be positive, got 0");
   if (order == SampleOrder::kLocality && locality_budget_bytes == 0)
     return Status::InvalidArgument(SamplerOptionSpelling("order") + " 'locality' needs " +
                                    SamplerOptionSpelling("locality_budget_bytes") +

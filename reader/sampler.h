@@ -182,7 +182,9 @@ constexpr int kDefaultPrefetchBatches = 4;
     "batches whose windows are read ahead after each batch, 1..64 (Python False or 0: off)")                       \
   X(order, "order", "", "visit order: random, or locality (needs cache_budget)")                                   \
   X(locality_budget_bytes, "cache_budget", "",                                                                     \
-    "page cache an epoch of order locality may count on: bytes, or a size such as 8GB")
+    "page cache an epoch of order locality may count on: bytes, or a size such as 8GB")                            \
+  X(index_cache_bytes, "index_cache_bytes", "",                                                                    \
+    "memory for the per-sample window lists this sampler keeps (bytes); the oldest are rebuilt on demand beyond it")
 
 struct SamplerOptions {
   std::vector<std::string> fields;  // fields to gather, e.g. {"rgb", "mask", "depth"}

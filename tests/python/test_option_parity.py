@@ -285,7 +285,7 @@ def test_sampler_config_has_every_option_with_the_cpp_default():
     assert CPP_DEFAULTS == dict(patch_size=256, patches_per_sample=1, require=None, min_valid=1.0,
                                 positive_fraction=None, policy="auto", seed=0, rank=0, world_size=1, flip=False,
                                 rot90=False, ids=None, num_threads=1, prefetch=_C.DEFAULT_PREFETCH_BATCHES,
-                                order="random", cache_budget=None)
+                                order="random", cache_budget=None, index_cache_bytes=256 << 20)
     # The stub declares the same fields, in the same order.
     stub = ast.parse((PACKAGE / "_config.pyi").read_text())
     cls = next(n for n in stub.body if isinstance(n, ast.ClassDef) and n.name == "SamplerConfig")
@@ -331,7 +331,7 @@ def test_cli_flag_set_is_the_table_with_the_cpp_defaults(cli, command):
 CHANGED = dict(patch_size=8, patches_per_sample=2, require="mask", min_valid=2.0, positive_fraction=0.5,
                policy="positive_fraction", seed=7, rank=1, world_size=2, flip=True, rot90=True,
                ids=["video01/0001", "video01/0003", 4, 5], num_threads=2, prefetch=3, order="locality",
-               cache_budget=1 << 20)
+               cache_budget=1 << 20, index_cache_bytes=1 << 20)
 
 
 def _loaders():

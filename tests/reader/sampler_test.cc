@@ -757,6 +757,7 @@ TEST(SamplerOptionsTest, ValidateNamesTheUsersSpelling) {
       {[](SamplerOptions* o) { o->prefetch_batches = 65; },
        "prefetch must be a number of batches in 1..64 (False or 0: off), got 65"},
       {[](SamplerOptions* o) { o->order = SampleOrder::kLocality; }, "order 'locality' needs cache_budget (bytes"},
+      {[](SamplerOptions* o) { o->index_cache_bytes = 0; }, "index_cache_bytes must be positive, got 0"},
       {[](SamplerOptions* o) { o->positive_fraction = 0.5; }, "positive_fraction needs require=<mask field>"},
   };
   for (const Case& c : cases) {
