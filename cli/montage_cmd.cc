@@ -33,9 +33,9 @@ int RunVolumeMontage(const MontageOptions& m, const SamplerFlags& f, const std::
     o.crop_w = crop[1];
   }
   o.context = context;
-  o.flip = flip_independent ? SliceFlip::kIndependent : f.flip ? SliceFlip::kBoth : SliceFlip::kNone;
-  o.rot90 = f.rot90;
-  o.seed = f.seed;
+  o.flip = flip_independent ? SliceFlip::kIndependent : f.options.flip ? SliceFlip::kBoth : SliceFlip::kNone;
+  o.rot90 = f.options.rot90;
+  o.seed = f.options.seed;
   o.epoch = f.epoch;
   bool is_auto = true;
   if (!window.empty()) ParseWindow(window, &o.window_lo, &o.window_hi, &is_auto);
@@ -126,7 +126,7 @@ Runner RegisterMontage(CLI::App* app, const bool* quiet) {
       auto reader = Reader::Open(o->store);
       if (reader.ok() && (*reader)->meta().kind == "volumes") {
         reader->reset();
-        return RunVolumeMontage(*o, *flags, *window, *crop, *context, *flip_independent, flags->ids, *out);
+        return RunVolumeMontage(*o, *flags, *window, *crop, *context, *flip_independent, flags->options.ids, *out);
       }
     }
     if (!crop->empty() || *context || *flip_independent) {

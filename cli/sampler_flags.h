@@ -1,7 +1,10 @@
 // patchstore/cli/sampler_flags.h — the sampler options of `montage` and
-// `export --boxes`, one set of flags with the loaders' meaning
-// (SamplerOptions, reader/sampler.h) and the loader kind whose windows are
-// shown (--loader sampler|batchloader|patchdataset).
+// `export --boxes`: one flag per row of the option table
+// (PATCHSTORE_SAMPLER_OPTIONS, reader/sampler.h) that has a CLI flag, with
+// the loaders' meaning, docs and C++ defaults, and the loader kind whose
+// windows are shown (--loader sampler|batchloader|patchdataset). No flag is
+// written here by hand except --patch (P or H,W), --loader and --epoch;
+// values are checked by SamplerOptions::Validate, not here.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -14,23 +17,20 @@
 namespace patchstore::cli {
 
 struct SamplerFlags {
-  std::vector<int64_t> patch;  // P or H,W
-  int patches_per_sample = 1;
-  std::string require, policy = "auto", loader = "sampler";
-  double min_valid = 1, positive_fraction = -1;
-  uint64_t seed = 0, epoch = 0;
-  int rank = 0, world_size = 1;
-  bool flip = false, rot90 = false;
-  std::vector<std::string> ids;
+  SamplerOptions options;      // the table's flags write here (defaults: SamplerOptions')
+  std::vector<int64_t> patch;  // --patch: P or H,W
+  std::string loader = "sampler";
+  uint64_t epoch = 0;
 };
 
-// Adds --patch, -k, --require, --min-valid, --positive-fraction, --policy,
-// --loader, --seed, --epoch, --rank, --world-size, --flip, --rot90 and (when
-// `ids` is true) --ids to `cmd`. `when` prefixes the help ("With --boxes: ").
+// Adds the table's flags (--patch, -k, --require, --min-valid,
+// --positive-fraction, --policy, --seed, --rank, --world-size, --flip,
+// --rot90, and --ids when `ids` is true), --loader and --epoch to `cmd`.
+// `when` prefixes the help ("With --boxes: ").
 void AddSamplerFlags(CLI::App* cmd, SamplerFlags* flags, const std::string& when, bool ids);
 
 // Fills o->sampler, o->loader and o->epoch; false with a message on stderr
-// for an unknown --policy or --loader.
+// for an unknown --loader.
 bool ApplySamplerFlags(const SamplerFlags& flags, MontageOptions* o);
 
 // Prints Image8 warnings as "patchstore: warning: ..." lines, each once.

@@ -248,6 +248,10 @@ Result<Image8> DrawMontage(const MontageOptions& o, Setup& s) {
 }  // namespace
 
 Result<Image8> RenderBoxes(const MontageOptions& o, const std::string& id) {
+  // A picture's limit (as CheckMontageSize's for the sheet): every window of a frame is drawn.
+  if (o.sampler.patches_per_sample <= 0 || o.sampler.patches_per_sample > 4096)
+    return Status::InvalidArgument("drawing windows of '" + o.store + "': --patches-per-sample must be 1..4096, got " +
+                                   std::to_string(o.sampler.patches_per_sample));
   try {
     return DrawBoxes(o, id);
   } catch (const cv::Exception& e) {

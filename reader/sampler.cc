@@ -32,6 +32,72 @@ uint64_t Hash(uint64_t a, uint64_t b, uint64_t c = 0, uint64_t d = 0, uint64_t e
 
 }  // namespace
 
+std::string SamplerOptionSpelling(const std::string& member) {
+  struct Row {
+    const char* member;
+    const char* python;
+    const char* cli;
+  };
+#define PATCHSTORE_SPELLING_ROW(m, py, cli, doc) {#m, py, cli},
+  static const Row kRows[] = {PATCHSTORE_SAMPLER_OPTIONS(PATCHSTORE_SPELLING_ROW)};
+#undef PATCHSTORE_SPELLING_ROW
+  for (const Row& r : kRows) {
+    if (member != r.member) continue;
+    std::string cli = r.cli;
+    for (size_t c = cli.find(','); c != std::string::npos; c = cli.find(',', c + 2)) cli.insert(c + 1, " ");
+    return cli.empty() ? std::string(r.python) : std::string(r.python) + " (" + cli + ")";
+  }
+  return member;
+}
+
+Status SamplerOptions::Validate() const {
+  auto bad = [](const std::string& member, const std::string& rule) {
+    return Status::InvalidArgument(SamplerOptionSpelling(member) + " " + rule);
+  };
+  if (fields.empty()) return Status::InvalidArgument("no fields given");
+  constexpr int64_t kMaxSide = int64_t{1} << 31;
+  if (patch_h < 0 || patch_w < 0 || !(height() >= 1 && height() < kMaxSide && width() >= 1 && width() < kMaxSide))
+    return bad("patch_size", "must be P or (h, w) with sides in [1, 2**31), got " +
+                                 (patch_h || patch_w ? "(" + std::to_string(patch_h) + ", " + std::to_string(patch_w) + ")"
+                                                     : std::to_string(patch_size)));
+  if (rot90 && height() != width())
+    return Status::InvalidArgument(
+        SamplerOptionSpelling("rot90") + " needs a square window (a quarter turn of a " + std::to_string(height()) +
+        "x" + std::to_string(width()) + " window is " + std::to_string(width()) + "x" + std::to_string(height()) +
+        ", and a batch has one shape); use flip, or a square patch_size");
+  if (patches_per_sample < 1) return bad("patches_per_sample", "must be positive, got " + std::to_string(patches_per_sample));
+  if (!(min_valid > 0))
+    return bad("min_valid", "must be positive (pixels >= 1, or a fraction of the window < 1), got " +
+                                FormatNumber(min_valid));
+  // A count above the window's pixel count can never be met (and inf or
+  // 1e30 would overflow the integer threshold): refuse it.
+  const int64_t h = height(), w = width();
+  if (!(min_valid <= static_cast<double>(h) * static_cast<double>(w)))
+    return bad("min_valid", FormatNumber(min_valid) + " asks for more valid pixels than a " + std::to_string(h) + "x" +
+                                std::to_string(w) + " window holds (" + std::to_string(h * w) + ")");
+  if (!(positive_fraction == -1 || (positive_fraction >= 0 && positive_fraction <= 1)))
+    return bad("positive_fraction", "must be in [0, 1] (None, CLI -1: off), got " + FormatNumber(positive_fraction));
+  if (world_size < 1 || rank < 0 || rank >= world_size)
+    return Status::InvalidArgument("need 0 <= rank < world_size, got " + SamplerOptionSpelling("rank") + " " +
+                                   std::to_string(rank) + ", " + SamplerOptionSpelling("world_size") + " " +
+                                   std::to_string(world_size));
+  if (num_threads < 1 || num_threads > 4096)
+    return bad("num_threads", "must be in [1, 4096] (Python 0: all cores), got " + std::to_string(num_threads));
+  if (prefetch_next && (prefetch_batches < 1 || prefetch_batches > 64))
+    return bad("prefetch_batches", "must be a number of batches in 1..64 (False or 0: off), got " +
+                                       std::to_string(prefetch_batches));
+  if (index_cache_bytes == 0) return bad("index_cache_bytes", "must be positive, got 0");
+  if (order == SampleOrder::kLocality && locality_budget_bytes == 0)
+    return Status::InvalidArgument(SamplerOptionSpelling("order") + " 'locality' needs " +
+                                   SamplerOptionSpelling("locality_budget_bytes") +
+                                   " (bytes, or a size such as '8GB'): the page cache an epoch may count on, e.g. "
+                                   "half of the RAM free for it");
+  // The policy's own rules (require / positive_fraction for each policy).
+  auto policy = MakeWindowPolicy(*this, "");
+  if (!policy.ok()) return policy.status();
+  return Status::OK();
+}
+
 bool PatchSampler::WindowSet::Draw(uint64_t r, int64_t* y, int64_t* x) const {
   if (total == 0) return false;
   // The last run whose start is <= r.
@@ -63,26 +129,7 @@ Result<std::unique_ptr<PatchSampler>> PatchSampler::Create(std::shared_ptr<const
   if (reader->meta().kind != "frames")
     return Status::InvalidArgument(where + ": PatchSampler reads image stores (this one holds " +
                                    reader->meta().kind + ")");
-  if (o.fields.empty()) return Status::InvalidArgument(where + ": no fields given");
-  if (o.patch_size <= 0) return Status::InvalidArgument(where + ": patch_size must be positive");
-  if (o.prefetch_batches < 1 || o.prefetch_batches > 64)
-    return Status::InvalidArgument(where + ": prefetch_batches must be in 1..64, got " +
-                                   std::to_string(o.prefetch_batches));
-  if (o.patch_h < 0 || o.patch_w < 0)
-    return Status::InvalidArgument(where + ": patch_h and patch_w must be positive (or 0: patch_size)");
-  if (o.rot90 && o.height() != o.width())
-    return Status::InvalidArgument(where + ": rot90 needs a square window (a quarter turn of a " +
-                                   std::to_string(o.height()) + "x" + std::to_string(o.width()) + " window is " +
-                                   std::to_string(o.width()) + "x" + std::to_string(o.height()) +
-                                   ", and a batch has one shape); use flip, or a square patch");
-  if (o.patches_per_sample <= 0) return Status::InvalidArgument(where + ": patches_per_sample must be positive");
-  if (o.world_size <= 0 || o.rank < 0 || o.rank >= o.world_size)
-    return Status::InvalidArgument(where + ": need 0 <= rank < world_size");
-  if (o.num_threads <= 0) return Status::InvalidArgument(where + ": num_threads must be positive");
-  if (o.positive_fraction > 1) return Status::InvalidArgument(where + ": positive_fraction must be in [0, 1]");
-  if (o.order == SampleOrder::kLocality && o.locality_budget_bytes == 0)
-    return Status::InvalidArgument(where + ": order 'locality' needs a page-cache budget (locality_budget_bytes, "
-                                   "Python cache_budget=, e.g. '8GB')");
+  PS_RETURN_IF_ERROR(o.Validate().WithContext(where));
   for (const std::string& f : o.fields) {
     auto fi = reader->FieldIndex(f);
     if (!fi.ok()) return fi.status().WithContext(where);
@@ -99,13 +146,6 @@ Result<std::unique_ptr<PatchSampler>> PatchSampler::Create(std::shared_ptr<const
     if (reader->field(*mf).channels != 1)
       return Status::InvalidArgument(where + ": require='" + o.require + "' must name a 1-channel mask field");
     s->mask_field_ = *mf;
-    if (!(o.min_valid > 0)) return Status::InvalidArgument(where + ": min_valid must be positive");
-    // A count above the window's pixel count can never be met (and inf or
-    // 1e30 would overflow the integer threshold): refuse it.
-    if (!(o.min_valid <= static_cast<double>(ph) * static_cast<double>(pw)))
-      return Status::InvalidArgument(where + ": min_valid " + FormatNumber(o.min_valid) + " asks for more valid pixels than a " +
-                                     std::to_string(ph) + "x" + std::to_string(pw) + " window holds (" +
-                                     std::to_string(ph * pw) + ")");
     s->threshold_ = o.min_valid < 1 ? static_cast<uint64_t>(std::ceil(o.min_valid * static_cast<double>(ph * pw)))
                                     : static_cast<uint64_t>(std::ceil(o.min_valid));
     if (s->threshold_ == 0) s->threshold_ = 1;

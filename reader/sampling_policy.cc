@@ -88,29 +88,30 @@ SamplingPolicy SamplerOptions::ResolvedPolicy() const {
 
 Result<std::shared_ptr<const WindowPolicy>> MakeWindowPolicy(const SamplerOptions& o, const std::string& where) {
   const SamplingPolicy p = o.ResolvedPolicy();
+  const std::string at = where.empty() ? std::string() : where + ": ";
   const std::string named = std::string("policy '") + SamplingPolicyName(p) + "'";
   switch (p) {
     case SamplingPolicy::kUniform:
       if (!o.require.empty())
-        return Status::InvalidArgument(where + ": " + named + " takes no require='" + o.require + "'");
+        return Status::InvalidArgument(at + named + " takes no require='" + o.require + "'");
       if (o.positive_fraction >= 0)
-        return Status::InvalidArgument(where + ": positive_fraction needs require=<mask field>");
+        return Status::InvalidArgument(at + "positive_fraction needs require=<mask field>");
       return std::shared_ptr<const WindowPolicy>(std::make_shared<UniformPolicy>());
     case SamplingPolicy::kMinValid:
-      if (o.require.empty()) return Status::InvalidArgument(where + ": " + named + " needs require=<mask field>");
+      if (o.require.empty()) return Status::InvalidArgument(at + named + " needs require=<mask field>");
       if (o.positive_fraction >= 0)
-        return Status::InvalidArgument(where + ": " + named + " takes no positive_fraction (policy "
+        return Status::InvalidArgument(at + named + " takes no positive_fraction (policy "
                                        "'positive_fraction' does)");
       return std::shared_ptr<const WindowPolicy>(std::make_shared<MinValidPolicy>());
     case SamplingPolicy::kPositiveFraction:
-      if (o.require.empty()) return Status::InvalidArgument(where + ": positive_fraction needs require=<mask field>");
+      if (o.require.empty()) return Status::InvalidArgument(at + "positive_fraction needs require=<mask field>");
       if (!(o.positive_fraction >= 0 && o.positive_fraction <= 1))
-        return Status::InvalidArgument(where + ": " + named + " needs positive_fraction in [0, 1]");
+        return Status::InvalidArgument(at + named + " needs positive_fraction in [0, 1]");
       return std::shared_ptr<const WindowPolicy>(std::make_shared<PositiveFractionPolicy>(o.positive_fraction));
     case SamplingPolicy::kAuto:
       break;
   }
-  return Status::InvalidArgument(where + ": unknown sampling policy " + std::to_string(static_cast<int>(p)));
+  return Status::InvalidArgument(at + "unknown sampling policy " + std::to_string(static_cast<int>(p)));
 }
 
 }  // namespace patchstore

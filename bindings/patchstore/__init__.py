@@ -56,6 +56,7 @@ __path__ = pkgutil.extend_path(__path__, __name__)
 from ._store import CorruptRecordError, FieldInfo, Ids, Store, open
 from ._ingest_api import IngestSummary, ingest_hdf5, ingest_images
 from ._export_api import ExportSummary, export
+from ._config import SamplerConfig
 from ._sampler import PatchSampler, Window, Windows
 from ._volumes import SliceIndex, SliceRef, SliceTransform
 from ._rank_local import RankLocalSampler, RankLocalShards
@@ -69,6 +70,7 @@ __all__ = [
     "Ids",
     "CorruptRecordError",
     "PatchSampler",
+    "SamplerConfig",
     "Window",
     "Windows",
     "SliceIndex",

@@ -12,7 +12,9 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
+from ._config import UNSET, SamplerConfig, positional_options, resolve_config
 from ._ingest_api import PathLike, _native
+from ._sampler_options import to_native
 from ._store import Store, _encode_id, reader_of, register_layer
 
 __all__ = ["export", "ExportSummary"]  # and montage through Store.montage
@@ -111,44 +113,35 @@ def _loader_options(loader: Any) -> Tuple[str, Dict[str, Any]]:
 def montage(
     path: str,
     count: int = 64,
-    patch_size: Any = 256,
+    patch_size: Any = UNSET,
     field: Optional[str] = None,
     overlay: Optional[str] = None,
-    seed: int = 0,
+    seed: Any = UNSET,
     *,
-    require: Optional[str] = None,
-    patches_per_sample: int = 1,
     epoch: int = 0,
-    flip: bool = False,
-    rot90: bool = False,
     window: Optional[Tuple[float, float]] = None,
     tile: Optional[int] = None,
-    min_valid: float = 1,
-    positive_fraction: Optional[float] = None,
-    policy: str = "auto",
-    ids: Optional[Iterable[Any]] = None,
-    rank: int = 0,
-    world_size: int = 1,
     loader: Any = "sampler",
     return_windows: bool = False,
+    config: Optional[SamplerConfig] = None,
+    **options: Any,
 ) -> Any:
     """patchstore::RenderMontage as an (H, W, 3) uint8 NumPy array (see Store.montage).
 
-    Every option of the loaders, with their meaning and checks
-    (_sampler_options): patch_size P or (h, w), require, min_valid,
-    positive_fraction, policy, flip, rot90, ids (a subset), rank,
-    world_size. loader: "sampler"/"batchloader" (permutation order, the same
-    windows), "patchdataset" (items 0, 1, ... in index order), or a loader
-    object (PatchSampler, BatchLoader, PatchDataset) whose own options are
-    used: the sheet shows exactly the first ``count`` windows that loader
-    serves in ``epoch``. Samples without a qualifying window are skipped as
-    the loaders skip them, with one RuntimeWarning. With return_windows,
-    (sheet, windows): the tiles' int64 rows (sample, y, x, flip, rot,
-    positive), in order.
+    Every option of the loaders, with their meaning, defaults and checks:
+    ``config=SamplerConfig(...)`` and/or the same options as keywords
+    (patch_size P or (h, w), require, min_valid, positive_fraction, policy,
+    flip, rot90, ids, rank, world_size, ...). require None (the default)
+    means "the overlay field". loader: "sampler"/"batchloader" (permutation
+    order, the same windows), "patchdataset" (items 0, 1, ... in index
+    order), or a loader object (PatchSampler, BatchLoader, PatchDataset)
+    whose own options are used: the sheet shows exactly the first ``count``
+    windows that loader serves in ``epoch``. Samples without a qualifying
+    window are skipped as the loaders skip them, with one RuntimeWarning.
+    With return_windows, (sheet, windows): the tiles' int64 rows (sample,
+    y, x, flip, rot, positive), in order.
     """
     import numpy as np
-
-    from ._sampler import _sampler_options
 
     count = int(count)
     if not 1 <= count <= 4096:
@@ -161,31 +154,31 @@ def montage(
         lo, hi = (float(v) for v in window)
     else:
         lo, hi = 0.0, 1.0
-    require_overlay = require is None
+    options = positional_options("montage", patch_size, (), (), options)
+    if seed is not UNSET:
+        options["seed"] = seed
     if isinstance(loader, str):
         kind = loader
         if kind not in ("sampler", "batchloader", "patchdataset"):
             raise ValueError(f"montage: loader must be 'sampler', 'batchloader' or 'patchdataset' (or one of "
                              f"those loaders), got {loader!r}")
-        o = _sampler_options([field or "-"], patch_size, patches_per_sample, require, min_valid, positive_fraction,
-                             seed, rank, world_size, 1, flip, rot90, what="montage", ids=ids, policy=policy)
+        cfg = resolve_config(config, options, "montage")
+        require_overlay = cfg.require is None
     else:
         # The loader's own options: exactly the windows it serves.
+        if config is not None or options:
+            raise ValueError("montage: a loader object brings its own options; give no config or sampling "
+                             f"keywords with it (got {sorted(options) or 'config'})")
         kind, pub = _loader_options(loader)
         if pub.get("order", "random") != "random":
             raise ValueError("montage: this loader uses order='locality'; montage shows the windows of the random "
                              "order only (build the loader with order='random' to see them)")
         require_overlay = False
-        o = _sampler_options([field or "-"], pub["patch_size"], pub["patches_per_sample"], pub["require"],
-                             pub["min_valid"], pub["positive_fraction"], pub["seed"], pub["rank"],
-                             pub["world_size"], 1, pub["flip"], pub["rot90"], what="montage", ids=pub["ids"],
-                             policy=pub["policy"])
+        cfg = SamplerConfig(**{k: v for k, v in pub.items() if k != "fields"})
+    o = to_native([field or "-"], cfg, "montage")
     h, w, pixels, wins, notes = _native().render_montage(
-        path, count, o["patch_size"], field or "", overlay or "", o["require"], require_overlay,
-        o["patches_per_sample"], o["seed"], int(epoch), o["flip"], o["rot90"], window is not None, lo, hi,
-        0 if tile is None else int(tile), patch_h=o["patch_h"], patch_w=o["patch_w"], min_valid=o["min_valid"],
-        positive_fraction=o["positive_fraction"], policy=o["policy"], loader=kind, ids=o["ids"],
-        samples=o["samples"], rank=o["rank"], world_size=o["world_size"], with_windows=True)
+        path, count, o, field or "", overlay or "", require_overlay, int(epoch), window is not None, lo, hi,
+        0 if tile is None else int(tile), loader=kind, with_windows=True)
     for note in notes:
         warnings.warn(f"patchstore montage: {note}", RuntimeWarning, stacklevel=4)
     sheet = np.frombuffer(pixels, dtype=np.uint8).reshape(h, w, 3)
@@ -249,10 +242,8 @@ def volume_montage(
     return np.frombuffer(pixels, dtype=np.uint8).reshape(h, w, 3)
 
 
-def store_montage(store: Store, count: int, patch_size: Any, field: Optional[str], overlay: Optional[str], seed: int,
-                  *, require: Optional[str], patches_per_sample: int, epoch: int, flip: Any, rot90: bool,
-                  window: Any, tile: Optional[int], crop: Any, context: int, ids: Optional[Iterable[Any]],
-                  labels: bool, **sampler: Any) -> Any:
+def store_montage(store: Store, count: int, patch_size: Any = UNSET, field: Optional[str] = None,
+                  overlay: Optional[str] = None, seed: Any = UNSET, **options: Any) -> Any:
     """A contact sheet of the windows a PatchSampler with these options serves first: (H, W, 3) uint8.
 
     Volume stores: the slices a :class:`patchstore.torch.SliceDataset`
@@ -290,17 +281,19 @@ def store_montage(store: Store, count: int, patch_size: Any, field: Optional[str
     """
     reader_of(store)  # FileNotFoundError / closed store here
     path = store.path
+    crop, context, labels = options.pop("crop", None), options.pop("context", 0), options.pop("labels", True)
+    window = options.get("window")
     if store.kind == "volumes":
-        return volume_montage(path, count, field, overlay, seed, epoch=epoch, crop=crop, context=context,
-                              flip=flip, rot90=rot90, ids=ids, window=window, tile=tile, labels=labels)
+        volume = {k: options[k] for k in ("epoch", "flip", "rot90", "ids", "window", "tile") if k in options}
+        if seed is not UNSET:
+            volume["seed"] = seed
+        return volume_montage(path, count, field, overlay, crop=crop, context=context, labels=labels, **volume)
     if crop is not None or context:
         raise ValueError(f"montage: crop and context are for volume stores; '{path}' holds images "
                          f"(use patch_size)")
     if isinstance(window, str):
-        window = None if window == "auto" else window
-    return montage(path, count, patch_size, field, overlay, seed, require=require,
-                   patches_per_sample=patches_per_sample, epoch=epoch, flip=flip, rot90=rot90,
-                   window=window, tile=tile, ids=ids, **sampler)
+        options["window"] = None if window == "auto" else window
+    return montage(path, count, patch_size, field, overlay, seed, **options)
 
 
 register_layer("montage", store_montage)

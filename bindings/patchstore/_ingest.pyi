@@ -82,12 +82,9 @@ def ingest_images(options: ImageIngestOptions, progress: Optional[Callable[[Prog
                   cancel: Optional[CancelFlag] = None) -> Dict[str, Any]: ...
 def ingest_hdf5(options: Hdf5IngestOptions, progress: Optional[Callable[[Progress], None]] = None,
                 cancel: Optional[CancelFlag] = None) -> Dict[str, Any]: ...
-def render_montage(store: str, count: int, patch_size: int, field: str, overlay: str, require: str,
-                   require_overlay: bool, patches_per_sample: int, seed: int, epoch: int, flip: bool, rot90: bool,
-                   has_window: bool, window_lo: float, window_hi: float, tile: int, patch_h: int = 0,
-                   patch_w: int = 0, min_valid: float = 1.0, positive_fraction: float = -1.0, policy: str = "auto",
-                   loader: str = "sampler", ids: List[str] = ..., samples: List[int] = ..., rank: int = 0,
-                   world_size: int = 1, with_windows: bool = False) -> Tuple[Any, ...]: ...
+def render_montage(store: str, count: int, sampler: Any, field: str, overlay: str, require_overlay: bool, epoch: int,
+                   has_window: bool, window_lo: float, window_hi: float, tile: int, loader: str = "sampler",
+                   with_windows: bool = False) -> Tuple[Any, ...]: ...
 def render_volume_montage(store: str, count: int, field: str, overlay: str, ids: List[str], crop_h: int, crop_w: int,
                           context: int, flip: str, rot90: bool, seed: int, epoch: int, has_window: bool, lo: float,
                           hi: float, tile: int, labels: bool

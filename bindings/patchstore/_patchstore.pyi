@@ -95,16 +95,28 @@ def locality_order(item_bytes: Any, budget: int, seed: int, epoch: int) -> bytes
 DEFAULT_PREFETCH_BATCHES: int
 def parse_byte_size(text: str) -> int: ...
 
+#: The option table (reader/sampler.h PATCHSTORE_SAMPLER_OPTIONS): (Python keyword, CLI flag or "", doc, C++ member).
+SAMPLER_OPTIONS: Tuple[Tuple[str, str, str, str], ...]
+
+class SamplerOptions:
+    """patchstore::SamplerOptions in C++ types with the C++ defaults: one property per SAMPLER_OPTIONS
+    keyword (set and read by name) plus the parts patchstore converts into."""
+
+    fields: List[str]
+    patch_h: int
+    patch_w: int
+    samples: List[int]
+    prefetch_next: bool
+    def __init__(self, **options: Any) -> None: ...
+    def __getattr__(self, name: str) -> Any: ...
+    def __setattr__(self, name: str, value: Any) -> None: ...
+    def validate(self) -> None: ...
+
 class Sampler:
     """patchstore::PatchSampler (use patchstore.PatchSampler). Windows are int64 rows
     (sample, y, x, flip, rot, positive); outputs one float32 (n, C, h, w) buffer per field."""
 
-    def __init__(self, reader: Reader, fields: List[str], patch_size: int, patches_per_sample: int = 1,
-                 require: str = "", min_valid: float = 1.0, positive_fraction: float = -1.0, seed: int = 0,
-                 rank: int = 0, world_size: int = 1, num_threads: int = 1, flip: bool = False,
-                 rot90: bool = False, patch_h: int = 0, patch_w: int = 0, policy: str = "auto",
-                 ids: List[str] = ..., samples: List[int] = ..., prefetch: int = 4, order: str = "random",
-                 cache_budget: int = 0) -> None: ...
+    def __init__(self, reader: Reader, options: SamplerOptions) -> None: ...
     @property
     def prefetch(self) -> int: ...
     def prefetch_ahead(self, epoch: int, first: int, n: int, stride: int = 0) -> None: ...

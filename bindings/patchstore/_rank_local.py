@@ -38,6 +38,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _patchstore as _C
+from ._config import UNSET
 from ._sampler import PatchSampler, Windows
 from ._store import Store, _is_store, _resolve_stores
 
@@ -179,9 +180,8 @@ class RankLocalShards:
         world_size=1: the ranks' stores are disjoint). :meth:`sampler` also evens the epoch lengths."""
         return Store(self.paths(epoch), partial_set=True, **self._options)
 
-    def sampler(self, fields: Union[str, Sequence[str]], patch_size: Union[int, Tuple[int, int]],
-                patches_per_sample: int = 1, *, epoch: int = 0, even: Optional[str] = "pad",
-                **options: Any) -> "RankLocalSampler":
+    def sampler(self, fields: Union[str, Sequence[str]], patch_size: Any = UNSET, patches_per_sample: Any = UNSET,
+                *, epoch: int = 0, even: Optional[str] = "pad", **options: Any) -> "RankLocalSampler":
         """A :class:`RankLocalSampler` over this rank's shards, at the start of `epoch`.
 
         options: as :class:`patchstore.PatchSampler` (seed defaults to this
@@ -248,18 +248,21 @@ class RankLocalSampler:
     than :attr:`remaining`; call :meth:`set_epoch` for the next one.
     """
 
-    def __init__(self, shards: RankLocalShards, fields: Union[str, Sequence[str]],
-                 patch_size: Union[int, Tuple[int, int]], patches_per_sample: int = 1, *, epoch: int = 0,
-                 even: Optional[str] = "pad", **options: Any) -> None:
+    def __init__(self, shards: RankLocalShards, fields: Union[str, Sequence[str]], patch_size: Any = UNSET,
+                 patches_per_sample: Any = UNSET, *, epoch: int = 0, even: Optional[str] = "pad",
+                 **options: Any) -> None:
         if even not in _EVEN:
             raise ValueError(f"RankLocalSampler: even must be 'pad', 'truncate' or None, got {even!r}")
         for key in ("rank", "world_size"):
             if key in options:
                 raise ValueError(f"RankLocalSampler: {key} is not an option here (each rank reads its own shards "
                                  f"with rank=0, world_size=1; RankLocalShards holds the rank)")
-        options.setdefault("seed", shards.seed)
+        if options.get("config") is None:
+            options.setdefault("seed", shards.seed)
+        options.update({k: v for k, v in (("patch_size", patch_size), ("patches_per_sample", patches_per_sample))
+                        if v is not UNSET})
         self.shards, self.even = shards, even
-        self._args = (fields, patch_size, patches_per_sample)
+        self._args = (fields,)
         self._kwargs = dict(options)
         self.sampler: PatchSampler = self._build(operator.index(epoch))
         self._length = self._common_length(self.epoch)
@@ -384,7 +387,7 @@ class RankLocalSampler:
         result, wins = self.gather(self._cursor, n, out, return_windows=True)
         self._cursor += n
         nxt = min(n, self.remaining)
-        if nxt and ps._options.get("prefetch", True):  # the next batch's bytes, read while this one is used
+        if nxt and ps._opts.prefetch_next:  # the next batch's bytes, read while this one is used
             for _, w, take in self._native_ranges(self._cursor, nxt):
                 ps._s().prefetch_ahead(self.epoch, w, take)
         return (result, wins) if return_windows else result

@@ -24,6 +24,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from . import _patchstore as _C
+from ._config import UNSET
 
 # Version 2: the epoch order of EpochBatchSampler comes from the samplers' C++
 # generator (splitmix::Shuffle, salt 'EBS1'), no longer from NumPy's bit generator, and
@@ -148,8 +149,8 @@ class ResumableDataset:
         self._resume_at = (epoch, batch, order, budget) if batch else None
 
     def batch_sampler(self, batch_size: int, shuffle: bool = True, drop_last: bool = False,
-                      rank: Optional[int] = None, world_size: Optional[int] = None, *, order: str = "random",
-                      cache_budget: Any = None) -> "EpochBatchSampler":
+                      rank: Optional[int] = None, world_size: Optional[int] = None, *, order: Any = UNSET,
+                      cache_budget: Any = UNSET) -> "EpochBatchSampler":
         """A batch sampler for ``DataLoader(dataset, batch_sampler=...)`` that resumes mid-epoch.
 
         See :class:`EpochBatchSampler` (order="locality" with cache_budget: blocks of storage order).
@@ -186,11 +187,11 @@ class EpochBatchSampler:
     """
 
     def __init__(self, dataset: ResumableDataset, batch_size: int, shuffle: bool = True, drop_last: bool = False,
-                 rank: Optional[int] = None, world_size: Optional[int] = None, *, order: str = "random",
-                 cache_budget: Any = None) -> None:
-        from ._sampler_options import _order_options
+                 rank: Optional[int] = None, world_size: Optional[int] = None, *, order: Any = UNSET,
+                 cache_budget: Any = UNSET) -> None:
+        from ._sampler_options import order_options
 
-        self.order_name, self.cache_budget = _order_options(order, cache_budget, "batch_sampler")
+        self.order_name, self.cache_budget = order_options(order, cache_budget, "batch_sampler")
         if self.order_name == "locality" and not shuffle:
             raise ValueError("batch_sampler: order='locality' shuffles; it needs shuffle=True")
         dataset._batch_order = (self.order_name, self.cache_budget)

@@ -17,8 +17,8 @@ from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Seq
 import numpy as np
 
 from . import _patchstore as _C
-from ._sampler_options import (_best_window, _field_list, _min_valid_note, _public_options, _sampler_options,
-                               _warn_skipped)
+from ._config import UNSET, SamplerConfig, positional_options, resolve_config
+from ._sampler_options import _best_window, _field_list, _min_valid_note, _warn_skipped, public_options, to_native
 from ._store import Store, _decode_id, _writable_buffer, reader_of, register_layer
 
 __all__ = ["PatchSampler", "Window", "Windows"]
@@ -163,6 +163,11 @@ class _Recycler:
         self.sets = []
 
 
+# The options PatchSampler took by position before SamplerConfig (after store, fields, patch_size).
+_POSITIONAL = ("patches_per_sample", "require", "min_valid", "positive_fraction", "seed", "rank", "world_size",
+               "num_threads")
+
+
 class PatchSampler:
     """Batches of random windows from an image store, gathered in C++ (patchstore::PatchSampler).
 
@@ -175,7 +180,11 @@ class PatchSampler:
     GIL released; batches continue into the next epoch when one ends.
 
     store: a store path or a :class:`patchstore.Store`. fields: the fields to
-    gather, e.g. ``["rgb", "mask", "depth"]``.
+    gather, e.g. ``["rgb", "mask", "depth"]``. Options: ``config=``
+    :class:`patchstore.SamplerConfig` and/or its fields as keywords (the
+    defaults are SamplerConfig's, from C++; ``patch_size`` and the older
+    positional order ``patches_per_sample, require, min_valid,
+    positive_fraction, seed, rank, world_size, num_threads`` still work).
 
     require: a 1-channel mask field (or None for uniform windows). Every
     window then holds at least ``min_valid`` valid (non-zero, non-NaN) mask
@@ -208,7 +217,7 @@ class PatchSampler:
     flip / rot90: random flips (each axis with probability 1/2) and quarter
     turns, applied inside the copy; :class:`Window` says which.
 
-    prefetch (default True, i.e. 4 batches): after each :meth:`batch`, the
+    prefetch (on by default: ``SamplerConfig().prefetch`` batches): after each :meth:`batch`, the
     byte ranges of the windows of the next ``prefetch`` batches (of the same
     n; they are known in advance) are kept requested from the disk (madvise
     WILLNEED), and the masks of the batch after, so a store that is not in
@@ -244,30 +253,16 @@ class PatchSampler:
         self,
         store: Union[PathLike, Store],
         fields: Union[str, Sequence[str]],
-        patch_size: Union[int, Tuple[int, int]],
-        patches_per_sample: int = 1,
-        require: Optional[str] = None,
-        min_valid: float = 1,
-        positive_fraction: Optional[float] = None,
-        seed: int = 0,
-        rank: int = 0,
-        world_size: int = 1,
-        num_threads: int = 1,
-        *,
-        flip: bool = False,
-        rot90: bool = False,
-        ids: Optional[Sequence[Union[str, int]]] = None,
-        policy: str = "auto",
-        prefetch: Union[bool, int] = True,
-        order: str = "random",
-        cache_budget: Union[int, str, None] = None,
+        patch_size: Any = UNSET,
+        *positional: Any,
+        config: Optional[SamplerConfig] = None,
         _who: str = "patchstore.PatchSampler",
+        **options: Any,
     ) -> None:
         self._store = store if isinstance(store, Store) else Store(store)
-        self._options = _sampler_options(fields, patch_size, patches_per_sample, require, min_valid,
-                                         positive_fraction, seed, rank, world_size, num_threads, flip, rot90,
-                                         ids=ids, policy=policy, prefetch=prefetch, order=order,
-                                         cache_budget=cache_budget)
+        options = positional_options(_who, patch_size, positional, _POSITIONAL, options)
+        self._config = resolve_config(config, options, _who)
+        self._opts = to_native(fields, self._config, _who)
         self._native: Optional[_C.Sampler] = None
         self._pid = -1
         self._position: Tuple[int, int] = (0, 0)
@@ -287,7 +282,7 @@ class PatchSampler:
         # its position as of the last batch.
         self._native = None
         self._recycler = _Recycler()
-        s = _C.Sampler(reader_of(self._store), **self._options)
+        s = _C.Sampler(reader_of(self._store), self._opts)
         s.set_position(*self._position)
         self._native, self._pid = s, os.getpid()
         return s
@@ -296,7 +291,7 @@ class PatchSampler:
         position = self._position
         if self._native is not None and self._pid == os.getpid():
             position = tuple(self._native.position)
-        return (_unpickle_sampler, (self._store.path, self._store.options, dict(self._options), position))
+        return (_unpickle_sampler, (self._store.path, self._store.options, self.options, position))
 
     # -- description ----------------------------------------------------------------
 
@@ -306,7 +301,7 @@ class PatchSampler:
 
     @property
     def fields(self) -> Tuple[str, ...]:
-        return tuple(self._options["fields"])
+        return tuple(self._opts.fields)
 
     @property
     def channels(self) -> Dict[str, int]:
@@ -322,16 +317,21 @@ class PatchSampler:
     @property
     def patch_shape(self) -> Tuple[int, int]:
         """(h, w) of every window."""
-        return self._options["patch_h"], self._options["patch_w"]
+        return (self._opts.patch_h or self._opts.patch_size), (self._opts.patch_w or self._opts.patch_size)
 
     @property
     def patches_per_sample(self) -> int:
-        return self._options["patches_per_sample"]
+        return int(self._opts.patches_per_sample)
 
     @property
     def options(self) -> Dict[str, Any]:
-        """The sampler's options (what pickling keeps, with the store path)."""
-        return _public_options(self._options)
+        """The sampler's fields and options, in the Python spelling (what pickling keeps, with the store path)."""
+        return public_options(self._opts)
+
+    @property
+    def config(self) -> SamplerConfig:
+        """The SamplerConfig this sampler was built with (keywords included)."""
+        return self._config
 
     def shapes(self, n: int) -> Dict[str, Tuple[int, int, int, int]]:
         """{field: (n, C, h, w)}: the shapes batch(n) fills."""
@@ -430,13 +430,13 @@ class PatchSampler:
             h, w = self.patch_shape
             raise ValueError(f"{self._context(method)}: no sample has an admissible {h}x"
                              f"{w} window ({s.skipped_samples} of {s.considered_samples} samples "
-                             f"skipped{', require=' + repr(self._options['require']) if self._options['require'] else ''}"
-                             f"{self._min_valid_note() if self._options['require'] else ''})")
+                             f"skipped{', require=' + repr(self._opts.require) if self._opts.require else ''}"
+                             f"{self._min_valid_note() if self._opts.require else ''})")
 
     def _min_valid_note(self) -> str:
-        o = self._options
-        return (_min_valid_note(o["min_valid"], self.patch_size)
-                + _best_window(self._store, o["require"], self.patch_size))
+        o = self._opts
+        return (_min_valid_note(o.min_valid, self.patch_size)
+                + _best_window(self._store, o.require, self.patch_size))
 
     def batch(self, n: int, out: Optional[Mapping[str, Any]] = None, *, return_windows: bool = False) -> Any:
         """The next `n` windows: {field: float32 (n, C, P, P)}, continuing into the next epoch.
@@ -532,7 +532,10 @@ def _unpickle_sampler(path: str, store_options: Dict[str, bool], options: Dict[s
                       position: Tuple[int, int]) -> PatchSampler:
     self = PatchSampler.__new__(PatchSampler)
     self._store = Store(path, _lazy=True, **store_options)
-    self._options = dict(options)
+    options = dict(options)
+    fields = options.pop("fields")
+    self._config = SamplerConfig(**options)
+    self._opts = to_native(fields, self._config, "patchstore.PatchSampler")
     self._native = None
     self._pid = -1
     self._position = tuple(position)

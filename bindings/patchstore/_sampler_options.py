@@ -1,8 +1,9 @@
 """The options of the window sampler, one set for every loader (PatchSampler, BatchLoader, PatchDataset, montage).
 
-Checks what users pass and turns it into the keyword arguments of
-``patchstore._patchstore.Sampler`` (the C++ ``patchstore::SamplerOptions``,
-reader/sampler.h); the skip warning and the messages about min_valid.
+Converts what users pass (a SamplerConfig, patchstore/_config.py) into the
+C++ ``patchstore::SamplerOptions`` (``_patchstore.SamplerOptions``,
+reader/sampler.h) and back; the C++ SamplerOptions::Validate is the only
+check of the values. Also the skip warning and the notes about min_valid.
 No sampling happens here: windows are drawn by the C++ sampler only.
 """
 
@@ -17,6 +18,9 @@ from typing import Any, Dict, List, Mapping, Sequence, Tuple, Union
 import numpy as np
 
 from . import _patchstore as _C
+
+
+UNSET: Any = object()  # an argument not given (its value comes from the config)
 
 
 def _field_list(fields: Union[str, Sequence[str]], what: str) -> Tuple[str, ...]:
@@ -70,12 +74,23 @@ def _patch_shape(patch_size: Any) -> Tuple[int, int]:
     return p, p
 
 
-def _subset(ids: Any, what: str) -> Tuple[List[str], List[int]]:
-    """ids= of a loader: None (every sample) or sample ids (str) and/or store indices (int)."""
+def _patch_size(o: "_C.SamplerOptions", v: Any) -> None:
+    """patch_size: P (P x P) or (h, w) -> patch_size, patch_h, patch_w."""
+    if isinstance(v, (tuple, list)):
+        if len(v) != 2:
+            raise ValueError(f"patch_size must be P or (h, w), got {v!r}")
+        o.patch_h, o.patch_w = v
+        o.patch_size = max(o.patch_h, o.patch_w)
+    else:
+        o.patch_size = v
+
+
+def _ids(o: "_C.SamplerOptions", ids: Any) -> None:
+    """ids: None (every sample) or sample ids (str) and/or store indices (int) -> ids, samples."""
     if ids is None:
-        return [], []
+        return
     if isinstance(ids, (str, bytes)):
-        raise TypeError(f"{what}: ids must be a list of sample ids or indices, not the string {ids!r}")
+        raise TypeError(f"ids must be a list of sample ids or indices, not the string {ids!r}")
     names: List[str] = []
     indices: List[int] = []
     for v in ids:
@@ -83,132 +98,114 @@ def _subset(ids: Any, what: str) -> Tuple[List[str], List[int]]:
             names.append(v)
         elif isinstance(v, (int, np.integer)) and not isinstance(v, bool):
             if v < 0:
-                raise ValueError(f"{what}: ids: sample index {v} is negative")
+                raise ValueError(f"ids: sample index {v} is negative")
             indices.append(int(v))
         else:
-            raise TypeError(f"{what}: ids must hold sample ids (str) or indices (int), got {v!r}")
+            raise TypeError(f"ids must hold sample ids (str) or indices (int), got {v!r}")
     if not names and not indices:
-        raise ValueError(f"{what}: ids is empty (None: every sample)")
-    return names, indices
+        raise ValueError("ids is empty (None: every sample)")
+    o.ids, o.samples = names, indices
 
 
-def _cache_budget(cache_budget: Any, what: str) -> int:
-    """cache_budget= of a loader: None (0: none), bytes (int), or a size such as "8GB" / "512MiB"."""
-    if cache_budget is None:
-        return 0
-    if isinstance(cache_budget, str):
+def _prefetch(o: "_C.SamplerOptions", v: Any) -> None:
+    """prefetch: True (the C++ default depth), False or 0 (off), or a number of batches."""
+    if isinstance(v, bool):
+        o.prefetch_next = v
+        return
+    try:
+        depth = operator.index(v)
+    except TypeError:
+        raise TypeError(f"prefetch must be True, False or a number of batches, got {v!r}") from None
+    o.prefetch_next = depth != 0
+    if depth != 0:
+        o.prefetch = depth
+
+
+def _cache_budget(o: "_C.SamplerOptions", v: Any) -> None:
+    """cache_budget: None (0: none), bytes (int), or a size such as "8GB" / "512MiB"."""
+    if isinstance(v, str):
         try:
-            return int(_C.parse_byte_size(cache_budget))
+            v = int(_C.parse_byte_size(v))
         except ValueError as e:
-            raise ValueError(f"{what}: cache_budget: {e}") from None
-    if isinstance(cache_budget, bool):
-        raise TypeError(f"{what}: cache_budget must be bytes (int) or a size such as '8GB', got {cache_budget!r}")
-    b = operator.index(cache_budget)
-    if not 0 < b < 2 ** 64:
-        raise ValueError(f"{what}: cache_budget must be a positive number of bytes, got {cache_budget!r}")
-    return b
+            raise ValueError(f"cache_budget: {e}") from None
+    elif isinstance(v, bool):
+        raise TypeError(f"cache_budget must be bytes (int) or a size such as '8GB', got {v!r}")
+    o.cache_budget = 0 if v is None else v
 
 
-def _order_options(order: Any, cache_budget: Any, what: str) -> Tuple[str, int]:
-    """(order, budget bytes) of order= / cache_budget=: 'random', or 'locality' with a budget."""
-    if order not in ("random", "locality"):
-        raise ValueError(f"{what}: order must be 'random' or 'locality', got {order!r}")
-    budget = _cache_budget(cache_budget, what)
-    if order == "locality" and budget == 0:
-        raise ValueError(f"{what}: order='locality' needs cache_budget= (bytes, or a size such as '8GB'): the "
-                         f"page cache an epoch may count on, e.g. half of the RAM free for it")
-    return order, budget
+def _num_threads(o: "_C.SamplerOptions", v: Any) -> None:
+    """num_threads: 0 means every core."""
+    o.num_threads = (os.cpu_count() or 1) if (not isinstance(v, bool) and v == 0) else v
 
 
-def _sampler_options(fields, patch_size, patches_per_sample, require, min_valid, positive_fraction, seed, rank,
-                     world_size, num_threads, flip, rot90, what="PatchSampler", *, ids=None,
-                     policy="auto", prefetch=True, order="random", cache_budget=None) -> Dict[str, Any]:
-    """The checked options of the C++ sampler, as keyword arguments of _C.Sampler.
+# Python spelling -> C++ value, where they differ (None for "off", P or (h, w), ...). Every other option
+# is set as it is: the bound property checks its type, SamplerOptions::Validate its value.
+_TO_NATIVE = {
+    "patch_size": _patch_size,
+    "require": lambda o, v: setattr(o, "require", "" if v is None else v),
+    "positive_fraction": lambda o, v: setattr(o, "positive_fraction", -1.0 if v is None else v),
+    "ids": _ids,
+    "prefetch": _prefetch,
+    "cache_budget": _cache_budget,
+    "num_threads": _num_threads,
+}
 
-    One set of options and meanings for PatchSampler, BatchLoader and
-    PatchDataset: patch_size P or (h, w); ids: a subset (sample ids or
-    indices); policy: "auto" (from require / positive_fraction), "uniform",
-    "min_valid" or "positive_fraction" (reader/sampler.h); prefetch: read
-    ahead the next batches' windows (True: DEFAULT_PREFETCH_BATCHES of
-    them; N: N; False or 0: off); order: "random" or "locality" (with
-    cache_budget, reader/order.h).
+
+def to_native(fields: Union[str, Sequence[str]], config: Any, what: str) -> "_C.SamplerOptions":
+    """The C++ options (``_C.SamplerOptions``) of `fields` and a SamplerConfig, validated in C++.
+
+    Conversions only: a ValueError or TypeError names the loader (`what`) and the option.
     """
-    fields = _field_list(fields, what)
-    if isinstance(patch_size, (tuple, list)):
-        if len(patch_size) != 2:
-            raise ValueError(f"{what}: patch_size must be P or (h, w), got {patch_size!r}")
-        ph, pw = (operator.index(v) for v in patch_size)
-    else:
-        ph = pw = operator.index(patch_size)
-    if not (1 <= ph < 2 ** 31 and 1 <= pw < 2 ** 31):
-        raise ValueError(f"{what}: patch_size must be in [1, 2**31), got {patch_size!r}")
-    if rot90 and ph != pw:
-        raise ValueError(f"{what}: rot90 needs a square patch (a quarter turn of a {ph}x{pw} window is "
-                         f"{pw}x{ph}, and a batch has one shape); use flip, or a square patch_size")
-    if not isinstance(policy, str):  # the names are checked by the C++ sampler (ParseSamplingPolicy)
-        raise TypeError(f"{what}: policy must be a policy name, got {policy!r}")
-    names, indices = _subset(ids, what)
-    k = operator.index(patches_per_sample)
-    if not 1 <= k < 2 ** 31:
-        raise ValueError(f"{what}: patches_per_sample must be in [1, 2**31), got {patches_per_sample!r}")
-    if require is not None and not isinstance(require, str):
-        raise TypeError(f"{what}: require must be a field name or None, got {require!r}")
-    mv = float(min_valid)
-    if not mv > 0:
-        raise ValueError(f"{what}: min_valid must be positive (pixels >= 1, or a fraction of the window < 1), "
-                         f"got {min_valid!r}")
-    if not mv <= ph * pw:
-        raise ValueError(f"{what}: min_valid {min_valid!r} asks for more valid pixels than a {ph}x{pw} window "
-                         f"holds ({ph * pw})")
-    if positive_fraction is None:
-        pf = -1.0
-    else:
-        pf = float(positive_fraction)
-        if not 0 <= pf <= 1:
-            raise ValueError(f"{what}: positive_fraction must be in [0, 1] or None, got {positive_fraction!r}")
-        if require is None:
-            raise ValueError(f"{what}: positive_fraction needs require=<mask field>")
-    s = operator.index(seed)
-    if not 0 <= s < 2 ** 64:
-        raise ValueError(f"{what}: seed must be in [0, 2**64), got {seed!r}")
-    r, w = operator.index(rank), operator.index(world_size)
-    if w < 1 or not 0 <= r < w:
-        raise ValueError(f"{what}: need 0 <= rank < world_size, got rank={rank!r}, world_size={world_size!r}")
-    if w >= 2 ** 31:
-        raise ValueError(f"{what}: world_size must be < 2**31, got {world_size!r}")
-    t = operator.index(num_threads)
-    if t == 0:
-        t = os.cpu_count() or 1
-    if not 1 <= t <= 4096:
-        raise ValueError(f"{what}: num_threads must be in [1, 4096] (or 0 for all cores), got {num_threads!r}")
-    order, budget = _order_options(order, cache_budget, what)
-    if isinstance(prefetch, bool):
-        depth = _C.DEFAULT_PREFETCH_BATCHES if prefetch else 0
-    else:
+    o = _C.SamplerOptions()
+    o.fields = list(_field_list(fields, what))
+    for name in (row[0] for row in _C.SAMPLER_OPTIONS):
+        value = getattr(config, name)
         try:
-            depth = operator.index(prefetch)
-        except TypeError:
-            raise TypeError(f"{what}: prefetch must be True, False or a number of batches, got {prefetch!r}") from None
-        if not 0 <= depth <= 64:
-            raise ValueError(f"{what}: prefetch must be a number of batches in 0..64 (0: off), got {prefetch!r}")
-    return dict(fields=list(fields), patch_size=max(ph, pw), patch_h=ph, patch_w=pw, patches_per_sample=k,
-                require=require or "", min_valid=mv, positive_fraction=pf, seed=s, rank=r, world_size=w,
-                num_threads=t, flip=bool(flip), rot90=bool(rot90), policy=policy, ids=names, samples=indices,
-                prefetch=depth, order=order, cache_budget=budget)
-
-
-def _public_options(options: Mapping[str, Any]) -> Dict[str, Any]:
-    """The user-facing form of _sampler_options' result (patch_size P or (h, w), None for off)."""
-    o = dict(options)
-    ph, pw = o.pop("patch_h"), o.pop("patch_w")
-    o["patch_size"] = ph if ph == pw else (ph, pw)
-    o["require"] = o["require"] or None
-    o["positive_fraction"] = None if o["positive_fraction"] < 0 else o["positive_fraction"]
-    o["fields"] = tuple(o["fields"])
-    names, indices = o.pop("ids"), o.pop("samples")
-    o["ids"] = (list(names) + list(indices)) or None
-    o["cache_budget"] = o.get("cache_budget") or None
+            convert = _TO_NATIVE.get(name)
+            if convert is None:
+                setattr(o, name, value)
+            else:
+                convert(o, value)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"{what}: {e}") from None
+    try:
+        o.validate()
+    except ValueError as e:
+        raise ValueError(f"{what}: {e}") from None
     return o
+
+
+def from_native(o: "_C.SamplerOptions") -> Dict[str, Any]:
+    """{Python keyword: value} of C++ options, in the Python spelling (None for off, P or (h, w), ...)."""
+    d = {row[0]: getattr(o, row[0]) for row in _C.SAMPLER_OPTIONS}
+    ph, pw = (o.patch_h or o.patch_size), (o.patch_w or o.patch_size)
+    d["patch_size"] = ph if ph == pw else (ph, pw)
+    d["require"] = d["require"] or None
+    d["positive_fraction"] = None if d["positive_fraction"] < 0 else d["positive_fraction"]
+    d["ids"] = (list(o.ids) + list(o.samples)) or None
+    d["prefetch"] = d["prefetch"] if o.prefetch_next else 0
+    d["cache_budget"] = d["cache_budget"] or None
+    return d
+
+
+def order_options(order: Any, cache_budget: Any, what: str) -> Tuple[str, int]:
+    """(order, budget bytes) of order= / cache_budget= of an item-order batch sampler (UNSET: the loaders'
+    default), converted and checked as the loaders' (SamplerOptions::Validate)."""
+    o = _C.SamplerOptions(fields=["-"])
+    try:
+        if order is not UNSET:  # else the C++ default
+            o.order = order
+        if cache_budget is not UNSET:
+            _cache_budget(o, cache_budget)
+        o.validate()
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"{what}: {e}") from None
+    return o.order, int(o.cache_budget)
+
+
+def public_options(o: "_C.SamplerOptions") -> Dict[str, Any]:
+    """A loader's ``options``: {"fields": (...), and every option in the Python spelling}."""
+    return {"fields": tuple(o.fields), **from_native(o)}
 
 
 def _warn_skipped(native: "_C.Sampler", who: str) -> None:

@@ -513,16 +513,11 @@ class Store:
 
     # -- looking at what the sampler serves -------------------------------------
 
-    def montage(self, count: int = 64, patch_size: Any = 256, field: Optional[str] = None,
-                overlay: Optional[str] = None, seed: int = 0, *, require: Optional[str] = None,
-                patches_per_sample: int = 1, epoch: int = 0, flip: bool = False, rot90: bool = False,
-                window: Any = None, tile: Optional[int] = None, crop: Any = None, context: int = 0,
-                ids: Optional[Iterable[Any]] = None, labels: bool = True, **sampler: Any) -> Any:
-        """A contact sheet of the windows a loader serves (documented by _export_api.store_montage)."""
-        return _LAYERS["montage"](self, count, patch_size, field, overlay, seed, require=require,
-                                  patches_per_sample=patches_per_sample, epoch=epoch, flip=flip, rot90=rot90,
-                                  window=window, tile=tile, crop=crop, context=context, ids=ids, labels=labels,
-                                  **sampler)
+    def montage(self, count: int = 64, *args: Any, **options: Any) -> Any:
+        """A contact sheet of the windows a loader serves: montage(count, patch_size, field, overlay, seed,
+        **options) (documented by _export_api.store_montage); sampling options as
+        ``config=SamplerConfig(...)`` or keywords, with the loaders' defaults."""
+        return _LAYERS["montage"](self, count, *args, **options)
 
 
 def _common_shape(r: "_C.Reader", field: str, first: Tuple[int, ...]) -> Optional[Tuple[int, ...]]:

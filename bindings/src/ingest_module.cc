@@ -34,6 +34,7 @@
 #include "patchstore/ingest/ingest_hdf5.h"
 #include "patchstore/ingest/montage.h"
 #include "patchstore/ingest/volume_montage.h"
+#include "sampler_options_py.h"
 #include "status_py.h"
 
 namespace py = pybind11;
@@ -45,6 +46,7 @@ using patchstore::IngestSummary;
 using patchstore::Progress;
 using patchstore::ProgressCallback;
 using patchstore_py::RaiseStatus;
+using patchstore_py::SamplerOptionsFrom;
 using patchstore_py::Where;
 
 namespace {
@@ -191,33 +193,13 @@ py::dict Export(const std::string& store, const std::string& outdir, const std::
 
 // RenderMontage: (height, width, bytearray of height*width*3 RGB bytes,
 // windows as (sample, y, x, flip, rot, positive) tuples, warnings).
-py::tuple Montage(const std::string& store, int count, int64_t patch_size, const std::string& field,
-                  const std::string& overlay, const std::string& require, bool require_overlay,
-                  int patches_per_sample, uint64_t seed, uint64_t epoch, bool flip, bool rot90, bool has_window,
-                  double lo, double hi, int tile, int64_t patch_h, int64_t patch_w, double min_valid,
-                  double positive_fraction, const std::string& policy, const std::string& loader,
-                  const std::vector<std::string>& ids, const std::vector<uint64_t>& samples, int rank,
-                  int world_size, bool with_windows) {
+py::tuple Montage(const std::string& store, int count, const py::object& sampler, const std::string& field,
+                  const std::string& overlay, bool require_overlay, uint64_t epoch, bool has_window, double lo,
+                  double hi, int tile, const std::string& loader, bool with_windows) {
   patchstore::MontageOptions o;
   o.store = store;
   o.count = count;
-  o.sampler.patch_size = patch_size;
-  o.sampler.patch_h = patch_h;
-  o.sampler.patch_w = patch_w;
-  o.sampler.require = require;
-  o.sampler.min_valid = min_valid;
-  o.sampler.positive_fraction = positive_fraction;
-  o.sampler.patches_per_sample = patches_per_sample;
-  o.sampler.seed = seed;
-  o.sampler.flip = flip;
-  o.sampler.rot90 = rot90;
-  o.sampler.ids = ids;
-  o.sampler.samples = samples;
-  o.sampler.rank = rank;
-  o.sampler.world_size = world_size;
-  auto pol = patchstore::ParseSamplingPolicy(policy);
-  if (!pol.ok()) throw py::value_error("montage: " + pol.status().message());
-  o.sampler.policy = *pol;
+  o.sampler = SamplerOptionsFrom(sampler);
   auto kind = patchstore::ParseLoaderKind(loader);
   if (!kind.ok()) throw py::value_error("montage: " + kind.status().message());
   o.loader = *kind;
@@ -383,13 +365,9 @@ PYBIND11_MODULE(_ingest, m) {
         py::arg("tile"), py::arg("labels"),
         "patchstore::RenderVolumeMontage with the GIL released: (height, width, RGB bytearray, (lo, hi), items, "
         "warning).");
-  m.def("render_montage", &Montage, py::arg("store"), py::arg("count"), py::arg("patch_size"), py::arg("field"),
-        py::arg("overlay"), py::arg("require"), py::arg("require_overlay"), py::arg("patches_per_sample"),
-        py::arg("seed"), py::arg("epoch"), py::arg("flip"), py::arg("rot90"), py::arg("has_window"),
-        py::arg("window_lo"), py::arg("window_hi"), py::arg("tile"), py::arg("patch_h") = 0, py::arg("patch_w") = 0,
-        py::arg("min_valid") = 1.0, py::arg("positive_fraction") = -1.0, py::arg("policy") = "auto",
-        py::arg("loader") = "sampler", py::arg("ids") = std::vector<std::string>(),
-        py::arg("samples") = std::vector<uint64_t>(), py::arg("rank") = 0, py::arg("world_size") = 1,
+  m.def("render_montage", &Montage, py::arg("store"), py::arg("count"), py::arg("sampler"), py::arg("field"),
+        py::arg("overlay"), py::arg("require_overlay"), py::arg("epoch"), py::arg("has_window"),
+        py::arg("window_lo"), py::arg("window_hi"), py::arg("tile"), py::arg("loader") = "sampler",
         py::arg("with_windows") = false,
         "patchstore::RenderMontage with the GIL released: (height, width, bytearray of RGB bytes), and with\n"
         "with_windows also the windows shown as (sample, y, x, flip, rot, positive) tuples and the warnings.");

@@ -31,6 +31,7 @@
 #include "patchstore/reader/reader.h"
 #include "patchstore/reader/sampler.h"
 #include "patchstore/reader/transform.h"
+#include "sampler_options_py.h"
 #include "status_py.h"
 
 namespace patchstore_py {
@@ -150,43 +151,7 @@ Status GatherRange(const PySampler& ps, uint64_t epoch, uint64_t first, int64_t 
   return st;
 }
 
-std::unique_ptr<PySampler> Create(std::shared_ptr<Reader> reader, const std::vector<std::string>& fields,
-                                  int64_t patch_size, int patches_per_sample, const std::string& require,
-                                  double min_valid, double positive_fraction, uint64_t seed, int rank,
-                                  int world_size, int num_threads, bool flip, bool rot90, int64_t patch_h,
-                                  int64_t patch_w, const std::string& policy, const std::vector<std::string>& ids,
-                                  const std::vector<uint64_t>& samples, int prefetch, const std::string& order,
-                                  uint64_t cache_budget) {
-  SamplerOptions o;
-  o.fields = fields;
-  o.patch_size = patch_size;
-  o.patch_h = patch_h;
-  o.patch_w = patch_w;
-  o.ids = ids;
-  o.samples = samples;
-  {
-    auto p = patchstore::ParseSamplingPolicy(policy);
-    if (!p.ok()) throw py::value_error("PatchSampler: " + p.status().message());
-    o.policy = *p;
-  }
-  {
-    auto ord = patchstore::ParseSampleOrder(order);
-    if (!ord.ok()) throw py::value_error("PatchSampler: " + ord.status().message());
-    o.order = *ord;
-  }
-  o.prefetch_next = prefetch > 0;  // 0: off; N: N batches ahead
-  if (prefetch > 0) o.prefetch_batches = prefetch;
-  o.locality_budget_bytes = cache_budget;
-  o.patches_per_sample = patches_per_sample;
-  o.require = require;
-  o.min_valid = min_valid;
-  o.positive_fraction = positive_fraction;
-  o.seed = seed;
-  o.rank = rank;
-  o.world_size = world_size;
-  o.num_threads = num_threads;
-  o.flip = flip;
-  o.rot90 = rot90;
+std::unique_ptr<PySampler> Create(std::shared_ptr<Reader> reader, const SamplerOptions& o) {
   auto ps = std::make_unique<PySampler>();
   ps->reader = reader;
   patchstore::Result<std::unique_ptr<PatchSampler>> r = Status::Internal("sampler not created");
@@ -240,6 +205,7 @@ void BindSampler(py::module_& m) {
         "The locality-aware epoch order (reader/order.h LocalityOrder) of items in storage order with the\n"
         "given record bytes: a permutation of range(n) as uint64 bytes. ValueError for a budget of 0.");
   m.attr("DEFAULT_PREFETCH_BATCHES") = patchstore::kDefaultPrefetchBatches;
+  BindSamplerOptions(m);
   m.def(
       "parse_byte_size",
       [](const std::string& text) {
@@ -252,13 +218,7 @@ void BindSampler(py::module_& m) {
       m, "Sampler",
       "patchstore::PatchSampler: exact mask-aware uniform windows, deterministic in (seed, epoch, position),\n"
       "sharded by rank, gathered into caller buffers with the GIL released. Use patchstore.PatchSampler.")
-      .def(py::init(&Create), py::arg("reader"), py::arg("fields"), py::arg("patch_size"),
-           py::arg("patches_per_sample") = 1, py::arg("require") = "", py::arg("min_valid") = 1.0,
-           py::arg("positive_fraction") = -1.0, py::arg("seed") = 0, py::arg("rank") = 0,
-           py::arg("world_size") = 1, py::arg("num_threads") = 1, py::arg("flip") = false,
-           py::arg("rot90") = false, py::arg("patch_h") = 0, py::arg("patch_w") = 0, py::arg("policy") = "auto",
-           py::arg("ids") = std::vector<std::string>(), py::arg("samples") = std::vector<uint64_t>(),
-           py::arg("prefetch") = patchstore::kDefaultPrefetchBatches, py::arg("order") = "random", py::arg("cache_budget") = 0,
+      .def(py::init(&Create), py::arg("reader"), py::arg("options"),
            "PatchSampler::Create. KeyError for an unknown field, ValueError for bad options.")
       .def_property_readonly("fields", [](const PySampler& ps) { return ps.s->options().fields; })
       .def_property_readonly("channels", [](const PySampler& ps) { return ps.s->channels(); })

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import patchstore
-
 from conftest import TEMPLATES, make_frames
 
 
@@ -240,9 +242,9 @@ def test_min_valid_beyond_window_is_refused_in_cpp(frameset):
     store = patchstore.open(frameset.store)
     opts = dict(fields=["rgb"], patch_size=16, patches_per_sample=1, require="mask", min_valid=float("inf"),
                 positive_fraction=-1.0, seed=0, rank=0, world_size=1, num_threads=1, flip=False, rot90=False)
-    with pytest.raises(ValueError,
-                       match="min_valid inf asks for more valid pixels than a 16x16 window holds \\(256\\)"):
-        _C.Sampler(reader_of(store), **opts)
+    with pytest.raises(ValueError, match=r"min_valid \(--min-valid\) inf asks for more valid pixels than a 16x16 "
+                                         r"window holds \(256\)"):
+        _C.Sampler(reader_of(store), _C.SamplerOptions(**opts))
 
 
 @pytest.mark.parametrize("args, message", [

@@ -641,7 +641,8 @@ TEST_F(SamplerTest, Rot90OfANonSquareWindowIsRefused) {
   o.rot90 = true;
   auto s = PatchSampler::Create(reader_, o);
   ASSERT_EQ(s.status().code(), Code::kInvalidArgument);
-  EXPECT_NE(s.status().message().find("rot90 needs a square window"), std::string::npos) << s.status().message();
+  EXPECT_NE(s.status().message().find("rot90 (--rot90) needs a square window"), std::string::npos)
+      << s.status().message();
   // And a hand-made window with a quarter turn is refused by the gather.
   o.rot90 = false;
   auto t = Make(o);
@@ -655,6 +656,67 @@ TEST_F(SamplerTest, Rot90OfANonSquareWindowIsRefused) {
   auto u = PatchSampler::Create(reader_, o);
   ASSERT_EQ(u.status().code(), Code::kInvalidArgument);
   EXPECT_NE(u.status().message().find("4x6 window holds (24)"), std::string::npos) << u.status().message();
+}
+
+// SamplerOptions::Validate is the one check of the option values: each rule
+// refuses with the option's Python keyword and CLI flag and the value given,
+// Create reports the same message in its context, and the defaults pass.
+TEST(SamplerOptionsTest, ValidateNamesTheUsersSpelling) {
+  SamplerOptions ok;
+  ok.fields = {"img"};
+  EXPECT_TRUE(ok.Validate().ok()) << ok.Validate().message();
+  struct Case {
+    void (*change)(SamplerOptions*);
+    std::string message;
+  };
+  const Case cases[] = {
+      {[](SamplerOptions* o) { o->fields.clear(); }, "no fields given"},
+      {[](SamplerOptions* o) { o->patch_size = 0; }, "patch_size (--patch) must be P or (h, w) with sides in [1, 2**31), got 0"},
+      {[](SamplerOptions* o) { o->patch_h = 3, o->patch_w = -1; }, "patch_size (--patch) must be P or (h, w) with sides in "
+                                                                   "[1, 2**31), got (3, -1)"},
+      {[](SamplerOptions* o) { o->patches_per_sample = 0; },
+       "patches_per_sample (-k, --patches-per-sample) must be positive, got 0"},
+      {[](SamplerOptions* o) { o->min_valid = 0; },
+       "min_valid (--min-valid) must be positive (pixels >= 1, or a fraction of the window < 1), got 0"},
+      {[](SamplerOptions* o) { o->min_valid = 65537; },
+       "min_valid (--min-valid) 65537 asks for more valid pixels than a 256x256 window holds (65536)"},
+      {[](SamplerOptions* o) { o->positive_fraction = 1.5; },
+       "positive_fraction (--positive-fraction) must be in [0, 1] (None, CLI -1: off), got 1.5"},
+      {[](SamplerOptions* o) { o->positive_fraction = -0.5; },
+       "positive_fraction (--positive-fraction) must be in [0, 1] (None, CLI -1: off), got -0.5"},
+      {[](SamplerOptions* o) { o->rank = 2, o->world_size = 2; },
+       "need 0 <= rank < world_size, got rank (--rank) 2, world_size (--world-size) 2"},
+      {[](SamplerOptions* o) { o->num_threads = 0; }, "num_threads must be in [1, 4096] (Python 0: all cores), got 0"},
+      {[](SamplerOptions* o) { o->prefetch_batches = 65; },
+       "prefetch must be a number of batches in 1..64 (False or 0: off), got 65"},
+      {[](SamplerOptions* o) { o->order = SampleOrder::kLocality; }, "order 'locality' needs cache_budget (bytes"},
+      {[](SamplerOptions* o) { o->index_cache_bytes = 0; }, "index_cache_bytes must be positive, got 0"},
+      {[](SamplerOptions* o) { o->positive_fraction = 0.5; }, "positive_fraction needs require=<mask field>"},
+  };
+  for (const Case& c : cases) {
+    SamplerOptions o = ok;
+    c.change(&o);
+    const Status st = o.Validate();
+    EXPECT_EQ(st.code(), Code::kInvalidArgument) << c.message;
+    EXPECT_EQ(st.message().rfind(c.message, 0), 0u) << st.message();
+  }
+  // Off values are not checked: read-ahead off takes any depth.
+  SamplerOptions off = ok;
+  off.prefetch_next = false;
+  off.prefetch_batches = 0;
+  EXPECT_TRUE(off.Validate().ok());
+  EXPECT_EQ(SamplerOptionSpelling("locality_budget_bytes"), "cache_budget");
+  EXPECT_EQ(SamplerOptionSpelling("world_size"), "world_size (--world-size)");
+}
+
+TEST_F(SamplerTest, CreateReportsValidateInItsContext) {
+  SamplerOptions o;
+  o.fields = {"img"};
+  o.positive_fraction = 2;
+  auto s = PatchSampler::Create(reader_, o);
+  ASSERT_EQ(s.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("creating a sampler on '"), std::string::npos) << s.status().message();
+  EXPECT_NE(s.status().message().find(o.Validate().message()), std::string::npos) << s.status().message();
 }
 
 TEST_F(SamplerTest, ExplicitPoliciesDrawAsAutoAndRefuseOptionsThatDoNotFit) {

@@ -10,9 +10,22 @@ import torch
 from torch.utils.data import IterableDataset
 
 from .._resume import STATE_VERSION, order_keys
+from .._config import UNSET, SamplerConfig, positional_options
 from .._sampler import PatchSampler
 from .._store import Store
 from ._common import _EpochCounter, _Ring, _distributed_defaults, _empty
+
+
+# BatchLoader's arguments by position before SamplerConfig (after path, fields, patch_size, batch_size), and
+# those of them that are the loader's own, not sampling options.
+_POSITIONAL = ("patches_per_sample", "require", "min_valid", "positive_fraction", "seed", "rank",
+               "world_size", "num_threads", "pin_memory", "flip", "rot90", "drop_last", "buffers")
+_OWN = ("pin_memory", "drop_last", "buffers")
+
+
+def _dist_active() -> bool:
+    dist = getattr(torch, "distributed", None)
+    return bool(dist is not None and dist.is_available() and dist.is_initialized())
 
 
 class BatchLoader(IterableDataset):
@@ -25,7 +38,9 @@ class BatchLoader(IterableDataset):
 
     path: a store path or a :class:`patchstore.Store`. batch_size: windows
     per batch (B; with patches_per_sample=k, a batch covers B/k sample
-    visits). patch_size: P or (h, w); require, min_valid,
+    visits). Sampling options: ``config=`` :class:`patchstore.SamplerConfig`
+    and/or its fields as keywords, defaults from it (the older positional
+    order still works). patch_size: P or (h, w); require, min_valid,
     positive_fraction, policy, flip, rot90, ids (a subset of sample ids or
     indices): as PatchSampler and PatchDataset, with the same meaning. ``len(loader)``: batches per epoch on this rank, the last one
     smaller unless ``drop_last``.
@@ -35,8 +50,9 @@ class BatchLoader(IterableDataset):
     previous one (0, 1, 2, ...), counted per process. ``epoch``: the epoch
     the next iter() in this process yields.
 
-    rank / world_size: shard of each epoch (as DistributedSampler);
-    None takes them from torch.distributed when it is initialised, else 0 / 1.
+    rank / world_size: shard of each epoch (as DistributedSampler); not
+    given (or None) and without a config, they come from torch.distributed
+    when it is initialised, else from SamplerConfig.
 
     Buffers (in the training process): batches are written into a ring of
     ``buffers`` sets of (B, C, P, P) tensors, pinned with ``pin_memory``
@@ -71,34 +87,32 @@ class BatchLoader(IterableDataset):
         self,
         path: Union[str, "os.PathLike[str]", Store],
         fields: Union[str, Sequence[str]],
-        patch_size: Union[int, Tuple[int, int]],
-        batch_size: int,
-        patches_per_sample: int = 1,
-        require: Optional[str] = None,
-        min_valid: float = 1,
-        positive_fraction: Optional[float] = None,
-        seed: int = 0,
-        rank: Optional[int] = None,
-        world_size: Optional[int] = None,
-        num_threads: int = 1,
+        patch_size: Any = UNSET,
+        batch_size: Any = UNSET,
+        *positional: Any,
+        config: Optional[SamplerConfig] = None,
         pin_memory: bool = False,
-        flip: bool = False,
-        rot90: bool = False,
         drop_last: bool = False,
         buffers: int = 2,
-        *,
-        ids: Optional[Sequence[Union[str, int]]] = None,
-        policy: str = "auto",
-        prefetch: Union[bool, int] = True,
-        order: str = "random",
-        cache_budget: Union[int, str, None] = None,
+        **options: Any,
     ) -> None:
         super().__init__()
-        rank, world_size = _distributed_defaults(rank, world_size)
-        self.sampler = PatchSampler(path, fields, patch_size, patches_per_sample, require, min_valid,
-                                    positive_fraction, seed, rank, world_size, num_threads, flip=flip, rot90=rot90,
-                                    ids=ids, policy=policy, prefetch=prefetch, order=order,
-                                    cache_budget=cache_budget, _who="patchstore.torch.BatchLoader")
+        who = "patchstore.torch.BatchLoader"
+        options = positional_options(who, patch_size, positional, _POSITIONAL, options)
+        # The loader's own arguments that the older positional order put among the sampling options.
+        own = dict(pin_memory=pin_memory, drop_last=drop_last, buffers=buffers)
+        own.update({k: options.pop(k) for k in _OWN if k in options})
+        pin_memory, drop_last, buffers = own["pin_memory"], own["drop_last"], own["buffers"]
+        if batch_size is UNSET:
+            raise TypeError(f"{who}: missing required argument 'batch_size'")
+        # rank / world_size None or not given: torch.distributed's when it is initialised (without a config)
+        dist = None if config is not None else _distributed_defaults(None, None)
+        for i, k in enumerate(("rank", "world_size")):
+            if options.get(k, None) is None:
+                options.pop(k, None)
+                if dist is not None and _dist_active():
+                    options[k] = dist[i]
+        self.sampler = PatchSampler(path, fields, config=config, _who=who, **options)
         self.batch_size = operator.index(batch_size)
         if self.batch_size < 1:
             raise ValueError(f"BatchLoader: batch_size must be >= 1, got {batch_size!r}")
@@ -195,7 +209,7 @@ class BatchLoader(IterableDataset):
         shapes = self.sampler.shapes(B)
         fields = self.fields
         pos = self._position if track else None
-        prefetch = bool(self.sampler._options.get("prefetch", True))
+        prefetch = bool(self.sampler._opts.prefetch_next)
         last = which[-1] if len(which) else -1
 
         def ahead(b: int) -> None:  # batch prefetch: the next batches this iterator gathers

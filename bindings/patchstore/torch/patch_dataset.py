@@ -12,9 +12,14 @@ from torch.utils.data import Dataset
 
 from .. import _patchstore as _C
 from .._resume import ResumableDataset
-from .._sampler import _best_window, _min_valid_note, _public_options, _sampler_options, _warn_skipped
+from .._config import UNSET, SamplerConfig, positional_options, resolve_config
+from .._sampler_options import _best_window, _min_valid_note, _warn_skipped, public_options, to_native
 from .._store import Store, _decode_id, reader_of
 from ._common import _SharedEpoch, _batch_tensor
+
+
+# The options PatchDataset took by position before SamplerConfig (after path, fields, patch_size).
+_POSITIONAL = ("patches_per_sample", "require", "seed")
 
 
 class PatchDataset(ResumableDataset, Dataset):
@@ -27,7 +32,10 @@ class PatchDataset(ResumableDataset, Dataset):
     float data unchanged.
 
     path: a store path (or a Store). fields: the fields to return, e.g.
-    ["rgb", "mask", "depth"]. patch_size: P, or (h, w).
+    ["rgb", "mask", "depth"]. Sampling options: ``config=``
+    :class:`patchstore.SamplerConfig` and/or its fields as keywords, defaults
+    from it (``patches_per_sample, require, seed`` still work by position
+    after patch_size). patch_size: P, or (h, w).
     require: None, or the name of a 1-channel mask field (usually "mask"):
     then every patch holds at least `min_valid` valid (non-zero) pixels of
     that field (or, for 0 < min_valid < 1, that fraction of the patch).
@@ -66,44 +74,37 @@ class PatchDataset(ResumableDataset, Dataset):
         self,
         path: Union[str, "os.PathLike[str]", Store],
         fields: Union[str, Sequence[str]],
-        patch_size: Union[int, Tuple[int, int]],
-        patches_per_sample: int = 1,
-        require: Optional[str] = None,
-        seed: int = 0,
-        *,
+        patch_size: Any = UNSET,
+        *positional: Any,
+        config: Optional[SamplerConfig] = None,
         transform: Optional[Callable[[Dict[str, torch.Tensor]], Any]] = None,
         cache_size: int = 64,
         verify_checksums: bool = False,
-        min_valid: float = 1,
-        positive_fraction: Optional[float] = None,
-        flip: bool = False,
-        rot90: bool = False,
-        num_threads: int = 1,
-        ids: Optional[Sequence[Union[str, int]]] = None,
-        policy: str = "auto",
+        **options: Any,
     ) -> None:
         super().__init__()
+        who = "PatchDataset"
+        options = positional_options(who, patch_size, positional, _POSITIONAL, options)
         if isinstance(path, Store):
             self.store = path
         else:
             self.store = Store(path, verify_checksums=verify_checksums)
+        self.config = resolve_config(config, options, who)
         self.fields: Tuple[str, ...] = (fields,) if isinstance(fields, str) else tuple(fields)
         if not self.fields:
             raise ValueError("PatchDataset needs at least one field")
         known = self.store.fields
+        require = self.config.require
         for f in self.fields + ((require,) if require is not None else ()):
             if f not in known:
                 raise KeyError(f"no field '{f}' in '{self.store.path}' (fields: {', '.join(known)})")
-        self.seed = operator.index(seed)
-        if self.seed < 0:
-            raise ValueError(f"seed must be >= 0, got {seed!r}")
-        self._options: Dict[str, Any] = _sampler_options(
-            self.fields, patch_size, patches_per_sample, require, min_valid, positive_fraction, self.seed, 0, 1,
-            num_threads, flip, rot90, what="PatchDataset", ids=ids, policy=policy)
-        self.patch_size: Tuple[int, int] = (self._options["patch_h"], self._options["patch_w"])
-        self.patches_per_sample = self._options["patches_per_sample"]
+        self._opts = to_native(self.fields, self.config, who)
+        self.seed = int(self._opts.seed)
+        self.patch_size: Tuple[int, int] = (self._opts.patch_h or self._opts.patch_size,
+                                            self._opts.patch_w or self._opts.patch_size)
+        self.patches_per_sample = int(self._opts.patches_per_sample)
         self.require = require
-        self.min_valid = min_valid
+        self.min_valid = self._opts.min_valid
         self.transform = transform
         self.cache_size = max(1, int(cache_size))
         self._epoch = _SharedEpoch(0)
@@ -119,12 +120,13 @@ class PatchDataset(ResumableDataset, Dataset):
 
     def __getstate__(self) -> Dict[str, Any]:
         state = self.__dict__.copy()
-        for k in ("_sampler", "_pid", "_eligible", "_pool"):
+        for k in ("_sampler", "_pid", "_eligible", "_pool", "_opts"):
             state.pop(k, None)
         return state
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self._opts = to_native(self.fields, self.config, "PatchDataset")
         self._init_process()
 
     def _native(self) -> "_C.Sampler":
@@ -133,7 +135,7 @@ class PatchDataset(ResumableDataset, Dataset):
         if s is not None and self._pid == os.getpid():
             return s
         self._sampler = None
-        s = _C.Sampler(reader_of(self.store), **self._options)
+        s = _C.Sampler(reader_of(self.store), self._opts)
         self._eligible = np.frombuffer(s.eligible_list(), dtype=np.uint64).astype(np.int64)
         self._sampler, self._pid = s, os.getpid()
         return s
@@ -141,7 +143,7 @@ class PatchDataset(ResumableDataset, Dataset):
     @property
     def options(self) -> Dict[str, Any]:
         """The sampler options (as PatchSampler.options): what montage(loader=...) shows."""
-        return _public_options(self._options)
+        return public_options(self._opts)
 
     # -- epochs -------------------------------------------------------------
 

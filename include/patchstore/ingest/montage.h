@@ -77,6 +77,8 @@ Result<Image8> RenderMontage(const MontageOptions& options);
 // Draws the windows (at most `count`) that the loader (options as above)
 // takes from sample `id` in `epoch` on the whole frame of `field`. A sample
 // without a qualifying window gets no box and a warning in Image8::warnings.
+// InvalidArgument for patches_per_sample outside 1..4096 (the CLI's -k once
+// checked it; the option table leaves picture limits to the picture).
 Result<Image8> RenderBoxes(const MontageOptions& options, const std::string& id);
 
 // Encodes `image` as PNG at `path` (written atomically).

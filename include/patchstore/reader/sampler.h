@@ -147,6 +147,45 @@ Result<SamplingPolicy> ParseSamplingPolicy(const std::string& name);
 // (SamplerOptions::prefetch_batches; measured in bench/scale/windows.py).
 constexpr int kDefaultPrefetchBatches = 4;
 
+// The sampling options a user sets, one row each: the single list from
+// which the Python binding (SamplerOptions properties, SAMPLER_OPTIONS,
+// patchstore.SamplerConfig and every loader's keywords), the CLI flag set
+// (cli/sampler_flags.cc) and the messages of SamplerOptions::Validate take
+// their names, flags and docs; the defaults are the member initialisers of
+// SamplerOptions below (the only place they are written).
+//   X(member, Python keyword, CLI flag ("" = none), one-line doc)
+// A CLI flag is given where the option changes which windows are served
+// (montage and `export --boxes` show them); the loaders' speed options
+// (threads, read-ahead, order) have none. Adding an option: a member with
+// its default below, a row here, its rule in Validate (reader/sampler.cc),
+// its use, and its field in SamplerConfig's stub
+// (bindings/patchstore/_patchstore.pyi); see
+// docs/architecture/adding-an-option.md.
+#define PATCHSTORE_SAMPLER_OPTIONS(X)                                                                              \
+  X(patch_size, "patch_size", "--patch", "window size: P (P x P) or (h, w) (CLI: H,W)")                            \
+  X(patches_per_sample, "patches_per_sample", "-k,--patches-per-sample", "windows cut from each sample visit (k)")  \
+  X(require, "require", "--require", "1-channel mask field every window must hit (None: uniform windows)")         \
+  X(min_valid, "min_valid", "--min-valid",                                                                         \
+    "valid mask pixels a window needs (>= 1), or that fraction of the window (< 1)")                               \
+  X(positive_fraction, "positive_fraction", "--positive-fraction",                                                 \
+    "fraction of windows drawn from those meeting min_valid, the rest from the others (None, CLI -1: off)")        \
+  X(policy, "policy", "--policy",                                                                                  \
+    "sampling policy: auto (from require / positive_fraction), uniform, min_valid, positive_fraction")             \
+  X(seed, "seed", "--seed", "seed of the permutation and the windows (the same seed gives the same windows)")      \
+  X(rank, "rank", "--rank", "this process's shard of each epoch (as DistributedSampler)")                          \
+  X(world_size, "world_size", "--world-size", "number of shards of each epoch")                                    \
+  X(flip, "flip", "--flip", "random vertical and horizontal flips")                                                \
+  X(rot90, "rot90", "--rot90", "random quarter turns (square windows only)")                                       \
+  X(ids, "ids", "--ids", "only these samples (ids, or in Python also store indices), e.g. a train/val split")     \
+  X(num_threads, "num_threads", "", "gather threads (Python: 0 = all cores)")                                      \
+  X(prefetch_batches, "prefetch", "",                                                                              \
+    "batches whose windows are read ahead after each batch, 1..64 (Python False or 0: off)")                       \
+  X(order, "order", "", "visit order: random, or locality (needs cache_budget)")                                   \
+  X(locality_budget_bytes, "cache_budget", "",                                                                     \
+    "page cache an epoch of order locality may count on: bytes, or a size such as 8GB")                            \
+  X(index_cache_bytes, "index_cache_bytes", "",                                                                    \
+    "memory for the per-sample window lists this sampler keeps (bytes); the oldest are rebuilt on demand beyond it")
+
 struct SamplerOptions {
   std::vector<std::string> fields;  // fields to gather, e.g. {"rgb", "mask", "depth"}
   int64_t patch_size = 256;         // windows are patch_size x patch_size, unless:
@@ -188,7 +227,20 @@ struct SamplerOptions {
   int64_t width() const { return patch_w > 0 ? patch_w : patch_size; }
   // The policy kAuto stands for with these options.
   SamplingPolicy ResolvedPolicy() const;
+
+  // The only check of the option values (PatchSampler::Create calls it;
+  // the bindings call it before building anything): InvalidArgument naming
+  // the option as a user spells it, e.g. "positive_fraction
+  // (--positive-fraction) must be in [0, 1] (None, CLI -1: off), got 1.5".
+  // What needs the store (fields, require naming a 1-channel mask, ids) is
+  // checked by Create.
+  Status Validate() const;
 };
+
+// "positive_fraction (--positive-fraction)", "num_threads": how a user
+// spells the option of `member` (a member name of the table above), for
+// messages.
+std::string SamplerOptionSpelling(const std::string& member);
 
 // The order in which a loader serves windows (ServedWindows).
 enum class LoaderKind : uint8_t {

@@ -1,0 +1,84 @@
+"""patchstore.SamplerConfig: the sampling options of every loader, as one value.
+
+Built at import from the C++ option table (``_patchstore.SAMPLER_OPTIONS``,
+``PATCHSTORE_SAMPLER_OPTIONS`` in reader/sampler.h): one field per option,
+named by its Python keyword, whose default is the C++ default
+(``patchstore::SamplerOptions``) in its Python spelling. No option, default
+or rule is written here; ``_config.pyi`` declares the fields for type
+checkers. PatchSampler, BatchLoader, PatchDataset and Store.montage take
+``config=SamplerConfig(...)``, and the same options as keyword arguments.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, Sequence, Tuple
+
+from . import _patchstore as _C
+from ._sampler_options import UNSET, from_native
+
+__all__ = ["SamplerConfig", "OPTIONS", "UNSET", "positional_options", "resolve_config"]
+
+#: The Python keywords of the sampling options, in table order.
+OPTIONS: Tuple[str, ...] = tuple(row[0] for row in _C.SAMPLER_OPTIONS)
+_DOCS: Dict[str, str] = {row[0]: row[2] for row in _C.SAMPLER_OPTIONS}
+_DEFAULTS: Dict[str, Any] = from_native(_C.SamplerOptions(fields=["-"]))
+
+
+def _doc() -> str:
+    lines = ["The sampling options of PatchSampler, BatchLoader, PatchDataset and montage (defaults from C++).", ""]
+    lines += [f"{name} (default {_DEFAULTS[name]!r}): {_DOCS[name]}" for name in OPTIONS]
+    return "\n".join(lines)
+
+
+SamplerConfig = dataclasses.make_dataclass(
+    "SamplerConfig",
+    [(name, Any, dataclasses.field(default=_DEFAULTS[name])) for name in OPTIONS],
+    frozen=True,
+    namespace={"__doc__": _doc(), "__module__": __name__},
+)
+SamplerConfig.__module__ = __name__  # pickles as patchstore._config.SamplerConfig
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # e.g. arrays: compared element-wise
+        return a is b
+
+
+def resolve_config(config: Any, options: Dict[str, Any], what: str) -> Any:
+    """The SamplerConfig of a loader call: `config` (or the defaults) with the keyword `options` set.
+
+    TypeError for an unknown keyword or a config that is not a SamplerConfig; ValueError for a keyword
+    that contradicts the config it comes with (give each option in one place).
+    """
+    unknown = [k for k in options if k not in _DEFAULTS]
+    if unknown:
+        raise TypeError(f"{what}: unexpected keyword argument '{unknown[0]}' (sampling options: "
+                        f"{', '.join(OPTIONS)})")
+    if config is None:
+        return SamplerConfig(**options)
+    if not isinstance(config, SamplerConfig):
+        raise TypeError(f"{what}: config must be a patchstore.SamplerConfig, got {type(config).__name__}")
+    for k, v in options.items():
+        if not _same(getattr(config, k), v):
+            raise ValueError(f"{what}: {k}={v!r} contradicts config.{k}={getattr(config, k)!r} "
+                             f"(give {k} in the config or as a keyword, not both)")
+    return config
+
+
+def positional_options(what: str, patch_size: Any, positional: Sequence[Any], names: Sequence[str],
+                       options: Dict[str, Any]) -> Dict[str, Any]:
+    """The keyword arguments of a loader call, with patch_size and the older positional arguments
+    (`names`, in the order the loader took them before SamplerConfig) added."""
+    if len(positional) > len(names):
+        raise TypeError(f"{what}: {len(positional)} positional arguments after the required ones; at most "
+                        f"{len(names)} ({', '.join(names)}), the rest by keyword")
+    given = dict(zip(names, positional))
+    if patch_size is not UNSET:
+        given["patch_size"] = patch_size
+    for k in given:
+        if k in options:
+            raise TypeError(f"{what}: got multiple values for argument '{k}'")
+    return {**given, **options}
