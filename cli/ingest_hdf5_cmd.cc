@@ -32,7 +32,8 @@ struct Hdf5Args {
 }  // namespace
 
 Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet) {
-  auto* cmd = ingest->add_subcommand("hdf5", "Ingest 3D volumes (one dataset per patient and group) from HDF5 files")
+  auto* cmd = ingest->add_subcommand("hdf5", "Ingest 3D volumes from HDF5 files (groups of one dataset per patient, or one file per "
+                                          "patient)")
                   ->fallthrough();
   auto args = std::make_shared<Hdf5Args>();
   Hdf5IngestOptions& o = args->options;
@@ -41,15 +42,16 @@ Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet) {
       ->required()
       ->expected(2, -1);
   cmd->add_option("--group", o.groups,
-                  "GROUP or GROUP=FIELD (repeat): a group holding one 3D dataset per patient; each group becomes a "
-                  "field, each dataset name a volume. A name missing from one group is an error naming it (--on-error "
-                  "skip: skipped and reported)")
+                  "PATH or PATH=FIELD (repeat); each becomes a field. In a file where every PATH is a group, each "
+                  "group holds one 3D dataset per patient and each dataset name is a volume (a name missing from one "
+                  "group is an error naming it; --on-error skip: skipped and reported). In a file where every PATH "
+                  "is a 3D dataset, the file is one patient: one volume, id = file stem")
       ->required();
   cmd->add_option("--slice-axis", o.slice_axis,
                   "Source axis that indexes slices: 0, 1, 2 or negative (default -1: the last, for (H,W,S) data)");
   cmd->add_option("--ids", o.ids,
                   "Sample ids: auto (dataset name; FILESTEM/name when several files are given), stem (always "
-                  "FILESTEM/name), name (never prefixed)")
+                  "FILESTEM/name), name (never prefixed). A per-patient file's volume is FILESTEM under every scheme")
       ->check(CLI::IsMember({"auto", "stem", "name"}));
   cmd->add_flag("--strict-ids", o.strict_ids,
                 "Refuse (instead of warning) when prefixed ids would store a patient already present under another "
@@ -84,6 +86,14 @@ Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet) {
                   "N), into a store of their own; run N such ingests (any machines, at once) and read the N stores "
                   "as one");
   cmd->footer(
+      "Two layouts, judged file by file (one ingest may mix them):\n"
+      "  groups:      /MR/patient001 /CT/patient001 /MR/patient002 ...  every --group a group; a volume per\n"
+      "               dataset name present in all of them\n"
+      "  per patient: /MR /CT /MASK                                     every --group a 3D dataset; the file is\n"
+      "               one volume, its id the file stem (data/sub-07.h5 -> sub-07)\n"
+      "A file that is neither (a path missing, or groups and datasets mixed) is an error listing what its root\n"
+      "holds (--on-error skip: reported, the other files ingested).\n"
+      "\n"
       "Every (volume, group) becomes one record (float32, or --encoding) of shape (S,H,W), slice axis first, so a slice or a stack\n"
       "of neighbouring slices is one contiguous zero-copy view. Chunked and compressed (gzip, shuffle) datasets\n"
       "are streamed chunk by chunk; memory stays bounded.\n"
@@ -92,6 +102,8 @@ Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet) {
       "  patchstore ingest hdf5 synthrad.h5 synthrad.ps --group MR --group CT --group MASK\n"
       "  patchstore ingest hdf5 train.h5 val.h5 ct.ps --group MR --group CT \\\n"
       "      --norm CT=range:-1024,3000 --norm MR=range:0,3000   # ids train/patient001, val/patient042, ...\n"
+      "  patchstore ingest hdf5 data/*.h5 v.ps --group MR --group CT --group MASK\n"
+      "                                                   # one file per patient: ids = file stems\n"
       "  patchstore ingest hdf5 new.h5 synthrad.ps --group MR --group CT --group MASK --ids name\n"
       "                                                   # add new patients to a store, ids without prefix\n"
       "  patchstore ingest hdf5 vols.h5 vols.ps --group /data/img=image --group /data/seg=mask \\\n"
