@@ -55,7 +55,7 @@ Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet) {
       ->check(CLI::IsMember({"auto", "stem", "name"}));
   cmd->add_flag("--strict-ids", o.strict_ids,
                 "Refuse (instead of warning) when prefixed ids would store a patient already present under another "
-                "file prefix");
+                "file prefix, and refuse an id two files give (--ids name) before anything is written");
   cmd->add_option("--mask", o.mask_fields,
                   "Treat FIELD as a mask: marked as such and stored as {0,1} unless --norm says otherwise. A group "
                   "merely named MASK keeps its values (labels) without this");
@@ -81,7 +81,7 @@ Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet) {
       ->check(CLI::IsMember({"stop", "skip"}));
   cmd->add_option("--report", o.report_path, "Where --on-error skip writes failures (default STORE/ingest-errors.tsv)");
   cmd->add_flag("--no-sync", args->no_sync, "Do not fsync commits (faster; a crash may lose recent batches)");
-  cmd->add_option("--shard", args->shard,
+  auto* shard_opt = cmd->add_option("--shard", args->shard,
                   "I/N: ingest only shard I (0..N-1) of N: the volumes whose id hashes to I (xxh3_64 of the id mod "
                   "N), into a store of their own; run N such ingests (any machines, at once) and read the N stores "
                   "as one");
@@ -112,7 +112,7 @@ Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet) {
       "Exit codes: 0 done (volumes skipped with --on-error skip are listed), 1 failure, 2 bad usage,\n"
       "130 interrupted by Ctrl-C (what was committed stays; rerun to resume).");
 
-  return [cmd, args, quiet]() -> int {
+  return [cmd, args, quiet, shard_opt]() -> int {
     if (!cmd->parsed()) return -1;
     Hdf5IngestOptions& o = args->options;
     o.files.assign(args->paths.begin(), args->paths.end() - 1);
@@ -125,7 +125,7 @@ Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet) {
       }
       o.norm[n.substr(0, eq)] = n.substr(eq + 1);
     }
-    if (!args->shard.empty()) {
+    if (shard_opt->count() > 0) {  // given, even as "" (an unset variable): checked, never ignored
       Status st = ParseShardSpec(args->shard, &o.shard_index, &o.shard_count);
       if (!st.ok()) {
         std::cerr << "patchstore: error: --" << st.message() << "\n";
@@ -138,7 +138,7 @@ Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet) {
     for (const std::string& p : args->paths) command += " " + p;
     for (const std::string& g : o.groups) command += " --group " + g;
     command += " --slice-axis " + std::to_string(o.slice_axis);
-    if (!args->shard.empty()) command += " --shard " + args->shard;
+    if (shard_opt->count() > 0) command += " --shard " + args->shard;
     o.command_line = command;
     ProgressPrinter printer("ingest", "volumes", *quiet);
     o.progress = [&](const Progress& p) { printer(p); };

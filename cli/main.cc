@@ -186,7 +186,7 @@ int main(int argc, char** argv) {
       ->check(ps::cli::FiniteNumber());
   images->add_flag("--no-sync", no_sync, "Do not fsync commits (faster; a crash may lose recent batches)");
   std::string image_shard;
-  images->add_option("--shard", image_shard,
+  auto* image_shard_opt = images->add_option("--shard", image_shard,
                      "I/N: ingest only shard I (0..N-1) of N: the samples whose id hashes to I (xxh3_64 of the id "
                      "mod N), into a store of their own; run N such ingests (any machines, at once) and read the "
                      "N stores as one");
@@ -331,7 +331,7 @@ int main(int argc, char** argv) {
       std::cerr << "patchstore: error: --tile-size is for --layout tiles (the layout is " << io.layout << ")\n";
       return 2;
     }
-    if (!image_shard.empty()) {
+    if (image_shard_opt->count() > 0) {  // given, even as "" (an unset variable): checked, never ignored
       ps::Status st = ps::ParseShardSpec(image_shard, &io.shard_index, &io.shard_count);
       if (!st.ok()) {
         std::cerr << "patchstore: error: --" << st.message() << "\n";

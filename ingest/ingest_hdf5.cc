@@ -1018,9 +1018,12 @@ Result<IngestSummary> Hdf5Ingest::Run() {
     return Status::NotFound("ingest: no dataset found in the given groups of the given files");
   {
     std::map<std::string, size_t> seen;
+    std::vector<std::string> clashes;  // ids two files give (--ids name, or per-patient stems)
     for (Item& it : items_) {
       if (it.name.empty()) continue;
       auto [pos, fresh] = seen.emplace(it.id, it.file);
+      if (!fresh && it.status.ok() && pos->second != it.file)
+        clashes.push_back("'" + it.id + "' in '" + o_.files[pos->second] + "' and '" + o_.files[it.file] + "'");
       if (!fresh && it.status.ok())
         it.status = Status::AlreadyExists(
             (it.patient_file ? "reading per-patient file '" + o_.files[it.file] + "'"
@@ -1028,6 +1031,15 @@ Result<IngestSummary> Hdf5Ingest::Run() {
             ": id '" + it.id + "' is already used by '" + o_.files[pos->second] +
             (it.patient_file ? "' (a per-patient file's id is its file stem: rename one of the files)"
                              : "' (use --ids stem to prefix ids with the file name)"));
+    }
+    // --strict-ids: found before anything is written, as the prefix checks are.
+    if (o_.strict_ids && !clashes.empty()) {
+      std::string shown;
+      for (size_t i = 0; i < clashes.size() && i < 3; ++i) shown += (i ? "; " : "") + clashes[i];
+      return Status::InvalidArgument("ingest: --strict-ids: " + std::to_string(clashes.size()) +
+                                     " id(s) given by two files (" + shown + (clashes.size() > 3 ? "; ..." : "") +
+                                     "): the same patient twice, or two patients under one id; nothing was "
+                                     "written (use --ids stem to prefix ids with the file name)");
     }
   }
 

@@ -108,7 +108,10 @@ struct Hdf5IngestOptions {
   // (or in this ingest) under another file prefix ("a/patient001" next to
   // "b/patient001": the same patient listed twice, or on both sides of a
   // split by id) is a warning in IngestSummary::warnings, or with
-  // strict_ids an InvalidArgument before anything is written.
+  // strict_ids an InvalidArgument before anything is written. With ids
+  // "name" (or per-patient files), an id that two files give is an error for
+  // the second file's volume (skipped with skip_errors), or with strict_ids
+  // an InvalidArgument naming both files before anything is written.
   bool strict_ids = false;
 
   // Fields stored as masks: is_mask and, unless `norm` says otherwise, {0,1}.

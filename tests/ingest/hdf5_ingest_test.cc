@@ -928,6 +928,66 @@ TEST_F(Hdf5IngestTest, PerPatientErrorsNameTheDataset) {
       << r.status().message();
 }
 
+// --ids name --strict-ids: an id two files give is refused before anything
+// is written (without --strict-ids the second file's volume fails, reported).
+TEST_F(Hdf5IngestTest, StrictIdsRefusesIdsTwoFilesGiveBeforeWriting) {
+  const Dims d{3, 6, 2};
+  const auto x = RandomValues<int16_t>(Count(d), 61, -40, 40);
+  for (const std::string name : {"site1.h5", "site2.h5"}) {
+    H5Out f(dir_ / name);
+    ASSERT_TRUE(f.Write("CT/a" + name.substr(4, 1), H5T_STD_I16LE, H5T_NATIVE_INT16, V(d), x.data()));
+    ASSERT_TRUE(f.Write("CT/shared", H5T_STD_I16LE, H5T_NATIVE_INT16, V(d), x.data()));
+  }
+  auto o = Options({dir_ / "site1.h5", dir_ / "site2.h5"}, dir_ / "strict.ps", {"CT"});
+  o.ids = "name";
+  o.strict_ids = true;
+  auto r = IngestHdf5(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            "ingest: --strict-ids: 1 id(s) given by two files ('shared' in '" + (dir_ / "site1.h5") + "' and '" +
+                (dir_ / "site2.h5") + "'): the same patient twice, or two patients under one id; nothing was "
+                                      "written (use --ids stem to prefix ids with the file name)");
+  EXPECT_FALSE(fs::exists(dir_ / "strict.ps"));
+  // Without --strict-ids, skip mode: the clash is one failure, the rest written.
+  o.strict_ids = false;
+  o.skip_errors = true;
+  r = IngestHdf5(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->samples_written, 3u);
+  EXPECT_EQ(r->samples_failed, 1u);
+  EXPECT_EQ(Ids(*Open(o.store)), (std::vector<std::string>{"a1", "a2", "shared"}));
+}
+
+// --shard "" (an unset shell variable) is refused, not an unsharded ingest.
+TEST_F(Hdf5IngestTest, EmptyShardIsRefused) {
+  PatientFile a;
+  a.Write(dir_ / "p.h5", {3, 4, 2}, 6);
+  const std::string cli = PATCHSTORE_CLI;
+  std::string out;
+  EXPECT_EQ(RunCommand(cli + " -q ingest hdf5 " + (dir_ / "p.h5") + " " + (dir_ / "h.ps") +
+                           " --group MR --shard ''",
+                       &out),
+            2)
+      << out;
+  EXPECT_TRUE(Contains(out, "patchstore: error: --shard '' is empty (an unset shell variable")) << out;
+  EXPECT_FALSE(fs::exists(dir_ / "h.ps"));
+  fs::create_directories(dir_ / "img");
+  EXPECT_EQ(RunCommand(cli + " -q ingest images " + (dir_ / "i.ps") + " --root " + (dir_ / "img") +
+                           " --field 'rgb={a}.png' --shard ''",
+                       &out),
+            2)
+      << out;
+  EXPECT_TRUE(Contains(out, "patchstore: error: --shard '' is empty")) << out;
+  EXPECT_FALSE(fs::exists(dir_ / "i.ps"));
+  uint32_t i = 9, n = 9;
+  EXPECT_EQ(ParseShardSpec("", &i, &n).code(), Code::kInvalidArgument);
+  EXPECT_EQ(i, 9u);
+  EXPECT_TRUE(ParseShardSpec("2/5", &i, &n).ok());
+  EXPECT_EQ(i, 2u);
+  EXPECT_EQ(n, 5u);
+}
+
 TEST_F(Hdf5IngestTest, CommandLine) {
   SeedFile seed;
   seed.Write(dir_ / "seed.h5");
