@@ -32,7 +32,8 @@ struct Hdf5Args {
 }  // namespace
 
 Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet) {
-  auto* cmd = ingest->add_subcommand("hdf5", "Ingest 3D volumes (one dataset per patient and group) from HDF5 files")
+  auto* cmd = ingest->add_subcommand("hdf5", "Ingest 3D volumes from HDF5 files (groups of one dataset per patient, or one file per "
+                                          "patient)")
                   ->fallthrough();
   auto args = std::make_shared<Hdf5Args>();
   Hdf5IngestOptions& o = args->options;
@@ -41,19 +42,20 @@ Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet) {
       ->required()
       ->expected(2, -1);
   cmd->add_option("--group", o.groups,
-                  "GROUP or GROUP=FIELD (repeat): a group holding one 3D dataset per patient; each group becomes a "
-                  "field, each dataset name a volume. A name missing from one group is an error naming it (--on-error "
-                  "skip: skipped and reported)")
+                  "PATH or PATH=FIELD (repeat); each becomes a field. In a file where every PATH is a group, each "
+                  "group holds one 3D dataset per patient and each dataset name is a volume (a name missing from one "
+                  "group is an error naming it; --on-error skip: skipped and reported). In a file where every PATH "
+                  "is a 3D dataset, the file is one patient: one volume, id = file stem")
       ->required();
   cmd->add_option("--slice-axis", o.slice_axis,
                   "Source axis that indexes slices: 0, 1, 2 or negative (default -1: the last, for (H,W,S) data)");
   cmd->add_option("--ids", o.ids,
                   "Sample ids: auto (dataset name; FILESTEM/name when several files are given), stem (always "
-                  "FILESTEM/name), name (never prefixed)")
+                  "FILESTEM/name), name (never prefixed). A per-patient file's volume is FILESTEM under every scheme")
       ->check(CLI::IsMember({"auto", "stem", "name"}));
   cmd->add_flag("--strict-ids", o.strict_ids,
                 "Refuse (instead of warning) when prefixed ids would store a patient already present under another "
-                "file prefix");
+                "file prefix, and refuse an id two files give (--ids name) before anything is written");
   cmd->add_option("--mask", o.mask_fields,
                   "Treat FIELD as a mask: marked as such and stored as {0,1} unless --norm says otherwise. A group "
                   "merely named MASK keeps its values (labels) without this");
@@ -79,11 +81,19 @@ Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet) {
       ->check(CLI::IsMember({"stop", "skip"}));
   cmd->add_option("--report", o.report_path, "Where --on-error skip writes failures (default STORE/ingest-errors.tsv)");
   cmd->add_flag("--no-sync", args->no_sync, "Do not fsync commits (faster; a crash may lose recent batches)");
-  cmd->add_option("--shard", args->shard,
+  auto* shard_opt = cmd->add_option("--shard", args->shard,
                   "I/N: ingest only shard I (0..N-1) of N: the volumes whose id hashes to I (xxh3_64 of the id mod "
                   "N), into a store of their own; run N such ingests (any machines, at once) and read the N stores "
                   "as one");
   cmd->footer(
+      "Two layouts, judged file by file (one ingest may mix them):\n"
+      "  groups:      /MR/patient001 /CT/patient001 /MR/patient002 ...  every --group a group; a volume per\n"
+      "               dataset name present in all of them\n"
+      "  per patient: /MR /CT /MASK                                     every --group a 3D dataset; the file is\n"
+      "               one volume, its id the file stem (data/sub-07.h5 -> sub-07)\n"
+      "A file that is neither (a path missing, or groups and datasets mixed) is an error listing what its root\n"
+      "holds (--on-error skip: reported, the other files ingested).\n"
+      "\n"
       "Every (volume, group) becomes one record (float32, or --encoding) of shape (S,H,W), slice axis first, so a slice or a stack\n"
       "of neighbouring slices is one contiguous zero-copy view. Chunked and compressed (gzip, shuffle) datasets\n"
       "are streamed chunk by chunk; memory stays bounded.\n"
@@ -92,6 +102,8 @@ Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet) {
       "  patchstore ingest hdf5 synthrad.h5 synthrad.ps --group MR --group CT --group MASK\n"
       "  patchstore ingest hdf5 train.h5 val.h5 ct.ps --group MR --group CT \\\n"
       "      --norm CT=range:-1024,3000 --norm MR=range:0,3000   # ids train/patient001, val/patient042, ...\n"
+      "  patchstore ingest hdf5 data/*.h5 v.ps --group MR --group CT --group MASK\n"
+      "                                                   # one file per patient: ids = file stems\n"
       "  patchstore ingest hdf5 new.h5 synthrad.ps --group MR --group CT --group MASK --ids name\n"
       "                                                   # add new patients to a store, ids without prefix\n"
       "  patchstore ingest hdf5 vols.h5 vols.ps --group /data/img=image --group /data/seg=mask \\\n"
@@ -100,7 +112,7 @@ Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet) {
       "Exit codes: 0 done (volumes skipped with --on-error skip are listed), 1 failure, 2 bad usage,\n"
       "130 interrupted by Ctrl-C (what was committed stays; rerun to resume).");
 
-  return [cmd, args, quiet]() -> int {
+  return [cmd, args, quiet, shard_opt]() -> int {
     if (!cmd->parsed()) return -1;
     Hdf5IngestOptions& o = args->options;
     o.files.assign(args->paths.begin(), args->paths.end() - 1);
@@ -113,7 +125,7 @@ Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet) {
       }
       o.norm[n.substr(0, eq)] = n.substr(eq + 1);
     }
-    if (!args->shard.empty()) {
+    if (shard_opt->count() > 0) {  // given, even as "" (an unset variable): checked, never ignored
       Status st = ParseShardSpec(args->shard, &o.shard_index, &o.shard_count);
       if (!st.ok()) {
         std::cerr << "patchstore: error: --" << st.message() << "\n";
@@ -126,7 +138,7 @@ Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet) {
     for (const std::string& p : args->paths) command += " " + p;
     for (const std::string& g : o.groups) command += " --group " + g;
     command += " --slice-axis " + std::to_string(o.slice_axis);
-    if (!args->shard.empty()) command += " --shard " + args->shard;
+    if (shard_opt->count() > 0) command += " --shard " + args->shard;
     o.command_line = command;
     ProgressPrinter printer("ingest", "volumes", *quiet);
     o.progress = [&](const Progress& p) { printer(p); };

@@ -25,6 +25,7 @@ struct ImagesArgs {
   bool in_process = false;
   std::string shard;
   CLI::Option* tile_size = nullptr;
+  CLI::Option* shard_opt = nullptr;
   std::string command_line;
 };
 
@@ -67,7 +68,7 @@ int RunImages(ImagesArgs& a, bool quiet) {
     std::cerr << "patchstore: error: --tile-size is for --layout tiles (the layout is " << io.layout << ")\n";
     return 2;
   }
-  if (!a.shard.empty()) {
+  if (a.shard_opt->count() > 0) {  // given, even as "" (an unset variable): checked, never ignored
     Status st = ParseShardSpec(a.shard, &io.shard_index, &io.shard_count);
     if (!st.ok()) {
       std::cerr << "patchstore: error: --" << st.message() << "\n";
@@ -171,7 +172,7 @@ Runner RegisterIngestImages(CLI::App* ingest, const bool* quiet, std::string com
       ->check(CLI::Range(0.1, 86400.0))
       ->check(FiniteNumber());
   images->add_flag("--no-sync", args->no_sync, "Do not fsync commits (faster; a crash may lose recent batches)");
-  images->add_option("--shard", args->shard,
+  args->shard_opt = images->add_option("--shard", args->shard,
                      "I/N: ingest only shard I (0..N-1) of N: the samples whose id hashes to I (xxh3_64 of the id "
                      "mod N), into a store of their own; run N such ingests (any machines, at once) and read the "
                      "N stores as one");

@@ -171,6 +171,18 @@ Status CheckVirtualSources(hid_t ds, const std::string& what, std::set<ObjectKey
   return Status::OK();
 }
 
+struct LinkEntry {
+  std::string name;
+  H5L_type_t type;
+  size_t val_size;
+};
+
+herr_t ListLink(hid_t /*group*/, const char* name, const H5L_info_t* info, void* data) {
+  static_cast<std::vector<LinkEntry>*>(data)->push_back(
+      LinkEntry{name, info->type, info->type == H5L_TYPE_HARD ? 0 : info->u.val_size});
+  return 0;
+}
+
 // What one dataset of one group looks like (metadata only).
 struct DatasetInfo {
   Status status;  // why it cannot be ingested
@@ -183,7 +195,8 @@ struct DatasetInfo {
 // One volume to ingest (or the failure found while listing it).
 struct Item {
   size_t file = 0;
-  std::string name;  // dataset name; empty for a file-level failure
+  std::string name;  // dataset name (file stem for a per-patient file); empty for a file-level failure
+  bool patient_file = false;  // the --group paths name this file's datasets (one file, one volume)
   std::string id;
   Status status;
   std::array<uint64_t, 3> shw{};
@@ -203,8 +216,23 @@ class Hdf5Ingest {
   std::string DescribeDataset(size_t file, size_t group, const std::string& name) const {
     return "dataset '" + name + "' in group '" + groups_[group].path + "' of '" + o_.files[file] + "'";
   }
+  // A per-patient file's dataset is the --group path itself.
+  std::string DescribeRootDataset(size_t file, size_t group) const {
+    return "dataset '" + groups_[group].path + "' of '" + o_.files[file] + "'";
+  }
+  std::string Describe(const Item& item, size_t group) const {
+    return item.patient_file ? DescribeRootDataset(item.file, group) : DescribeDataset(item.file, group, item.name);
+  }
   Result<Hid> OpenFile(size_t file);
+  // The object at --group path `group` (a group or, in a per-patient file, a
+  // dataset); OpenGroup also requires a group.
+  Result<Hid> OpenObject(hid_t file_id, size_t file, size_t group);
   Result<Hid> OpenGroup(hid_t file_id, size_t file, size_t group);
+  // What the root of a file holds ("group 'MR' (2 members), dataset 'x'
+  // (int16 4x5x6)") and the two layouts accepted, for errors.
+  std::string DescribeRoot(hid_t file_id) const;
+  void ScanPatientFile(size_t file, const std::vector<Hid>& datasets, std::vector<Item>* items);
+  void SizeItem(Item* item) const;  // shw, record dtypes and bytes of a listed volume
   DatasetInfo Inspect(hid_t ds, const std::string& what);
   void ScanFile(size_t file, std::vector<Item>* items);
   Status ResolveNorms(Item* item);
@@ -365,6 +393,14 @@ Result<Hid> Hdf5Ingest::OpenFile(size_t file) {
 }
 
 Result<Hid> Hdf5Ingest::OpenGroup(hid_t file_id, size_t file, size_t group) {
+  PS_ASSIGN_OR_RETURN(Hid obj, OpenObject(file_id, file, group));
+  if (H5Iget_type(obj.get()) != H5I_GROUP)
+    return Status::InvalidArgument("opening group '" + groups_[group].path + "' in '" + o_.files[file] +
+                                   "': not a group");
+  return obj;
+}
+
+Result<Hid> Hdf5Ingest::OpenObject(hid_t file_id, size_t file, size_t group) {
   const std::string& path = groups_[group].path;
   const std::string what = "opening group '" + path + "' in '" + o_.files[file] + "'";
   guard_.target.clear();
@@ -394,12 +430,69 @@ Result<Hid> Hdf5Ingest::OpenGroup(hid_t file_id, size_t file, size_t group) {
       pos = slash + 1;
     }
     H5Eclear2(H5E_DEFAULT);
-    if (missing) return Status::NotFound(what + ": no such group");
+    if (missing) return Status::NotFound(what + ": no such group or dataset");
     return Status::Corruption(what + ": " + cause);
   }
-  Hid obj(id, H5Oclose);
-  if (H5Iget_type(obj.get()) != H5I_GROUP) return Status::InvalidArgument(what + ": not a group");
-  return obj;
+  return Hid(id, H5Oclose);
+}
+
+constexpr const char* kLayouts =
+    "Accepted layouts: (1) every --group names a group holding one 3D dataset per patient (/MR/patient001, "
+    "/CT/patient001, ...; ids are the dataset names), or (2) one file per patient, every --group naming a 3D "
+    "dataset (/MR, /CT, /MASK at the root; the volume's id is the file stem)";
+
+std::string Hdf5Ingest::DescribeRoot(hid_t file_id) const {
+  constexpr size_t kMaxShown = 20;
+  Hid root(H5Gopen2(file_id, "/", H5P_DEFAULT), H5Gclose);
+  std::vector<LinkEntry> links;
+  hsize_t idx = 0;
+  if (!root.valid() || H5Literate(root.get(), H5_INDEX_NAME, H5_ITER_INC, &idx, ListLink, &links) < 0) {
+    H5Eclear2(H5E_DEFAULT);
+    return "Its root group cannot be listed. " + std::string(kLayouts);
+  }
+  std::string out;
+  for (size_t i = 0; i < links.size() && i < kMaxShown; ++i) {
+    const LinkEntry& l = links[i];
+    std::string d;
+    if (l.type == H5L_TYPE_EXTERNAL) {
+      d = "external link '" + l.name + "'";
+    } else {
+      hid_t id = H5Oopen(root.get(), l.name.c_str(), lapl_.get());
+      if (id < 0) {
+        d = (l.type == H5L_TYPE_SOFT ? "soft link '" : "unreadable object '") + l.name + "'";
+      } else {
+        Hid obj(id, H5Oclose);
+        const H5I_type_t t = H5Iget_type(obj.get());
+        if (t == H5I_GROUP) {
+          H5G_info_t gi;
+          d = "group '" + l.name + "'";
+          if (H5Gget_info(obj.get(), &gi) >= 0) d += " (" + std::to_string(gi.nlinks) + " members)";
+        } else if (t == H5I_DATASET) {
+          d = "dataset '" + l.name + "' (";
+          Hid type(H5Dget_type(obj.get()), H5Tclose);
+          auto nt = type.valid() ? hdf5::MapNumericType(type.get()) : Result<NumericType>(Status::Corruption(""));
+          d += nt.ok() ? nt->describe : "non-numeric";
+          Hid space(H5Dget_space(obj.get()), H5Sclose);
+          const int rank = space.valid() ? H5Sget_simple_extent_ndims(space.get()) : -1;
+          if (rank == 0) d += " scalar";
+          else if (rank > 0 && rank <= 32) {
+            std::vector<hsize_t> dims(static_cast<size_t>(rank));
+            H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+            std::string shape;
+            for (hsize_t x : dims) shape += (shape.empty() ? "" : "x") + std::to_string(x);
+            d += " " + shape;
+          }
+          d += ")";
+        } else {
+          d = "named datatype '" + l.name + "'";
+        }
+      }
+    }
+    out += (out.empty() ? "" : ", ") + d;
+  }
+  H5Eclear2(H5E_DEFAULT);
+  if (links.size() > kMaxShown) out += " and " + std::to_string(links.size() - kMaxShown) + " more";
+  return "The file holds at its root: " + (out.empty() ? std::string("nothing") : out) + ". " + kLayouts;
 }
 
 DatasetInfo Hdf5Ingest::Inspect(hid_t ds, const std::string& what) {
@@ -487,18 +580,6 @@ DatasetInfo Hdf5Ingest::Inspect(hid_t ds, const std::string& what) {
   return info;
 }
 
-struct LinkEntry {
-  std::string name;
-  H5L_type_t type;
-  size_t val_size;
-};
-
-herr_t ListLink(hid_t /*group*/, const char* name, const H5L_info_t* info, void* data) {
-  static_cast<std::vector<LinkEntry>*>(data)->push_back(
-      LinkEntry{name, info->type, info->type == H5L_TYPE_HARD ? 0 : info->u.val_size});
-  return 0;
-}
-
 // Lists the datasets of every group of one file and turns them into items.
 void Hdf5Ingest::ScanFile(size_t file, std::vector<Item>* items) {
   auto file_failure = [&](Status st) {
@@ -509,10 +590,34 @@ void Hdf5Ingest::ScanFile(size_t file, std::vector<Item>* items) {
   };
   auto fh = OpenFile(file);
   if (!fh.ok()) return file_failure(fh.status());
+  // Each file is judged on its own: every --group path a group (one dataset
+  // per patient in each) or every one a dataset (the file is one patient).
+  std::vector<Hid> objects;
+  std::string group_paths, dataset_paths;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    auto oh = OpenObject(fh->get(), file, g);
+    if (!oh.ok()) {
+      if (oh.status().code() == Code::kNotFound)
+        return file_failure(Status::NotFound(oh.status().message() + ". " + DescribeRoot(fh->get())));
+      return file_failure(oh.status());
+    }
+    const H5I_type_t t = H5Iget_type(oh->get());
+    if (t == H5I_GROUP) group_paths += (group_paths.empty() ? "'" : ", '") + groups_[g].path + "'";
+    else if (t == H5I_DATASET) dataset_paths += (dataset_paths.empty() ? "'" : ", '") + groups_[g].path + "'";
+    else
+      return file_failure(Status::InvalidArgument("opening group '" + groups_[g].path + "' in '" + o_.files[file] +
+                                                  "': neither a group nor a dataset. " + DescribeRoot(fh->get())));
+    objects.push_back(std::move(oh).value());
+  }
+  if (group_paths.empty()) return ScanPatientFile(file, objects, items);
+  if (!dataset_paths.empty())
+    return file_failure(Status::InvalidArgument("reading '" + o_.files[file] + "': --group " + group_paths +
+                                                " name groups but " + dataset_paths +
+                                                " name datasets; a file is either layout, not both. " +
+                                                DescribeRoot(fh->get())));
   std::vector<std::map<std::string, DatasetInfo>> found(groups_.size());
   for (size_t g = 0; g < groups_.size(); ++g) {
-    auto gh = OpenGroup(fh->get(), file, g);
-    if (!gh.ok()) return file_failure(gh.status());
+    const Hid* gh = &objects[g];
     std::vector<LinkEntry> links;
     hsize_t idx = 0;
     if (H5Literate(gh->get(), H5_INDEX_NAME, H5_ITER_INC, &idx, ListLink, &links) < 0)
@@ -590,19 +695,49 @@ void Hdf5Ingest::ScanFile(size_t file, std::vector<Item>* items) {
       it.fields.push_back(f->second);
     }
     if (it.status.ok()) it.status = ResolveNorms(&it);
-    if (it.status.ok()) {
-      const auto& d = it.fields[0].dims;
-      int other[2], k = 0;
-      for (int i = 0; i < 3; ++i)
-        if (i != axis_) other[k++] = i;
-      it.shw = {d[axis_], d[other[0]], d[other[1]]};
-      it.bytes = 0;
-      for (size_t g = 0; g < groups_.size(); ++g) {
-        it.dtypes.push_back(RecordDType(encoding_.For(groups_[g].field), it.fields[g].source, it.norms[g]));
-        it.bytes += it.shw[0] * it.shw[1] * it.shw[2] * DTypeSize(it.dtypes[g]);
-      }
-    }
+    if (it.status.ok()) SizeItem(&it);
     items->push_back(std::move(it));
+  }
+}
+
+// A per-patient file: the datasets at the --group paths are one volume,
+// whose id is the file stem (under every --ids scheme: there is no dataset
+// name to prefix).
+void Hdf5Ingest::ScanPatientFile(size_t file, const std::vector<Hid>& datasets, std::vector<Item>* items) {
+  Item it;
+  it.file = file;
+  it.patient_file = true;
+  it.name = std::filesystem::path(o_.files[file]).stem().string();
+  it.id = it.name;
+  for (size_t g = 0; g < groups_.size() && it.status.ok(); ++g) {
+    DatasetInfo info = Inspect(datasets[g].get(), DescribeRootDataset(file, g));
+    if (!info.status.ok()) {
+      it.status = info.status;
+      break;
+    }
+    if (!it.fields.empty() && info.dims != it.fields[0].dims) {
+      it.status = Status::InvalidArgument("reading " + DescribeRootDataset(file, g) + ": shape " +
+                                          ShapeString(info.dims) + " differs from " + ShapeString(it.fields[0].dims) +
+                                          " of dataset '" + groups_[0].path + "'");
+      break;
+    }
+    it.fields.push_back(info);
+  }
+  if (it.status.ok()) it.status = ResolveNorms(&it);
+  if (it.status.ok()) SizeItem(&it);
+  items->push_back(std::move(it));
+}
+
+void Hdf5Ingest::SizeItem(Item* it) const {
+  const auto& d = it->fields[0].dims;
+  int other[2], k = 0;
+  for (int i = 0; i < 3; ++i)
+    if (i != axis_) other[k++] = i;
+  it->shw = {d[axis_], d[other[0]], d[other[1]]};
+  it->bytes = 0;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    it->dtypes.push_back(RecordDType(encoding_.For(groups_[g].field), it->fields[g].source, it->norms[g]));
+    it->bytes += it->shw[0] * it->shw[1] * it->shw[2] * DTypeSize(it->dtypes[g]);
   }
 }
 
@@ -616,13 +751,13 @@ Status Hdf5Ingest::ResolveNorms(Item* item) {
     const double maxval = SourceMaxValue(src);
     const std::string base = spec.substr(0, spec.find('+'));
     if ((base == "unit" || base == "symmetric") && maxval == 0)
-      return Status::InvalidArgument("reading " + DescribeDataset(item->file, g, item->name) + ": normalisation '" +
+      return Status::InvalidArgument("reading " + Describe(*item, g) + ": normalisation '" +
                                      base + "' of field '" + field + "' needs a uint8 or uint16 source, not " +
                                      item->fields[g].type_name + " (use affine:SCALE,OFFSET)");
     auto n = ParseNormalization(spec, maxval);
     Status fits = n.ok() ? CheckNormalizationFor(*n, src, spec) : n.status();
     if (!fits.ok())
-      return fits.WithContext("reading " + DescribeDataset(item->file, g, item->name) + " for field '" + field + "'");
+      return fits.WithContext("reading " + Describe(*item, g) + " for field '" + field + "'");
     item->norms.push_back(*n);
   }
   return Status::OK();
@@ -762,10 +897,16 @@ Result<std::vector<std::shared_ptr<Hdf5Ingest::VolumeSource>>> Hdf5Ingest::OpenV
   for (size_t g = 0; g < groups_.size(); ++g) {
     auto v = std::make_shared<VolumeSource>();
     v->file = open_file_;
-    v->describe = DescribeDataset(item.file, g, item.name);
-    PS_ASSIGN_OR_RETURN(v->group, OpenGroup(open_file_->get(), item.file, g));
+    v->describe = Describe(item, g);
     guard_.target.clear();
-    hid_t id = H5Dopen2(v->group.get(), item.name.c_str(), dapl_.get());
+    hid_t id = -1;
+    if (item.patient_file) {
+      id = H5Dopen2(open_file_->get(), groups_[g].path.c_str(), dapl_.get());
+    } else {
+      PS_ASSIGN_OR_RETURN(v->group, OpenGroup(open_file_->get(), item.file, g));
+      guard_.target.clear();
+      id = H5Dopen2(v->group.get(), item.name.c_str(), dapl_.get());
+    }
     if (id < 0) return Status::Corruption("opening " + v->describe + ": " + TakeErrorStack());
     v->dataset = Hid(id, H5Dclose);
     // The file may have changed since it was listed: check again.
@@ -877,13 +1018,28 @@ Result<IngestSummary> Hdf5Ingest::Run() {
     return Status::NotFound("ingest: no dataset found in the given groups of the given files");
   {
     std::map<std::string, size_t> seen;
+    std::vector<std::string> clashes;  // ids two files give (--ids name, or per-patient stems)
     for (Item& it : items_) {
       if (it.name.empty()) continue;
       auto [pos, fresh] = seen.emplace(it.id, it.file);
+      if (!fresh && it.status.ok() && pos->second != it.file)
+        clashes.push_back("'" + it.id + "' in '" + o_.files[pos->second] + "' and '" + o_.files[it.file] + "'");
       if (!fresh && it.status.ok())
-        it.status = Status::AlreadyExists("reading dataset '" + it.name + "' of '" + o_.files[it.file] + "': id '" +
-                                          it.id + "' is already used by '" + o_.files[pos->second] +
-                                          "' (use --ids stem to prefix ids with the file name)");
+        it.status = Status::AlreadyExists(
+            (it.patient_file ? "reading per-patient file '" + o_.files[it.file] + "'"
+                             : "reading dataset '" + it.name + "' of '" + o_.files[it.file] + "'") +
+            ": id '" + it.id + "' is already used by '" + o_.files[pos->second] +
+            (it.patient_file ? "' (a per-patient file's id is its file stem: rename one of the files)"
+                             : "' (use --ids stem to prefix ids with the file name)"));
+    }
+    // --strict-ids: found before anything is written, as the prefix checks are.
+    if (o_.strict_ids && !clashes.empty()) {
+      std::string shown;
+      for (size_t i = 0; i < clashes.size() && i < 3; ++i) shown += (i ? "; " : "") + clashes[i];
+      return Status::InvalidArgument("ingest: --strict-ids: " + std::to_string(clashes.size()) +
+                                     " id(s) given by two files (" + shown + (clashes.size() > 3 ? "; ..." : "") +
+                                     "): the same patient twice, or two patients under one id; nothing was "
+                                     "written (use --ids stem to prefix ids with the file name)");
     }
   }
 
@@ -985,7 +1141,7 @@ Result<IngestSummary> Hdf5Ingest::Run() {
       fm.is_mask = std::find(o_.mask_fields.begin(), o_.mask_fields.end(), fm.name) != o_.mask_fields.end();
       fm.source_format = "hdf5";
       auto fi = writer_->EnsureField(fm);
-      if (!fi.ok()) st = fi.status().WithContext("ingesting " + DescribeDataset(item.file, g, item.name));
+      if (!fi.ok()) st = fi.status().WithContext("ingesting " + Describe(item, g));
       else field_index.push_back(*fi);
     }
     if (!st.ok()) {
@@ -1020,7 +1176,7 @@ Result<IngestSummary> Hdf5Ingest::Run() {
                                  o_.mask_fields.end();
       const uint64_t elements = item.shw[0] * item.shw[1] * item.shw[2];
       const std::string what = "volume '" + item.id + "': field '" + groups_[g].field + "' (" +
-                               DescribeDataset(item.file, g, item.name) + ")";
+                               Describe(item, g) + ")";
       RecordHeader hdr = r.header;  // for the all-zero check: the payload as readers see it
       hdr.payload_bytes = elements * DTypeSize(hdr.dtype);
       r.fill = [this, src, state, last, bytes, mask_like, hdr, what](void* dst) -> Status {

@@ -648,6 +648,7 @@ Result<WindowSource> Reader::Window(uint64_t sample, int field, int64_t y, int64
 
 Result<TensorView> Reader::Patch(uint64_t sample, int field, int64_t y, int64_t x, int64_t h, int64_t w) const {
   PS_ASSIGN_OR_RETURN(WindowSource s, Window(sample, field, y, x, h, w));
+  PrefetchWindows({s});
   if (s.tile) {
     TensorView v = OwnedView(view_owner(field), s.dtype, s.lut, s.C, h, w);
     UntileWindow(s.payload, DTypeSize(s.dtype), s.grid(), y, x, h, w, static_cast<uint8_t*>(const_cast<void*>(v.data)));
@@ -964,6 +965,7 @@ std::vector<std::pair<const void*, size_t>> WindowByteRanges(const WindowSource&
 
 Status Reader::CopyPatch(uint64_t sample, int field, int64_t y, int64_t x, int64_t h, int64_t w, float* dst) const {
   PS_ASSIGN_OR_RETURN(WindowSource s, Window(sample, field, y, x, h, w));
+  PrefetchWindows({s});
   CopyWindow(s, Transform{}, dst);
   return Status::OK();
 }
@@ -982,6 +984,9 @@ Status Reader::CopyPatches(const std::vector<PatchRequest>& requests, int64_t h,
                                      std::to_string(s.C) + " channels (" + Describe(r.sample, r.field) + ")");
     wins.push_back(s);
   }
+  // Out of the page cache every row (or tile row) is a page fault: ask for
+  // all of them before copying any, so the disk has many requests in flight.
+  PrefetchWindows(wins);
   const int64_t item = C * h * w;
   const int64_t n = static_cast<int64_t>(wins.size());
   ParallelBlocks(n, num_threads, [&](int64_t begin, int64_t end) {
@@ -1200,6 +1205,13 @@ void Reader::PrefetchPatch(uint64_t sample, int field, int64_t y, int64_t x, int
 
 void Reader::PrefetchRanges(const std::vector<std::pair<const void*, size_t>>& ranges) const {
   if (!ranges.empty()) snapshot_->WillNeed(ranges);
+}
+
+void Reader::PrefetchWindows(const std::vector<WindowSource>& windows) const {
+  windows_read_ahead_.fetch_add(windows.size(), std::memory_order_relaxed);
+  if (!InOpeningProcess()) return;
+  for (const WindowSource& s : windows)
+    if (s.payload != nullptr && s.h > 0 && s.w > 0) snapshot_->WillNeed(WindowByteRanges(s));
 }
 
 void Reader::PrefetchBytes(const void* data, size_t size) const {

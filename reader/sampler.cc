@@ -686,22 +686,7 @@ Status PatchSampler::GatherWindows(const std::vector<Window>& wins, const std::v
   // page fault: ask for all of them at once so the disk sees many requests
   // in flight instead of one synchronous read per row. Tiled windows: one
   // range per tile row.
-  for (size_t f = 0; f < fields_.size(); ++f)
-    for (int64_t i = 0; i < n; ++i) {
-      const WindowSource& s = srcs[f][i];
-      if (s.tile) {
-        reader_->PrefetchRanges(WindowByteRanges(s));
-      } else {
-        TensorView v;
-        v.data = s.payload + static_cast<size_t>(s.y * s.W + s.x) * DTypeSize(s.dtype);
-        v.dtype = s.dtype;
-        v.rank = 3;
-        v.shape = {s.C, s.h, s.w, 0};
-        const int64_t es = static_cast<int64_t>(DTypeSize(s.dtype));
-        v.strides = {s.H * s.W * es, s.W * es, es, 0};
-        reader_->PrefetchWindow(v);
-      }
-    }
+  for (size_t f = 0; f < fields_.size(); ++f) reader_->PrefetchWindows(srcs[f]);
   // A batch larger than the last-level cache: row-major windows written with
   // non-temporal stores (CopyWindow's `stream`), as memcpy does for copies
   // that size.

@@ -25,8 +25,19 @@ struct VolumeRef {
   size_t es() const { return DTypeSize(dtype); }
 };
 
+// Volume() without its whole-record read-ahead (slice reads ask for their
+// slices only: PrefetchStack).
+Result<TensorView> VolumeView(const Reader& reader, uint64_t sample, int field) {
+  PS_ASSIGN_OR_RETURN(RecordHeader h, reader.Header(sample, field));
+  if (h.layout != Layout::kSHW || h.rank != 3)
+    return Status::InvalidArgument("reading " + reader.Describe(sample, field) +
+                                   " as a volume: the record is not a (S, H, W) volume (store kind '" +
+                                   reader.meta().kind + "')");
+  return reader.Get(sample, field);
+}
+
 Result<VolumeRef> CheckedVolume(const Reader& reader, uint64_t sample, int field, TensorView* keep = nullptr) {
-  PS_ASSIGN_OR_RETURN(TensorView v, Volume(reader, sample, field));
+  PS_ASSIGN_OR_RETURN(TensorView v, VolumeView(reader, sample, field));
   VolumeRef r{v.bytes(), v.dtype, v.lut, v.shape[0], v.shape[1], v.shape[2]};
   if (keep) *keep = std::move(v);
   return r;
@@ -41,6 +52,14 @@ Status CheckSlice(const Reader& reader, uint64_t sample, int field, const Volume
     return Status::InvalidArgument("slice stack of " + reader.Describe(sample, field) + ": context " +
                                    std::to_string(context) + " is negative");
   return Status::OK();
+}
+
+// Out of the page cache every page of a slice is a fault: ask for the
+// stack's slices (contiguous in an (S,H,W) record) before copying them.
+void PrefetchStack(const Reader& reader, const VolumeRef& v, int64_t slice, int64_t context) {
+  const int64_t lo = std::max<int64_t>(slice - context, 0), hi = std::min(slice + context, v.S - 1);
+  const int64_t plane = v.H * v.W;
+  reader.PrefetchBytes(v.data + lo * plane * static_cast<int64_t>(v.es()), static_cast<size_t>((hi - lo + 1) * plane) * v.es());
 }
 
 // Copies the (2c+1) planes, clamping slice indices to the volume; `t` is
@@ -66,12 +85,9 @@ void CopyStack(const VolumeRef& v, int64_t slice, int64_t context, const SliceTr
 }  // namespace
 
 Result<TensorView> Volume(const Reader& reader, uint64_t sample, int field) {
-  PS_ASSIGN_OR_RETURN(RecordHeader h, reader.Header(sample, field));
-  if (h.layout != Layout::kSHW || h.rank != 3)
-    return Status::InvalidArgument("reading " + reader.Describe(sample, field) +
-                                   " as a volume: the record is not a (S, H, W) volume (store kind '" +
-                                   reader.meta().kind + "')");
-  return reader.Get(sample, field);
+  PS_ASSIGN_OR_RETURN(TensorView v, VolumeView(reader, sample, field));
+  reader.Prefetch(sample, field);  // a whole volume is usually read whole
+  return v;
 }
 
 // ---------------------------------------------------------------------------
@@ -199,6 +215,7 @@ Result<TensorView> SliceStack(const Reader& reader, uint64_t sample, int field, 
   TensorView vol;
   PS_ASSIGN_OR_RETURN(VolumeRef v, CheckedVolume(reader, sample, field, &vol));
   PS_RETURN_IF_ERROR(CheckSlice(reader, sample, field, v, slice, context));
+  PrefetchStack(reader, v, slice, context);
   const int64_t n = 2 * context + 1;
   TensorView out = vol;
   out.shape[0] = n;
@@ -224,6 +241,7 @@ Status CopySliceStack(const Reader& reader, uint64_t sample, int field, int64_t 
   PS_RETURN_IF_ERROR(CheckSlice(reader, sample, field, v, slice, context));
   Status st = t.Check(v.H, v.W);
   if (!st.ok()) return st.WithContext("slice stack of " + reader.Describe(sample, field));
+  PrefetchStack(reader, v, slice, context);
   CopyStack(v, slice, context, t, dst);
   return Status::OK();
 }
@@ -256,12 +274,7 @@ Status CopySliceStacks(const Reader& reader, const std::vector<SliceStackRequest
   }
   // Out of the page cache every page of a slice is a fault: ask for each
   // stack's slices (contiguous in an (S,H,W) record) before copying any.
-  for (const Job& j : jobs) {
-    const int64_t lo = std::max<int64_t>(j.slice - context, 0), hi = std::min(j.slice + context, j.v.S - 1);
-    const int64_t plane = j.v.H * j.v.W;
-    reader.PrefetchBytes(j.v.data + lo * plane * static_cast<int64_t>(j.v.es()),
-                         static_cast<size_t>((hi - lo + 1) * plane) * j.v.es());
-  }
+  for (const Job& j : jobs) PrefetchStack(reader, j.v, j.slice, context);
   const int64_t item = (2 * context + 1) * oh * ow;
   const int64_t n = static_cast<int64_t>(jobs.size());
   ParallelBlocks(n, num_threads, [&](int64_t begin, int64_t end) {

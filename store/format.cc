@@ -1005,6 +1005,10 @@ Status ShardOfStore(const StoreMeta& meta, uint32_t* index, uint32_t* count) {
 
 Status ParseShardSpec(std::string_view text, uint32_t* index, uint32_t* count) {
   const std::string shown(text);
+  if (text.empty())
+    return Status::InvalidArgument("shard '' is empty (an unset shell variable, e.g. --shard \"$I/$N\" or "
+                                   "--shard \"$SLURM_ARRAY_TASK_ID\"?): expected I/N, e.g. 0/4 for the first of 4 "
+                                   "shards; leave --shard out to ingest everything");
   const size_t slash = text.find('/');
   uint64_t i = 0, n = 0;
   if (slash == std::string_view::npos || !ParseU64(text.substr(0, slash), &i) || !ParseU64(text.substr(slash + 1), &n))

@@ -146,8 +146,8 @@ def montage(
     count = int(count)
     if not 1 <= count <= 4096:
         raise ValueError(f"montage: count must be in 1..4096, got {count}")
-    if int(epoch) < 0:
-        raise ValueError("montage: seed and epoch must be >= 0")
+    from ._sampler_options import _position
+    epoch = _position(epoch, "epoch", "montage: ")
     if tile is not None and not 8 <= int(tile) <= 4096:
         raise ValueError(f"montage: tile must be in 8..4096, got {tile}")
     if window is not None:
@@ -210,8 +210,10 @@ def volume_montage(
     count = int(count)
     if not 1 <= count <= 4096:
         raise ValueError(f"montage: count must be in 1..4096, got {count}")
-    if int(seed) < 0 or int(epoch) < 0:
-        raise ValueError("montage: seed and epoch must be >= 0")
+    from ._sampler_options import _position
+    if int(seed) < 0:
+        raise ValueError("montage: seed must be >= 0")
+    epoch = _position(epoch, "epoch", "montage: ")
     if tile is not None and not 8 <= int(tile) <= 4096:
         raise ValueError(f"montage: tile must be in 8..4096, got {tile}")
     if crop is None:

@@ -413,6 +413,12 @@ def ingest_hdf5(
     slice axis first, so a slice or a stack of neighbouring slices is a
     contiguous zero-copy view (:meth:`Store.slice`, :class:`patchstore.torch.SliceDataset`).
 
+    One file per patient is the other layout: where every group path of a
+    file names a 3D dataset (``/MR``, ``/CT``, ``/MASK`` at the root), the
+    file is one volume whose id is the file stem (``sub-07.h5`` ->
+    ``"sub-07"``, whatever `ids` says). Each file is judged on its own; a
+    file that is neither layout is an error listing what its root holds.
+
     files: one path or several. store: the destination directory.
     groups: the groups to read, each "GROUP" or "GROUP=FIELD" (a field named
     after the group unless renamed, e.g. "/data/img=image"), a list of

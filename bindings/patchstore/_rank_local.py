@@ -40,6 +40,7 @@ import numpy as np
 from . import _patchstore as _C
 from ._config import UNSET
 from ._sampler import PatchSampler, Windows
+from ._sampler_options import _position
 from ._store import Store, _is_store, _resolve_stores
 
 __all__ = ["RankLocalShards", "RankLocalSampler"]
@@ -155,7 +156,7 @@ class RankLocalShards:
         if self.assign == "fixed":
             _C.shuffle(perm, self.seed, 0, _SALT_FIXED)
         else:
-            _C.shuffle(perm, self.seed, operator.index(epoch), _SALT_PER_EPOCH)  # reader/transform.h
+            _C.shuffle(perm, self.seed, _position(epoch, "epoch"), _SALT_PER_EPOCH)  # reader/transform.h
         return sorted(int(i) for i in perm[r::self.world_size])
 
     def paths(self, epoch: int = 0, rank: Optional[int] = None) -> List[str]:
@@ -264,7 +265,7 @@ class RankLocalSampler:
         self.shards, self.even = shards, even
         self._args = (fields,)
         self._kwargs = dict(options)
-        self.sampler: PatchSampler = self._build(operator.index(epoch))
+        self.sampler: PatchSampler = self._build(_position(epoch, "epoch", "RankLocalSampler: "))
         self._length = self._common_length(self.epoch)
         self._cursor = 0
 
@@ -326,9 +327,7 @@ class RankLocalSampler:
 
     def set_epoch(self, epoch: int) -> None:
         """Start `epoch` (with assign="per_epoch": its shards, and a collective with even= set)."""
-        e = operator.index(epoch)
-        if e < 0:
-            raise ValueError(f"epoch must be >= 0, got {epoch!r}")
+        e = _position(epoch, "epoch", "RankLocalSampler: ")
         if self.shards.assign == "per_epoch" and e != self.epoch:
             self.sampler = self._build(e)
             self._length = self._common_length(e)
@@ -411,7 +410,7 @@ class RankLocalSampler:
         if state.get("even") != self.even:
             raise ValueError(f"RankLocalSampler: the state was saved with even={state.get('even')!r}, this run "
                              f"has even={self.even!r}; the epoch lengths would differ")
-        self.set_epoch(int(state["epoch"]))
+        self.set_epoch(_position(state["epoch"], "epoch", "RankLocalSampler.load_state_dict: "))
         if int(state["length"]) != self._length:
             raise ValueError(f"RankLocalSampler: the state was saved with epochs of {state['length']} windows, "
                              f"this run has {self._length} (other sampler options or shards)")

@@ -73,10 +73,10 @@ def check_state(state: Any, what: str, expect: Dict[str, Any]) -> Tuple[int, int
         if got != want:
             raise ValueError(f"{what}.load_state_dict: the state was saved with {key}={got!r}, this {what} has "
                              f"{key}={want!r}; build it with the options of the run being resumed")
+    from ._sampler_options import _position
     epoch, batch = _int(state, "epoch", what), _int(state, "batch", what)
-    if epoch < 0 or batch < 0:
-        raise ValueError(f"{what}.load_state_dict: epoch and batch must be >= 0, got epoch={epoch} batch={batch}")
-    return epoch, batch
+    return (_position(epoch, "epoch", f"{what}.load_state_dict: "),
+            _position(batch, "batch", f"{what}.load_state_dict: "))
 
 
 def distributed_defaults(rank: Optional[int], world_size: Optional[int]) -> Tuple[int, int]:
@@ -131,9 +131,8 @@ class ResumableDataset:
         order / cache_budget: those of the last ``batch_sampler()`` made
         (the order the batch count refers to).
         """
-        b = operator.index(batch)
-        if b < 0:
-            raise ValueError(f"{self._state_type}.state_dict: batch must be >= 0, got {batch!r}")
+        from ._sampler_options import _position
+        b = _position(batch, "batch", f"{self._state_type}.state_dict: ")
         order, budget = self._batch_order
         return {"type": self._state_type, "version": STATE_VERSION, "seed": int(self.seed),
                 "length": len(self), **order_keys(order, budget), "epoch": int(self.epoch), "batch": b}
@@ -232,7 +231,8 @@ class EpochBatchSampler:
 
     def batches(self, epoch: int, start: int = 0) -> Iterator[List[int]]:
         """The batches of `epoch` from batch `start` (does not touch the resume position)."""
-        mine = self.order(operator.index(epoch))
+        from ._sampler_options import _position
+        mine = self.order(_position(epoch, "epoch"))
         B = self.batch_size
         for b in range(operator.index(start), len(self)):
             yield mine[b * B:(b + 1) * B].tolist()

@@ -18,7 +18,8 @@ import numpy as np
 
 from . import _patchstore as _C
 from ._config import UNSET, SamplerConfig, positional_options, resolve_config
-from ._sampler_options import _best_window, _field_list, _min_valid_note, _warn_skipped, public_options, to_native
+from ._sampler_options import (_best_window, _field_list, _min_valid_note, _position, _warn_skipped, public_options,
+                               to_native)
 from ._store import Store, _decode_id, _writable_buffer, reader_of, register_layer
 
 __all__ = ["PatchSampler", "Window", "Windows"]
@@ -399,9 +400,7 @@ class PatchSampler:
 
     def set_epoch(self, epoch: int) -> None:
         """Continue from the start of `epoch` (>= 0)."""
-        e = operator.index(epoch)
-        if e < 0:
-            raise ValueError(f"epoch must be >= 0, got {epoch!r}")
+        e = _position(epoch, "epoch")
         self._s().set_position(e, 0)
         self._position = (e, 0)
 
@@ -478,7 +477,7 @@ class PatchSampler:
         Window w of an epoch is window w % k of visit w // k. out as in batch();
         None allocates new arrays.
         """
-        n, first, epoch = operator.index(n), operator.index(first), operator.index(epoch)
+        n, first, epoch = operator.index(n), _position(first, "first"), _position(epoch, "epoch")
         if epoch < 0 or first < 0 or n < 0:
             raise ValueError(f"{self._context('gather')}: epoch, first and n must be >= 0")
         s = self._s()
@@ -494,7 +493,7 @@ class PatchSampler:
 
     def window(self, epoch: int, position: int, j: int = 0) -> Window:
         """Window j of the visit at rank-local `position` of `epoch` (what batch() serves there)."""
-        epoch, position, j = operator.index(epoch), operator.index(position), operator.index(j)
+        epoch, position, j = _position(epoch, "epoch"), _position(position, "position"), operator.index(j)
         if epoch < 0 or position < 0:
             raise ValueError(f"{self._context('window')}: epoch and position must be >= 0")
         s = self._s()
@@ -504,7 +503,7 @@ class PatchSampler:
 
     def windows(self, epoch: int) -> Windows:
         """All windows of `epoch` on this rank, in order (no pixels copied)."""
-        epoch = operator.index(epoch)
+        epoch = _position(epoch, "epoch")
         s = self._s()
         n = int(s.windows_per_epoch)
         k = self.patches_per_sample

@@ -19,6 +19,20 @@ import numpy as np
 
 from . import _patchstore as _C
 
+# Epochs, batches, steps and window positions are uint64 in the C++ engine, and
+# int64 where they meet NumPy; a value from 2**63 up would wrap (2**64 + 5
+# served epoch 5) or reach the engine as a negative number. The one check of
+# every such argument (set_epoch, load_state_dict, constructors, gathers):
+POSITION_LIMIT = 1 << 63
+
+
+def _position(value: Any, name: str, what: str = "") -> int:
+    """`value` as an int in [0, 2**63); TypeError for a non-integer, ValueError (naming the value) otherwise."""
+    v = operator.index(value)
+    if not 0 <= v < POSITION_LIMIT:
+        raise ValueError(f"{what}{name} must be >= 0 and < 2**63 (the range the sampler represents), got {value!r}")
+    return v
+
 
 UNSET: Any = object()  # an argument not given (its value comes from the config)
 

@@ -153,7 +153,7 @@ void CopyPatches(const Reader& r, const py::object& samples_obj, const std::stri
       throw py::value_error("read_patches on '" + r.path() + "': height and width must be positive");
     return;
   }
-  const int64_t channels = Unwrap(r.Patch(reqs[0].sample, f, reqs[0].y, reqs[0].x, h, w)).shape[0];
+  const int64_t channels = Unwrap(r.Window(reqs[0].sample, f, reqs[0].y, reqs[0].x, h, w)).C;
 
   BufferHold b;
   if (!b.Get(out.ptr(), PyBUF_STRIDES | PyBUF_FORMAT | PyBUF_WRITABLE))
@@ -293,6 +293,8 @@ PYBIND11_MODULE(_patchstore, m) {
       .def_property_readonly("format_version", [](const Reader& r) { return r.meta().format_version; })
       .def_property_readonly("attributes", [](const Reader& r) { return r.meta().attributes; })
       .def("in_opening_process", &Reader::InOpeningProcess)
+      .def("windows_read_ahead", &Reader::windows_read_ahead,
+           "Reader::windows_read_ahead: windows whose bytes window reads requested before copying (tests).")
       .def("__len__", &Reader::size)
       .def(
           "id", [](const Reader& r, int64_t i) { return py::bytes(std::string(r.id(SampleOf(r, i)))); },

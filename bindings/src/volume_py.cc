@@ -168,10 +168,14 @@ void CopySliceStacks(const std::shared_ptr<Reader>& reader, const py::object& re
   // CopySliceStacks checks that all items agree.
   int64_t oh = 0, ow = 0;
   if (n > 0 && !fields.empty()) {
-    patchstore::TensorView v = Unwrap(patchstore::Volume(*reader, base[0].sample, field_index[0]));
-    Status st = base[0].transform.Check(v.shape[1], v.shape[2]);
+    // The header only: Volume() would also request the whole record.
+    const patchstore::RecordHeader h = Unwrap(reader->Header(base[0].sample, field_index[0]));
+    if (h.layout != patchstore::Layout::kSHW || h.rank != 3)
+      Unwrap(patchstore::Volume(*reader, base[0].sample, field_index[0]));  // raises its "not a volume" error
+    const int64_t H = static_cast<int64_t>(h.shape[1]), W = static_cast<int64_t>(h.shape[2]);
+    Status st = base[0].transform.Check(H, W);
     if (!st.ok()) RaiseStatus(st.WithContext("slice stack of " + reader->Describe(base[0].sample, field_index[0])));
-    std::tie(oh, ow) = base[0].transform.OutputSize(v.shape[1], v.shape[2]);
+    std::tie(oh, ow) = base[0].transform.OutputSize(H, W);
   }
   std::vector<std::unique_ptr<BufferHold>> holds;
   std::vector<std::pair<std::string, const BufferHold*>> named;

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,7 @@
 #include "patchstore/reader/reader.h"
 #include "patchstore/reader/verify.h"
 #include "patchstore/reader/volume.h"
+#include "patchstore/store/shard.h"
 #include "test_util.h"
 
 namespace patchstore {
@@ -729,6 +731,261 @@ TEST_F(Hdf5IngestTest, RefusesFrameStoresAndMissingGroups) {
   }
   o = Options({dir_ / "seed.h5"}, dir_ / "frames.ps", {"MR"});
   EXPECT_EQ(IngestHdf5(o).status().code(), Code::kInvalidArgument);
+}
+
+// One file per patient: the --group paths name datasets at the root.
+struct PatientFile {
+  Dims d;
+  std::vector<int16_t> mr;
+  std::vector<float> ct;
+  std::vector<uint8_t> mask;
+  void Write(const std::string& path, Dims dims, uint32_t seed, const std::string& prefix = "") {
+    d = dims;
+    mr = RandomValues<int16_t>(Count(d), seed, -700, 2500);
+    ct = RandomValues<float>(Count(d), seed + 1, -1000.5, 1900.25);
+    mask = RandomValues<uint8_t>(Count(d), seed + 2, 0, 5);
+    H5Out f(path);
+    ASSERT_TRUE(f.ok());
+    ASSERT_TRUE(f.Write(prefix + "MR", H5T_STD_I16BE, H5T_NATIVE_INT16, V(d), mr.data(), {3, 4, 2}, 5, true));
+    ASSERT_TRUE(f.Write(prefix + "CT", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, V(d), ct.data()));
+    ASSERT_TRUE(f.Write(prefix + "MASK", H5T_STD_U8LE, H5T_NATIVE_UINT8, V(d), mask.data(), {d[0], d[1], 1}, 2));
+  }
+  void Check(const Reader& r, const std::string& id, int axis = 2) const {
+    EXPECT_EQ(CompareVolume(r, id, "MR", mr, d, axis), "") << id;
+    EXPECT_EQ(CompareVolume(r, id, "CT", ct, d, axis), "") << id;
+    EXPECT_EQ(CompareVolume(r, id, "MASK", mask, d, axis), "") << id;
+  }
+};
+
+std::vector<std::string> Ids(const Reader& r) {
+  std::vector<std::string> ids;
+  for (uint64_t i = 0; i < r.size(); ++i) ids.emplace_back(r.id(i));
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+TEST_F(Hdf5IngestTest, PerPatientFilesAreOneVolumeEach) {
+  fs::create_directories(dir_ / "data");
+  PatientFile a, b;
+  a.Write(dir_ / "data/sub-07.h5", {11, 6, 5}, 70);
+  b.Write(dir_ / "data/sub-12.h5", {7, 9, 13}, 120);
+  const std::vector<std::string> files = {dir_ / "data/sub-07.h5", dir_ / "data/sub-12.h5"};
+  for (const std::string ids : {"auto", "stem", "name"}) {
+    auto o = Options(files, dir_ / ("p-" + ids + ".ps"), {"MR", "CT", "MASK"});
+    o.ids = ids;
+    auto r = IngestHdf5(o);
+    ASSERT_TRUE(r.ok()) << ids << ": " << r.status().ToString();
+    EXPECT_EQ(r->samples_written, 2u);
+    EXPECT_EQ(r->bytes_written, (Count(a.d) + Count(b.d)) * 4 * 3);
+    auto reader = Open(o.store);
+    ASSERT_TRUE(reader);
+    // The id is the file stem under every scheme (no dataset name to prefix).
+    EXPECT_EQ(Ids(*reader), (std::vector<std::string>{"sub-07", "sub-12"})) << ids;
+    EXPECT_TRUE(reader->meta().sealed);
+    a.Check(*reader, "sub-07");
+    b.Check(*reader, "sub-12");
+    EXPECT_EQ(reader->field(0).source_type, SourceType::kInt16);
+    EXPECT_EQ(reader->field(1).source_type, SourceType::kFloat32);
+  }
+  // Resume: both present, nothing written.
+  auto o = Options(files, dir_ / "p-auto.ps", {"MR", "CT", "MASK"});
+  auto again = IngestHdf5(o);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->samples_present, 2u);
+  EXPECT_EQ(again->samples_written, 0u);
+  // Nested dataset paths, renamed fields, another slice axis.
+  PatientFile c;
+  c.Write(dir_ / "nested.h5", {4, 10, 3}, 9, "scan/");
+  o = Options({dir_ / "nested.h5"}, dir_ / "nested.ps", {"/scan/MR=MR", "/scan/CT=CT", "scan/MASK=MASK"});
+  o.slice_axis = 0;
+  auto r = IngestHdf5(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto reader = Open(o.store);
+  ASSERT_TRUE(reader);
+  EXPECT_EQ(Ids(*reader), std::vector<std::string>{"nested"});
+  c.Check(*reader, "nested", 0);
+}
+
+TEST_F(Hdf5IngestTest, MixedLayoutsAreJudgedPerFile) {
+  PatientFile a;
+  a.Write(dir_ / "p3.h5", {5, 8, 6}, 33);
+  SeedFile seed;
+  seed.Write(dir_ / "cohort.h5");
+  const std::vector<std::string> files = {dir_ / "cohort.h5", dir_ / "p3.h5"};
+  auto o = Options(files, dir_ / "all.ps", {"MR", "CT", "MASK"});
+  auto r = IngestHdf5(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->samples_written, 3u);
+  auto reader = Open(o.store);
+  ASSERT_TRUE(reader);
+  EXPECT_EQ(Ids(*reader), (std::vector<std::string>{"cohort/patient001", "cohort/patient002", "p3"}));
+  a.Check(*reader, "p3");
+  EXPECT_EQ(CompareVolume(*reader, "cohort/patient002", "CT", seed.ct2, seed.d2, 2), "");
+  // Shards of a mixed ingest: together every volume once, each where its id hashes.
+  std::vector<std::string> together;
+  for (uint32_t i = 0; i < 2; ++i) {
+    auto s = Options(files, dir_ / ("shard" + std::to_string(i) + ".ps"), {"MR", "CT", "MASK"});
+    s.shard_index = i;
+    s.shard_count = 2;
+    auto sr = IngestHdf5(s);
+    ASSERT_TRUE(sr.ok()) << sr.status().ToString();
+    auto sh = Open(s.store);
+    ASSERT_TRUE(sh);
+    for (const std::string& id : Ids(*sh)) {
+      EXPECT_EQ(ShardOfId(id, 2), i) << id;
+      together.push_back(id);
+    }
+    if (sh->Find("p3").ok()) a.Check(*sh, "p3");
+  }
+  std::sort(together.begin(), together.end());
+  EXPECT_EQ(together, (std::vector<std::string>{"cohort/patient001", "cohort/patient002", "p3"}));
+}
+
+TEST_F(Hdf5IngestTest, FileOfNeitherLayoutListsItsRoot) {
+  PatientFile good;
+  good.Write(dir_ / "good.h5", {3, 4, 5}, 4);
+  const std::vector<int16_t> v = RandomValues<int16_t>(6 * 2 * 3, 8, -5, 5);
+  {
+    // MR a group, CT a dataset: both layouts at once.
+    H5Out f(dir_ / "both.h5");
+    ASSERT_TRUE(f.Write("MR/x", H5T_STD_I16LE, H5T_NATIVE_INT16, {6, 2, 3}, v.data()));
+    ASSERT_TRUE(f.Write("CT", H5T_STD_I16LE, H5T_NATIVE_INT16, {6, 2, 3}, v.data()));
+    ASSERT_TRUE(f.Write("MASK", H5T_STD_I16LE, H5T_NATIVE_INT16, {6, 2, 3}, v.data()));
+  }
+  {
+    // Datasets under other names.
+    H5Out f(dir_ / "other.h5");
+    ASSERT_TRUE(f.Write("image", H5T_STD_I16LE, H5T_NATIVE_INT16, {6, 2, 3}, v.data()));
+    ASSERT_TRUE(f.Write("label", H5T_STD_I16LE, H5T_NATIVE_INT16, {6, 6}, v.data()));
+    ASSERT_TRUE(f.Group("meta"));
+  }
+  auto o = Options({dir_ / "both.h5"}, dir_ / "b.ps", {"MR", "CT", "MASK"});
+  auto r = IngestHdf5(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  std::string m = r.status().message();
+  EXPECT_TRUE(Contains(m, "reading '" + (dir_ / "both.h5") + "': --group 'MR' name groups but 'CT', 'MASK' name "
+                          "datasets; a file is either layout, not both"))
+      << m;
+  EXPECT_TRUE(Contains(m, "The file holds at its root: dataset 'CT' (int16 6x2x3), dataset 'MASK' (int16 6x2x3), "
+                          "group 'MR' (1 members)."))
+      << m;
+  EXPECT_TRUE(Contains(m, "Accepted layouts: (1) every --group names a group")) << m;
+  EXPECT_FALSE(fs::exists(dir_ / "b.ps"));  // nothing written
+  o.files = {dir_ / "other.h5"};
+  r = IngestHdf5(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kNotFound);
+  m = r.status().message();
+  EXPECT_TRUE(Contains(m, "opening group 'MR' in '" + (dir_ / "other.h5") + "': no such group or dataset. The file "
+                          "holds at its root: dataset 'image' (int16 6x2x3), dataset 'label' (int16 6x6), group "
+                          "'meta' (0 members). Accepted layouts"))
+      << m;
+  // --on-error skip: the good file is ingested, the two others reported with
+  // an empty id and their causes; the store stays unsealed.
+  o.files = {dir_ / "both.h5", dir_ / "good.h5", dir_ / "other.h5"};
+  o.skip_errors = true;
+  o.store = dir_ / "skip.ps";
+  r = IngestHdf5(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->samples_written, 1u);
+  EXPECT_EQ(r->samples_failed, 2u);
+  const std::string report = ReadText(r->report_path);
+  EXPECT_TRUE(Contains(report, "\t" + (dir_ / "both.h5") + "\treading '")) << report;
+  EXPECT_TRUE(Contains(report, "\t" + (dir_ / "other.h5") + "\topening group 'MR'")) << report;
+  auto reader = Open(o.store);
+  ASSERT_TRUE(reader);
+  EXPECT_FALSE(reader->meta().sealed);
+  good.Check(*reader, "good");
+}
+
+TEST_F(Hdf5IngestTest, PerPatientErrorsNameTheDataset) {
+  PatientFile a;
+  a.Write(dir_ / "a.h5", {5, 8, 6}, 1);
+  {
+    H5Out f(dir_ / "shape.h5");
+    const auto v = RandomValues<int16_t>(5 * 8 * 7, 2, 0, 9);
+    ASSERT_TRUE(f.Write("MR", H5T_STD_I16LE, H5T_NATIVE_INT16, {5, 8, 6}, v.data()));
+    ASSERT_TRUE(f.Write("CT", H5T_STD_I16LE, H5T_NATIVE_INT16, {5, 8, 7}, v.data()));
+  }
+  auto o = Options({dir_ / "shape.h5"}, dir_ / "s.ps", {"MR", "CT"});
+  auto r = IngestHdf5(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(Contains(r.status().message(), "reading dataset 'CT' of '" + (dir_ / "shape.h5") +
+                                                 "': shape 5x8x7 differs from 5x8x6 of dataset 'MR'"))
+      << r.status().message();
+  // Two per-patient files with one stem in two folders: ids collide.
+  fs::create_directories(dir_ / "x");
+  fs::copy_file(dir_ / "a.h5", dir_ / "x/a.h5");
+  o = Options({dir_ / "a.h5", dir_ / "x/a.h5"}, dir_ / "n.ps", {"MR", "CT", "MASK"});
+  o.ids = "name";
+  r = IngestHdf5(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kAlreadyExists);
+  EXPECT_TRUE(Contains(r.status().message(), "reading per-patient file '" + (dir_ / "x/a.h5") + "': id 'a' is "
+                                                 "already used by '" + (dir_ / "a.h5") + "' (a per-patient file's id "
+                                                 "is its file stem: rename one of the files)"))
+      << r.status().message();
+}
+
+// --ids name --strict-ids: an id two files give is refused before anything
+// is written (without --strict-ids the second file's volume fails, reported).
+TEST_F(Hdf5IngestTest, StrictIdsRefusesIdsTwoFilesGiveBeforeWriting) {
+  const Dims d{3, 6, 2};
+  const auto x = RandomValues<int16_t>(Count(d), 61, -40, 40);
+  for (const std::string name : {"site1.h5", "site2.h5"}) {
+    H5Out f(dir_ / name);
+    ASSERT_TRUE(f.Write("CT/a" + name.substr(4, 1), H5T_STD_I16LE, H5T_NATIVE_INT16, V(d), x.data()));
+    ASSERT_TRUE(f.Write("CT/shared", H5T_STD_I16LE, H5T_NATIVE_INT16, V(d), x.data()));
+  }
+  auto o = Options({dir_ / "site1.h5", dir_ / "site2.h5"}, dir_ / "strict.ps", {"CT"});
+  o.ids = "name";
+  o.strict_ids = true;
+  auto r = IngestHdf5(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            "ingest: --strict-ids: 1 id(s) given by two files ('shared' in '" + (dir_ / "site1.h5") + "' and '" +
+                (dir_ / "site2.h5") + "'): the same patient twice, or two patients under one id; nothing was "
+                                      "written (use --ids stem to prefix ids with the file name)");
+  EXPECT_FALSE(fs::exists(dir_ / "strict.ps"));
+  // Without --strict-ids, skip mode: the clash is one failure, the rest written.
+  o.strict_ids = false;
+  o.skip_errors = true;
+  r = IngestHdf5(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->samples_written, 3u);
+  EXPECT_EQ(r->samples_failed, 1u);
+  EXPECT_EQ(Ids(*Open(o.store)), (std::vector<std::string>{"a1", "a2", "shared"}));
+}
+
+// --shard "" (an unset shell variable) is refused, not an unsharded ingest.
+TEST_F(Hdf5IngestTest, EmptyShardIsRefused) {
+  PatientFile a;
+  a.Write(dir_ / "p.h5", {3, 4, 2}, 6);
+  const std::string cli = PATCHSTORE_CLI;
+  std::string out;
+  EXPECT_EQ(RunCommand(cli + " -q ingest hdf5 " + (dir_ / "p.h5") + " " + (dir_ / "h.ps") +
+                           " --group MR --shard ''",
+                       &out),
+            2)
+      << out;
+  EXPECT_TRUE(Contains(out, "patchstore: error: --shard '' is empty (an unset shell variable")) << out;
+  EXPECT_FALSE(fs::exists(dir_ / "h.ps"));
+  fs::create_directories(dir_ / "img");
+  EXPECT_EQ(RunCommand(cli + " -q ingest images " + (dir_ / "i.ps") + " --root " + (dir_ / "img") +
+                           " --field 'rgb={a}.png' --shard ''",
+                       &out),
+            2)
+      << out;
+  EXPECT_TRUE(Contains(out, "patchstore: error: --shard '' is empty")) << out;
+  EXPECT_FALSE(fs::exists(dir_ / "i.ps"));
+  uint32_t i = 9, n = 9;
+  EXPECT_EQ(ParseShardSpec("", &i, &n).code(), Code::kInvalidArgument);
+  EXPECT_EQ(i, 9u);
+  EXPECT_TRUE(ParseShardSpec("2/5", &i, &n).ok());
+  EXPECT_EQ(i, 2u);
+  EXPECT_EQ(n, 5u);
 }
 
 TEST_F(Hdf5IngestTest, CommandLine) {

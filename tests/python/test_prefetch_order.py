@@ -15,6 +15,8 @@ import patchstore
 from patchstore import _patchstore as _C
 from patchstore.torch import BatchLoader, PatchDataset, SliceDataset
 
+from conftest import EMPTY_MASK_ID, TEMPLATES
+
 FIELDS = ["rgb", "mask", "depth"]
 pytestmark = pytest.mark.filterwarnings("ignore:patchstore.*skipping:RuntimeWarning")
 
@@ -190,3 +192,34 @@ def test_slice_dataset_locality_order(tmp_path):
     a = ds.__getitems__(order[:4])
     for item, i in zip(a, order[:4]):
         assert all(torch.equal(x, y) for x, y in zip(item, ds[i]))
+
+
+@pytest.mark.parametrize("layout", ["rows", "tiles"])
+def test_read_patches_requests_every_window_before_copying(frameset, tmp_path, layout):
+    """Store.read_patches (explicit ids and positions) goes through the reader's window read-ahead, as the
+    sampler's gather does: each window's bytes requested (counted) before any is copied, values unchanged."""
+    from patchstore._store import reader_of
+
+    if layout == "rows":
+        store = patchstore.open(frameset.store)
+    else:
+        path = tmp_path / "tiles.ps"
+        patchstore.ingest_images(path, root=str(frameset.root), fields=TEMPLATES, durable=False,
+                                 layout="tiles", tile_size=16, encoding="compact")
+        store = patchstore.open(path)
+    r = reader_of(store)
+    rng = np.random.default_rng(23)
+    n, h, w = 37, 13, 19
+    keys = rng.integers(0, len(store), n)
+    full = {int(k): np.asarray(store[int(k)]["rgb"]) for k in set(keys.tolist())}
+    ys = np.array([rng.integers(0, full[int(k)].shape[1] - h + 1) for k in keys])
+    xs = np.array([rng.integers(0, full[int(k)].shape[2] - w + 1) for k in keys])
+    before = r.windows_read_ahead()
+    got = store.read_patches(keys, "rgb", ys, xs, h, w, num_threads=2)
+    assert r.windows_read_ahead() - before == n
+    want = np.stack([full[int(k)][:, y:y + h, x:x + w] for k, y, x in zip(keys, ys, xs)])
+    assert got.dtype == np.float32 and got.tobytes() == want.tobytes()
+    # One window through Store.patch: requested too, same values.
+    p = np.asarray(store.patch(int(keys[0]), "rgb", int(ys[0]), int(xs[0]), h, w))
+    assert r.windows_read_ahead() - before == n + 1
+    assert p.tobytes() == want[0].tobytes()

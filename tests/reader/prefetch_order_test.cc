@@ -2,8 +2,13 @@
 // locality-aware epoch order (reader/order.h).
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <filesystem>
 #include <map>
 #include <numeric>
 #include <random>
@@ -28,6 +33,7 @@ struct ReaderTestAccess {
 namespace {
 
 using testing::TempDir;
+namespace fs = std::filesystem;
 
 // `n` samples of H x W: "img" (3 channels, distinct values), "mask" (1
 // channel, `valid` pixels set per sample, sample 2 empty when skip_one).
@@ -120,6 +126,59 @@ TEST(PrefetchPatch, AnyInvalidWindowGivesNoRangeAndDoesNotCrash) {
   r->PrefetchPatch(1, 1, H - 1, W - 1, 1, 1);
 }
 
+// Every window read (Patch, CopyPatch, CopyPatches: Store.read_patches)
+// requests its windows' bytes before copying (PrefetchWindows, counted), and
+// serves exactly the stored values, also from a store evicted from the page
+// cache.
+TEST(PrefetchWindows, EveryWindowReadRequestsItsBytesFirst) {
+  TempDir dir;
+  const int64_t H = 37, W = 29;
+  const std::string path = MakeStore(dir, 4, H, W);
+  // Out of the page cache (where the file system honours it).
+  for (const char* f : {"data.mdb"}) {
+    const int fd = ::open((fs::path(path) / f).c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+  auto r = Reader::Open(path).value();
+  EXPECT_EQ(r->windows_read_ahead(), 0u);
+  // MakeStore's "img" value at (sample s, channel c, row y, column x).
+  auto value = [&](int64_t s, int64_t c, int64_t y, int64_t x) {
+    return static_cast<float>(s * 1000000 + (c * H + y) * W + x);
+  };
+  const int64_t h = 5, w = 11;
+  const std::vector<PatchRequest> reqs = {{3, 0, 0, 0}, {1, 0, 32, 18}, {0, 0, 17, 3}, {3, 0, 9, 14},
+                                          {2, 0, 31, 0}, {1, 0, 0, 18}};
+  std::vector<float> out(reqs.size() * 3 * h * w, -1.0f);
+  ASSERT_TRUE(r->CopyPatches(reqs, h, w, out.data(), 2).ok());
+  EXPECT_EQ(r->windows_read_ahead(), reqs.size());
+  for (size_t i = 0; i < reqs.size(); ++i)
+    for (int64_t c = 0; c < 3; ++c)
+      for (int64_t y = 0; y < h; ++y)
+        for (int64_t x = 0; x < w; ++x)
+          ASSERT_EQ(out[((i * 3 + c) * h + y) * w + x],
+                    value(static_cast<int64_t>(reqs[i].sample), c, reqs[i].y + y, reqs[i].x + x))
+              << i << " " << c << " " << y << " " << x;
+  // A bad window anywhere: refused before anything is requested or copied.
+  std::vector<PatchRequest> bad = reqs;
+  bad[4].y = H - h + 1;
+  EXPECT_EQ(r->CopyPatches(bad, h, w, out.data()).code(), Code::kOutOfRange);
+  EXPECT_EQ(r->windows_read_ahead(), reqs.size());
+  // One window: CopyPatch and Patch.
+  std::vector<float> one(3 * h * w);
+  ASSERT_TRUE(r->CopyPatch(2, 0, 12, 7, h, w, one.data()).ok());
+  EXPECT_EQ(r->windows_read_ahead(), reqs.size() + 1);
+  EXPECT_EQ(one[(2 * h + 4) * w + 10], value(2, 2, 16, 17));
+  auto v = r->Patch(0, 0, 30, 1, h, w);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(r->windows_read_ahead(), reqs.size() + 2);
+  const auto* base = static_cast<const uint8_t*>(v->data);
+  float got = 0;
+  std::memcpy(&got, base + 1 * v->strides[0] + 3 * v->strides[1] + 2 * v->strides[2], sizeof got);
+  EXPECT_EQ(got, value(0, 1, 33, 3));
+}
+
 class PrefetchSamplerTest : public ::testing::Test {
  protected:
   void SetUp() override { reader_ = Reader::Open(MakeStore(dir_, 9, H, W, /*skip_one=*/true)).value(); }
@@ -208,6 +267,9 @@ TEST_F(PrefetchSamplerTest, PrefetchAheadKeepsTheGivenNumberOfBatchesRequested) 
   s->PrefetchAhead(40, 3 * n, n, 2 * n);  // not on the stride: all again
   EXPECT_EQ(s->prefetched_windows(), 18u * n);
 
+  // The gathers (12 batches of n windows, two fields) went through the
+  // reader's one window read-ahead.
+  EXPECT_EQ(reader_->windows_read_ahead(), 7u * n * 2);
   o.prefetch_batches = 0;
   EXPECT_EQ(PatchSampler::Create(reader_, o).status().code(), Code::kInvalidArgument);
   o.prefetch_batches = 65;

@@ -9,6 +9,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 import torch
 from torch.utils.data import IterableDataset
 
+from .._sampler_options import _position
 from .._resume import STATE_VERSION, order_keys
 from .._config import UNSET, SamplerConfig, positional_options
 from .._sampler import PatchSampler
@@ -171,9 +172,7 @@ class BatchLoader(IterableDataset):
 
     def set_epoch(self, epoch: int) -> None:
         """The next iter() (here and in DataLoader workers, persistent or not) yields epoch `epoch`."""
-        e = operator.index(epoch)
-        if e < 0:
-            raise ValueError(f"epoch must be >= 0, got {epoch!r}")
+        e = _position(epoch, "epoch", "BatchLoader: ")
         self._epochs.set(e)
         if self._resume is not None and self._resume[0] != e:
             self._resume = None  # a position restored by load_state_dict holds for its own epoch only
@@ -196,9 +195,7 @@ class BatchLoader(IterableDataset):
 
     def batches(self, epoch: int) -> Iterator[Dict[str, torch.Tensor]]:
         """The batches of `epoch` (does not touch the epoch counter)."""
-        e = operator.index(epoch)
-        if e < 0:
-            raise ValueError(f"epoch must be >= 0, got {epoch!r}")
+        e = _position(epoch, "epoch", "BatchLoader: ")
         return self._batches(e, range(len(self)), shared=torch.utils.data.get_worker_info() is not None)
 
     def _batches(self, epoch: int, which: range, shared: bool,
@@ -269,10 +266,8 @@ class BatchLoader(IterableDataset):
         nb = len(self)
         pos = self._position
         if epoch is not None or batch is not None:
-            e = self.epoch if epoch is None else operator.index(epoch)
-            b = 0 if batch is None else operator.index(batch)
-            if e < 0 or b < 0:
-                raise ValueError(f"BatchLoader.state_dict: epoch and batch must be >= 0, got {epoch!r}, {batch!r}")
+            e = self.epoch if epoch is None else _position(epoch, "epoch", "BatchLoader.state_dict: ")
+            b = 0 if batch is None else _position(batch, "batch", "BatchLoader.state_dict: ")
             worker: Optional[Tuple[int, int]] = None
         elif pos is None:
             e, b = self.epoch, 0 if info is None else info.id

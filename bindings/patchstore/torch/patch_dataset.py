@@ -11,6 +11,7 @@ import torch
 from torch.utils.data import Dataset
 
 from .. import _patchstore as _C
+from .._sampler_options import _position
 from .._resume import ResumableDataset
 from .._config import UNSET, SamplerConfig, positional_options, resolve_config
 from .._sampler_options import _best_window, _min_valid_note, _warn_skipped, public_options, to_native
@@ -153,9 +154,7 @@ class PatchDataset(ResumableDataset, Dataset):
 
     def set_epoch(self, epoch: int) -> None:
         """Selects the positions of epoch `epoch` (>= 0). Call before iterating a DataLoader."""
-        e = operator.index(epoch)
-        if e < 0:
-            raise ValueError(f"epoch must be >= 0, got {epoch!r}")
+        e = _position(epoch, "epoch")
         self._epoch.value = e
 
     def __len__(self) -> int:
@@ -211,7 +210,7 @@ class PatchDataset(ResumableDataset, Dataset):
             raise self._no_sample()
         idx = np.fromiter((self._index(i) for i in items), dtype=np.int64, count=len(items))
         samples = self._eligible[idx]
-        e = self.epoch if epoch is None else operator.index(epoch)
+        e = self.epoch if epoch is None else _position(epoch, "epoch")
         wins = np.empty((len(idx) * self.patches_per_sample, 6), dtype=np.int64)
         s.windows_of_samples(e, samples, wins, None)
         return samples, wins

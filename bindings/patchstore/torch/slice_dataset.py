@@ -12,6 +12,7 @@ import torch
 from torch.utils.data import Dataset
 
 from .. import _patchstore as _C
+from .._sampler_options import _position
 from .._resume import ResumableDataset
 from .._store import Store, reader_of
 from .._volumes import SliceIndex, SliceRef, SliceTransform, draw_transforms
@@ -282,9 +283,7 @@ class SliceDataset(ResumableDataset, Dataset[Tuple[torch.Tensor, ...]]):
 
     def set_epoch(self, epoch: int) -> None:
         """Selects the transforms of epoch `epoch` (>= 0), here and in DataLoader workers."""
-        e = operator.index(epoch)
-        if e < 0:
-            raise ValueError(f"epoch must be >= 0, got {epoch!r}")
+        e = _position(epoch, "epoch")
         self._epoch.value = e
 
     # -- description --------------------------------------------------------------------
@@ -323,7 +322,7 @@ class SliceDataset(ResumableDataset, Dataset[Tuple[torch.Tensor, ...]]):
     def _plan(self, idx: np.ndarray, epoch: Optional[int]) -> Tuple[np.ndarray, np.ndarray]:
         """(rows (n, 5): sample, slice, depth, H, W; transforms (n, 7)) of normalised indices."""
         rows = self.index._lookup(idx)
-        e = self.epoch if epoch is None else operator.index(epoch)
+        e = self.epoch if epoch is None else _position(epoch, "epoch")
         tr = draw_transforms(self.seed, e, idx, rows[:, 3], rows[:, 4], self.crop, self.flip, self.rot90)
         return rows, tr
 

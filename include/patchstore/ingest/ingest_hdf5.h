@@ -8,6 +8,15 @@
 // Every dataset name present in ALL named groups of a file becomes one
 // sample (a "volume"); every group becomes a field.
 //
+// Per-patient files: a file in which every --group path names a 3D dataset
+// (not a group), e.g. /MR, /CT, /MASK at the root, is ONE volume whose id is
+// the file stem ("data/sub-07.h5" -> "sub-07", under every `ids` scheme).
+// Each file is judged on its own, so one ingest may mix both layouts. A file
+// whose paths are partly groups and partly datasets, or where one is missing
+// or is something else, is an error (a file-level failure under skip_errors)
+// that lists the names at the file's root with their kinds and shapes and
+// describes the two layouts accepted.
+//
 // Output: a store of kind "volumes". Each (volume, field) is ONE contiguous
 // record (float32, or the dtype --encoding gives) of layout kSHW, shape (S, H, W): the slice axis first, so
 // any slice and any stack of neighbouring slices is a contiguous zero-copy
@@ -16,7 +25,7 @@
 // keep their order and become (H, W). The store attribute "slice_axis"
 // records it (0, 1 or 2) so that export can put the axis back.
 //
-// Sample ids: the dataset name ("patient001") when one file is given; with
+// Sample ids (group layout): the dataset name ("patient001") when one file is given; with
 // several files "<file stem>/<dataset name>" ("train/patient001"), so ids
 // stay unique across files. `ids` overrides: "stem" always prefixes, "name"
 // never does (duplicate names across files are then errors). Two input files
@@ -99,7 +108,10 @@ struct Hdf5IngestOptions {
   // (or in this ingest) under another file prefix ("a/patient001" next to
   // "b/patient001": the same patient listed twice, or on both sides of a
   // split by id) is a warning in IngestSummary::warnings, or with
-  // strict_ids an InvalidArgument before anything is written.
+  // strict_ids an InvalidArgument before anything is written. With ids
+  // "name" (or per-patient files), an id that two files give is an error for
+  // the second file's volume (skipped with skip_errors), or with strict_ids
+  // an InvalidArgument naming both files before anything is written.
   bool strict_ids = false;
 
   // Fields stored as masks: is_mask and, unless `norm` says otherwise, {0,1}.

@@ -196,6 +196,9 @@ class Reader {
   // (S,h,w) of a volume record. No copy for row records; a row-major copy
   // of the window, owned by the view, for tiled ones. OutOfRange when the
   // window leaves the record; InvalidArgument when h or w is not positive.
+  // The window's bytes are requested first (PrefetchWindows), as by every
+  // window read below, so a store out of the page cache is read in a few
+  // requests instead of one page fault per row.
   Result<TensorView> Patch(uint64_t sample, int field, int64_t y, int64_t x, int64_t h, int64_t w) const;
 
   // The same window located for the gather kernels (CopyWindow,
@@ -215,7 +218,9 @@ class Reader {
   // Copies N windows of one size into `dst`, a contiguous (N,C,h,w) buffer,
   // on `num_threads` threads (1 = the calling thread). All requests must
   // name fields with the same channel count C. Every request is checked
-  // before anything is copied; on error nothing useful is in `dst`.
+  // before anything is copied; on error nothing useful is in `dst`. The
+  // byte ranges of all N windows are requested (PrefetchWindows) before the
+  // first is copied, as PatchSampler's gather does.
   Status CopyPatches(const std::vector<PatchRequest>& requests, int64_t h, int64_t w, float* dst,
                      int num_threads = 1) const;
 
@@ -270,6 +275,16 @@ class Reader {
   //   a Window(), e.g. the tile rows of a tiled window), those with a page
   //   out of memory, in one call.
   void PrefetchRanges(const std::vector<std::pair<const void*, size_t>>& ranges) const;
+  //   PrefetchWindows: the byte ranges (WindowByteRanges: rows, or tile
+  //   rows) of every window located by Window(), one WillNeed per window, so
+  //   that a gather that copies them next finds the disk busy with all of
+  //   them at once. The one read-ahead of window reads: Patch, CopyPatch,
+  //   CopyPatches and PatchSampler's gather call it. Counted in
+  //   windows_read_ahead().
+  void PrefetchWindows(const std::vector<WindowSource>& windows) const;
+  // Windows passed to PrefetchWindows by this Reader so far (whether or not
+  // their pages were already in memory): for tests and diagnostics.
+  uint64_t windows_read_ahead() const { return windows_read_ahead_.load(std::memory_order_relaxed); }
   // Whether every page of the record (sample, field) is in memory (one
   // mincore over its bytes): e.g. whether reading a whole mask costs no disk
   // read. False for a bad sample or field or a missing record.
@@ -351,6 +366,7 @@ class Reader {
   mutable std::once_flag find_once_;
   mutable std::unordered_map<std::string_view, uint64_t> find_;
   pid_t pid_ = 0;
+  mutable std::atomic<uint64_t> windows_read_ahead_{0};
 };
 
 }  // namespace patchstore

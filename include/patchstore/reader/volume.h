@@ -45,8 +45,9 @@
 
 namespace patchstore {
 
-// The whole (S, H, W) view of one volume record. No copy.
-// InvalidArgument when the record is not a volume (layout kSHW, rank 3).
+// The whole (S, H, W) view of one volume record. No copy. The record's bytes
+// are requested at once (Reader::Prefetch): a whole volume is usually read
+// whole. InvalidArgument when the record is not a volume (layout kSHW, rank 3).
 Result<TensorView> Volume(const Reader& reader, uint64_t sample, int field);
 
 // One slice of one volume.
@@ -127,8 +128,9 @@ VolumeSelection SelectVolumesGivingItems(const Reader& reader, const SliceIndex&
 //   * Entirely inside the volume: a zero-copy view into the map.
 //   * Crossing an end: an owned, contiguous copy (the view's owner is its
 //     buffer); this costs one copy of the stack.
-// Either way the result is contiguous. OutOfRange when slice is not in
-// [0, S); InvalidArgument when context < 0.
+// Either way the result is contiguous, and the stack's slices are requested
+// at once before anything is read (Reader::PrefetchBytes). OutOfRange when
+// slice is not in [0, S); InvalidArgument when context < 0.
 Result<TensorView> SliceStack(const Reader& reader, uint64_t sample, int field, int64_t slice, int64_t context);
 
 // A crop, flips and a rotation applied to every slice of a stack while it is

@@ -1,0 +1,93 @@
+"""Epochs, batches and steps outside the range the engine represents ([0, 2**63)) are refused, naming the value,
+by set_epoch, load_state_dict, state_dict, constructors and gathers: never wrapped (2**64 + 5 served epoch 5) nor
+passed on as a negative int64."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+
+import patchstore
+from patchstore.torch import BatchLoader, PatchDataset, SliceDataset
+
+BAD = [2**63, 2**64 + 11, 2**70, -2]
+
+
+@pytest.fixture(scope="module")
+def volumes(tmp_path_factory):
+    d = tmp_path_factory.mktemp("vols")
+    rng = np.random.default_rng(8)
+    with h5py.File(d / "v.h5", "w") as f:
+        for g in ("MR", "CT"):
+            f.create_dataset(f"{g}/p1", data=rng.integers(0, 500, (9, 10, 4)).astype(np.int16))
+    patchstore.ingest_hdf5(d / "v.h5", d / "v.ps", groups=["MR", "CT"], durable=False, progress=False)
+    return str(d / "v.ps")
+
+
+@pytest.mark.parametrize("bad", BAD)
+def test_set_epoch_refuses_values_outside_the_range(frameset, volumes, bad):
+    loaders = [patchstore.PatchSampler(frameset.store, ["rgb"], 8),
+               PatchDataset(frameset.store, ["rgb"], 8),
+               SliceDataset(volumes, ["MR", "CT"]),
+               BatchLoader(frameset.store, ["rgb"], 8, batch_size=2)]
+    for loader in loaders:
+        with pytest.raises(ValueError, match=rf"epoch must be >= 0 and < 2\*\*63 .*got {bad}$"):
+            loader.set_epoch(bad)
+        assert loader.epoch == 0, type(loader).__name__  # unchanged
+    s = loaders[0]
+    with pytest.raises(ValueError, match=f"got {bad}$"):
+        s.gather(bad, 0, 1)
+    with pytest.raises(ValueError, match=f"got {bad}$"):
+        s.window(bad, 0)
+    with pytest.raises(ValueError, match=f"got {bad}$"):
+        loaders[3].batches(bad)
+    with pytest.raises(ValueError, match=f"montage: epoch must be .*got {bad}$"):
+        patchstore.open(frameset.store).montage(count=1, patch_size=8, field="rgb", epoch=bad)
+
+
+def test_the_largest_epoch_is_accepted(frameset):
+    s = patchstore.PatchSampler(frameset.store, ["rgb"], 8)
+    s.set_epoch(2**63 - 1)
+    assert s.epoch == 2**63 - 1
+    ds = PatchDataset(frameset.store, ["rgb"], 8)
+    ds.set_epoch(2**63 - 1)
+    assert ds.epoch == 2**63 - 1
+
+
+@pytest.mark.parametrize("key,bad", [("epoch", 2**64 + 5), ("epoch", 2**63), ("batch", 2**63 + 3), ("batch", -1)])
+def test_load_state_dict_refuses_tampered_positions(frameset, key, bad):
+    ds = PatchDataset(frameset.store, ["rgb"], 8)
+    state = ds.state_dict(batch=1)
+    state[key] = bad
+    with pytest.raises(ValueError, match=rf"PatchDataset.load_state_dict: {key} must be >= 0 .*got {bad}$"):
+        ds.load_state_dict(state)
+    assert ds.epoch == 0
+    with pytest.raises(ValueError, match=f"PatchDataset.state_dict: batch must be .*got {2**63}$"):
+        ds.state_dict(batch=2**63)
+    loader = BatchLoader(frameset.store, ["rgb"], 8, batch_size=2)
+    state = loader.state_dict(epoch=3, batch=1)
+    state[key] = bad
+    with pytest.raises(ValueError, match=rf"BatchLoader.load_state_dict: {key} must be >= 0 .*got {bad}$"):
+        loader.load_state_dict(state)
+    with pytest.raises(ValueError, match=f"BatchLoader.state_dict: epoch must be .*got {2**64}$"):
+        loader.state_dict(epoch=2**64, batch=0)
+
+
+def test_rank_local_sampler_refuses_epochs_outside_the_range(frameset, tmp_path):
+    # A set of two shards of the frames (Python ingest).
+    from conftest import TEMPLATES
+    for i in range(2):
+        patchstore.ingest_images(str(tmp_path / f"f-{i}.ps"), root=str(frameset.root), fields=TEMPLATES,
+                                 shard=(i, 2), durable=False, progress=False)
+    shards = patchstore.RankLocalShards(str(tmp_path), 0, 1)
+    with pytest.raises(ValueError, match=rf"RankLocalSampler: epoch must be .*got {2**64 + 3}$"):
+        shards.sampler(["rgb"], 8, epoch=2**64 + 3)
+    s = shards.sampler(["rgb"], 8, epoch=4)
+    with pytest.raises(ValueError, match=rf"RankLocalSampler: epoch must be .*got {2**63}$"):
+        s.set_epoch(2**63)
+    state = s.state_dict()
+    state["epoch"] = 2**64 + 4
+    with pytest.raises(ValueError, match=rf"RankLocalSampler.load_state_dict: epoch must be .*got {2**64 + 4}$"):
+        s.load_state_dict(state)
+    assert s.epoch == 4
