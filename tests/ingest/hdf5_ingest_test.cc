@@ -16,7 +16,7 @@
 #include "patchstore/reader/reader.h"
 #include "patchstore/reader/verify.h"
 #include "patchstore/reader/volume.h"
-#include "patchstore/store/shard.h"
+#include "store/shard.h"
 #include "test_util.h"
 
 namespace patchstore {
