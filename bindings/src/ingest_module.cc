@@ -104,6 +104,9 @@ py::dict SummaryDict(const IngestSummary& s) {
   d["report_error"] = s.report_error;
   d["errors"] = s.errors;
   d["warnings"] = s.warnings;
+  d["projected_bytes"] = s.projected_bytes;
+  d["ram_bytes"] = s.ram_bytes;
+  d["advice"] = s.advice;
   return d;
 }
 
@@ -296,6 +299,9 @@ PYBIND11_MODULE(_ingest, m) {
       .def_readonly("skipped", &Progress::skipped)
       .def_readonly("bytes", &Progress::bytes)
       .def_readonly("seconds", &Progress::seconds)
+      .def_readonly("message", &Progress::message,
+                    "a notice to show as it is (e.g. the projected store size, before an ingest writes); \"\" for "
+                    "a progress step")
       .def("__repr__", [](const Progress& p) {
         return "Progress(done=" + std::to_string(p.done) + ", total=" + std::to_string(p.total) +
                ", failed=" + std::to_string(p.failed) + ", skipped=" + std::to_string(p.skipped) +
