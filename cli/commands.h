@@ -41,8 +41,10 @@ bool ParseWindow(const std::string& s, double* lo, double* hi, bool* is_auto);
 
 namespace patchstore::cli {
 
-// `patchstore copy SRC DST`: a compacted copy of a store, verified before it
-// appears under DST (e.g. to replicate a store onto node-local disk).
+// `patchstore copy SRC DST [--layout rows|tiles] [--tile-size T]
+// [--encoding ...]`: a compacted copy of a store (e.g. to replicate it onto
+// node-local disk), or one re-laid out and re-encoded from its records
+// (ingest/convert.h), verified before it appears under DST.
 Runner RegisterCopy(CLI::App* app, const bool* quiet);
 
 }  // namespace patchstore::cli
