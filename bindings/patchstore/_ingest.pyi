@@ -84,6 +84,10 @@ def ingest_images(options: ImageIngestOptions, progress: Optional[Callable[[Prog
                   cancel: Optional[CancelFlag] = None) -> Dict[str, Any]: ...
 def ingest_hdf5(options: Hdf5IngestOptions, progress: Optional[Callable[[Progress], None]] = None,
                 cancel: Optional[CancelFlag] = None) -> Dict[str, Any]: ...
+def copy(src: str, dst: str, layout: str, tile_size: int, encoding: List[str], threads: int, durable: bool,
+         command_line: str, progress: Optional[Callable[[Progress], None]],
+         verify_progress: Optional[Callable[[Progress], None]], cancel: Optional[CancelFlag] = None
+         ) -> Dict[str, Any]: ...
 def render_montage(store: str, count: int, patch_size: int, field: str, overlay: str, require: str,
                    require_overlay: bool, patches_per_sample: int, seed: int, epoch: int, flip: bool, rot90: bool,
                    has_window: bool, window_lo: float, window_hi: float, tile: int, patch_h: int = 0,
