@@ -6,6 +6,8 @@
 // (DST.copy-XXXXXX), verified there (every checksum), and renamed to DST
 // only when it is complete and verified: an interrupted or failed copy never
 // leaves a DST that looks like a store.
+#include <malloc.h>
+
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -39,6 +41,10 @@ Runner RegisterCopy(CLI::App* app, const bool* quiet) {
                   "FIELD=float32|compact|float16 for one; fields no spec names keep theirs. Exact encodings read "
                   "back bit for bit; a value the new dtype cannot hold stops the copy, naming sample and field");
   cmd->add_option("-j,--threads", o->threads, "Converter threads (default: all cores)")->check(NonNegative());
+  auto no_sync = std::make_shared<bool>(false);
+  cmd->add_flag("--no-sync", *no_sync,
+                "Do not fsync the conversion's commits (faster; the copy is still verified before it is renamed, "
+                "but a machine crash soon after may lose it)");
   cmd->footer(
       "Without --layout, --tile-size or --encoding the copy holds only live pages (LMDB's compacting copy: free\n"
       "pages are dropped). With them it is written from the records, without the sources: each record read\n"
@@ -56,11 +62,12 @@ Runner RegisterCopy(CLI::App* app, const bool* quiet) {
       "  patchstore copy volumes.ps volumes-compact.ps --encoding compact\n"
       "Exit codes: 0 copied and verified, 1 failure (nothing left at DST), 2 bad usage, 3 the copy failed "
       "verification, 130 interrupted (nothing left at DST).");
-  return [cmd, o, quiet]() -> int {
+  return [cmd, o, quiet, no_sync]() -> int {
     if (!cmd->parsed()) return -1;
     ProgressPrinter printer("copy", "samples", *quiet);
     ProgressPrinter verify_printer("verify", "records", *quiet);
     CopyOptions opts = *o;
+    opts.durable = !*no_sync;
     opts.progress = [&](const Progress& p) { printer(p); };
     const auto vstart = std::chrono::steady_clock::now();
     opts.verify_progress = [&](uint64_t done, uint64_t total) {
@@ -71,6 +78,10 @@ Runner RegisterCopy(CLI::App* app, const bool* quiet) {
       verify_printer(p);
     };
     if (!opts.layout.empty() || !opts.encoding.empty() || opts.tile_size != 0) {
+      // As for ingest: keep large freed blocks (converted records, LMDB's
+      // dirty pages) in the heap for reuse; fresh pages cost more than the copy.
+      mallopt(M_MMAP_THRESHOLD, 32 << 20);
+      mallopt(M_TRIM_THRESHOLD, 1 << 30);
       // Ctrl-C stops a conversion after its current sample; nothing is left at DST.
       InstallInterruptHandler();
       opts.cancelled = [] { return Interrupted(); };

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
@@ -52,51 +53,67 @@ std::string FormatValue(float v) {
 // Float32 values (as readers return them) -> the source values of a
 // raw-source dtype (uint8, uint16, int16: StoresRawSource) that give exactly
 // those values under `norm` (Normalization::Apply, the function readers
-// apply). The first guess is the inverse of the normalisation (what export
-// writes back), then its neighbours, then a search of all values (e.g. for
-// clamped ones); a value that no source value gives has no encoding.
+// apply): a hash table from every value's bits to its source value. Where
+// several source values give one value (a mask's binary {0,1}, clamped
+// values), the one the normalisation's inverse gives (what export writes
+// back) is kept, else the smallest. A value that no source value gives has
+// no encoding.
 class RawEncoder {
  public:
-  RawEncoder(DType dtype, const Normalization& norm, SourceType source)
-      : norm_(norm), maxval_(SourceMaxValue(source)) {
-    lo_ = dtype == DType::kInt16 ? -32768 : 0;
-    hi_ = dtype == DType::kUInt8 ? 255 : dtype == DType::kUInt16 ? 65535 : 32767;
-    bits_.resize(static_cast<size_t>(hi_ - lo_ + 1));
-    sorted_.reserve(bits_.size());
-    for (int64_t x = lo_; x <= hi_; ++x) {
-      bits_[static_cast<size_t>(x - lo_)] = Bits(norm.Apply(static_cast<double>(x)));
-      sorted_.emplace_back(bits_[static_cast<size_t>(x - lo_)], static_cast<int32_t>(x));
+  RawEncoder(DType dtype, const Normalization& norm, SourceType source) {
+    const int64_t lo = dtype == DType::kInt16 ? -32768 : 0;
+    const int64_t hi = dtype == DType::kUInt8 ? 255 : dtype == DType::kUInt16 ? 65535 : 32767;
+    const uint64_t n = static_cast<uint64_t>(hi - lo + 1);
+    uint32_t bits = 0;
+    while ((uint64_t{1} << bits) < 4 * n) ++bits;
+    shift_ = 32 - bits;
+    mask_ = (uint32_t{1} << bits) - 1;
+    slots_.assign(size_t{1} << bits, Slot{});
+    std::vector<uint32_t> value_bits(n);
+    for (int64_t x = lo; x <= hi; ++x) {
+      const uint32_t b = Bits(norm.Apply(static_cast<double>(x)));
+      value_bits[static_cast<size_t>(x - lo)] = b;
+      Slot* s = Find(b);
+      if (s->x == kEmpty) *s = Slot{b, static_cast<int32_t>(x)};
     }
-    std::stable_sort(sorted_.begin(), sorted_.end(),
-                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    const double maxval = SourceMaxValue(source);
+    for (Slot& s : slots_) {
+      if (s.x == kEmpty) continue;
+      float v;
+      std::memcpy(&v, &s.bits, 4);
+      const double g = norm.Invert(v, maxval);
+      if (!std::isfinite(g) || g < static_cast<double>(lo) - 0.5 || g > static_cast<double>(hi) + 0.5) continue;
+      const int64_t c = std::min<int64_t>(std::max<int64_t>(std::llround(g), lo), hi);
+      if (value_bits[static_cast<size_t>(c - lo)] == s.bits) s.x = static_cast<int32_t>(c);
+    }
   }
 
   // The source value giving `v`; false when there is none.
   bool Encode(float v, int64_t* out) const {
-    const uint32_t b = Bits(v);
-    const double g = norm_.Invert(v, maxval_);
-    if (std::isfinite(g)) {
-      const int64_t x = std::llround(std::min(std::max(g, static_cast<double>(lo_)), static_cast<double>(hi_)));
-      for (int64_t c : {x, x - 1, x + 1}) {
-        if (c >= lo_ && c <= hi_ && bits_[static_cast<size_t>(c - lo_)] == b) {
-          *out = c;
-          return true;
-        }
-      }
-    }
-    auto it = std::lower_bound(sorted_.begin(), sorted_.end(), b,
-                               [](const std::pair<uint32_t, int32_t>& e, uint32_t key) { return e.first < key; });
-    if (it == sorted_.end() || it->first != b) return false;
-    *out = it->second;
+    const Slot* s = Find(Bits(v));
+    if (s->x == kEmpty) return false;
+    *out = s->x;
     return true;
   }
 
  private:
-  Normalization norm_;
-  double maxval_;
-  int64_t lo_ = 0, hi_ = 0;
-  std::vector<uint32_t> bits_;                      // Apply(x), indexed by x - lo_
-  std::vector<std::pair<uint32_t, int32_t>> sorted_;  // (bits, x) by bits, smallest x first
+  static constexpr int32_t kEmpty = INT32_MIN;
+  struct Slot {
+    uint32_t bits = 0;
+    int32_t x = kEmpty;
+  };
+  // The slot holding `b`, or the empty slot where it would go.
+  Slot* Find(uint32_t b) { return const_cast<Slot*>(static_cast<const RawEncoder*>(this)->Find(b)); }
+  const Slot* Find(uint32_t b) const {
+    uint32_t h = (b * 0x9E3779B1u) >> shift_;
+    for (;;) {
+      const Slot& s = slots_[h];
+      if (s.x == kEmpty || s.bits == b) return &s;
+      h = (h + 1) & mask_;
+    }
+  }
+  uint32_t shift_ = 0, mask_ = 0;
+  std::vector<Slot> slots_;  // open addressing, at most a quarter full
 };
 
 // How one field is converted.

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "encoding_test_util.h"
@@ -192,6 +193,16 @@ TEST(Convert, CompactDtypesFollowTheSources) {
     EXPECT_EQ(f.dtype, want.at(f.name)) << f.name;
     EXPECT_EQ(f.tile, kDefaultTileSize) << f.name;  // tiles without --tile-size: the default edge
   }
+  // A binary mask's float32 {0,1} become the source values the inverse
+  // gives: 0 and 255 (the 8-bit source's largest), as export writes them.
+  const int mask = (*c)->FieldIndex("mask").value();
+  std::set<int> seen;
+  for (uint64_t s = 0; s < (*c)->size(); ++s) {
+    auto v = (*c)->Get(s, mask);
+    ASSERT_TRUE(v.ok());
+    for (int64_t i = 0; i < v->elements(); ++i) seen.insert(v->data_as<uint8_t>()[i]);
+  }
+  EXPECT_EQ(seen, (std::set<int>{0, 255}));
 }
 
 TEST(Convert, EncodingOfOneFieldLeavesTheOthersAndFloat16Rounds) {
