@@ -152,7 +152,7 @@ def main(argv=None):
               f"| {fmt(cpu['copy'])} | {store_bytes(outs['copy']) / 1e6:.0f} MB |")
         print(f"| `patchstore ingest images` of the sources again | {fmt(results['re-ingest'])} | "
               f"{rate(results['re-ingest'])} | {fmt(cpu['re-ingest'])} | {store_bytes(outs['re-ingest']) / 1e6:.0f} MB |")
-        print(f"\ncopy took {speedup} less time than re-ingesting (goal: >= 3x), and {cpu_speedup} less CPU.")
+        print(f"\nre-ingesting took {speedup} the time of the copy (goal: >= 3x) and {cpu_speedup} its CPU.")
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
