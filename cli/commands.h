@@ -24,7 +24,8 @@ Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet);
 Runner RegisterBench(CLI::App* app, const bool* quiet);
 // `montage STORE OUT.png [--count 64] [--overlay mask] ...`: a contact sheet of the served windows.
 Runner RegisterMontage(CLI::App* app, const bool* quiet);
-// `copy SRC DST`: a compacted copy of a store, verified before it appears under DST.
+// `copy SRC DST [--layout rows|tiles] [--tile-size T] [--encoding ...]`: a compacted copy of a store, or one
+// re-laid out and re-encoded from its records (ingest/convert.h); verified before it appears under DST.
 Runner RegisterCopy(CLI::App* app, const bool* quiet);
 // `info STORE [--json] [--all]`: fields, shapes, samples, bytes, sealed.
 Runner RegisterInfo(CLI::App* app, const bool* quiet);

@@ -1,109 +1,111 @@
-// `patchstore copy SRC DST` — compacting copy of a store, then verify.
+// `patchstore copy SRC DST [--layout rows|tiles] [--tile-size T]
+// [--encoding ...]` — a compacted copy of a store, or one re-laid out and
+// re-encoded from its records (ingest/convert.h), then verified.
 //
 // The copy is written into a temporary folder next to DST
 // (DST.copy-XXXXXX), verified there (every checksum), and renamed to DST
 // only when it is complete and verified: an interrupted or failed copy never
 // leaves a DST that looks like a store.
-#include <stdlib.h>
-#include <sys/stat.h>
+#include <malloc.h>
 
 #include <chrono>
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
-#include <filesystem>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
-#include "cli/common.h"
 #include "cli/progress.h"
-#include "patchstore/reader/verify.h"
-#include "store/copy.h"
+#include "cli/validators.h"
+#include "patchstore/ingest/convert.h"
+#include "ingest/encoding.h"
 
 namespace patchstore::cli {
-namespace {
-
-struct CopyArgs {
-  std::string src, dst;
-};
-
-}  // namespace
 
 Runner RegisterCopy(CLI::App* app, const bool* quiet) {
-  auto* cmd = app->add_subcommand("copy", "Compacted, verified copy of a store (e.g. onto node-local disk)");
-  auto args = std::make_shared<CopyArgs>();
-  cmd->add_option("SRC", args->src, "Store to copy")->required();
-  cmd->add_option("DST", args->dst, "New store directory (must not exist)")->required();
+  auto* cmd = app->add_subcommand(
+      "copy", "Compacted, verified copy of a store (e.g. onto node-local disk), or one in another layout/encoding");
+  auto o = std::make_shared<CopyOptions>();
+  cmd->add_option("SRC", o->src, "Store to copy")->required();
+  cmd->add_option("DST", o->dst, "New store directory (must not exist)")->required();
+  cmd->add_option("--layout", o->layout,
+                  "Convert every C,H,W field to rows (row-major records) or tiles (TxT tiles), as ingest's "
+                  "--layout; frames only (default: each field keeps its own)")
+      ->check(CLI::IsMember({"rows", "tiles"}));
+  cmd->add_option("--tile-size", o->tile_size,
+                  "T for --layout tiles: a multiple of 8 in 8..4096 (default: the source's tile edge when it is "
+                  "tiled, else " + std::to_string(kDefaultTileSize) + ")")
+      ->check(CLI::Range(8, 4096));
+  cmd->add_option("--encoding", o->encoding,
+                  "Record dtype (repeat), as ingest's --encoding: float32 | compact for every field, "
+                  "FIELD=float32|compact|float16 for one; fields no spec names keep theirs. Exact encodings read "
+                  "back bit for bit; a value the new dtype cannot hold stops the copy, naming sample and field");
+  cmd->add_option("-j,--threads", o->threads, "Converter threads (default: all cores)")->check(NonNegative());
+  auto no_sync = std::make_shared<bool>(false);
+  cmd->add_flag("--no-sync", *no_sync,
+                "Do not fsync the conversion's commits (faster; the copy is still verified before it is renamed, "
+                "but a machine crash soon after may lose it)");
   cmd->footer(
-      "The copy holds only live pages (LMDB's compacting copy: free pages are dropped), is verified\n"
-      "(every checksum, as 'patchstore verify') in a temporary folder next to DST, and then renamed to\n"
-      "DST: an interrupted or failed copy leaves no DST. SRC may be read or even written meanwhile; the\n"
-      "copy holds what was committed when it started. Sealed stores stay sealed.\n"
+      "Without --layout, --tile-size or --encoding the copy holds only live pages (LMDB's compacting copy: free\n"
+      "pages are dropped). With them it is written from the records, without the sources: each record read\n"
+      "(checksum checked) and encoded again by the ingest's encoder, with every sample's id and metadata, the\n"
+      "store's attributes, its mask block counts and sample index. Either way it is verified (every checksum,\n"
+      "as 'patchstore verify') in a temporary folder next to DST, and then renamed to DST: an interrupted or\n"
+      "failed copy leaves no DST. SRC may be read or even written meanwhile; the copy holds what was committed\n"
+      "when it started. Sealed stores stay sealed.\n"
       "\n"
       "Examples:\n"
       "  patchstore copy /shared/frames.ps /local/frames.ps\n"
       "  for i in 0 1 2 3; do patchstore copy /nfs/shards/frames-$i.ps /scratch/shards/frames-$i.ps; done\n"
+      "  patchstore copy frames.ps frames-tiles.ps --layout tiles --encoding compact\n"
+      "  patchstore copy frames.ps frames-half.ps --layout tiles --encoding compact --encoding depth=float16\n"
+      "  patchstore copy volumes.ps volumes-compact.ps --encoding compact\n"
       "Exit codes: 0 copied and verified, 1 failure (nothing left at DST), 2 bad usage, 3 the copy failed "
-      "verification.");
-  return [cmd, args, quiet]() -> int {
+      "verification, 130 interrupted (nothing left at DST).");
+  return [cmd, o, quiet, no_sync]() -> int {
     if (!cmd->parsed()) return -1;
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    const std::string& dst = args->dst;
-    if (fs::exists(fs::symlink_status(dst, ec)))
-      return Fail("copy to '" + dst + "': it exists; copy writes a new store and overwrites nothing");
-    fs::path parent = fs::path(dst).parent_path();
-    if (parent.empty()) parent = ".";
-    if (!fs::is_directory(parent, ec)) return Fail("copy to '" + dst + "': no folder '" + parent.string() + "'");
-    std::string tmpl = dst + ".copy-XXXXXX";
-    if (::mkdtemp(tmpl.data()) == nullptr)
-      return Fail("copy to '" + dst + "': creating '" + tmpl + "': " + std::strerror(errno));
-    const std::string tmp = tmpl;
-    auto cleanup = [&] { fs::remove_all(tmp, ec); };
-    const auto start = std::chrono::steady_clock::now();
-    if (!*quiet) std::cerr << "copy: writing a compacted copy of '" << args->src << "'...\n";
-    Status st = CopyStoreCompact(args->src, tmp);
-    if (!st.ok()) {
-      cleanup();
-      std::cerr << "patchstore: error: " << st.message() << "\n";
-      return 1;
-    }
-    ::chmod(tmp.c_str(), 0755);  // mkdtemp made it 0700; a store folder is readable as any other
-    const uint64_t src_bytes = fs::file_size(fs::path(args->src) / "data.mdb", ec);
-    const uint64_t dst_bytes = fs::file_size(fs::path(tmp) / "data.mdb", ec);
-    ProgressPrinter printer("verify", "records", *quiet);
+    ProgressPrinter printer("copy", "samples", *quiet);
+    ProgressPrinter verify_printer("verify", "records", *quiet);
+    CopyOptions opts = *o;
+    opts.durable = !*no_sync;
+    opts.progress = [&](const Progress& p) { printer(p); };
     const auto vstart = std::chrono::steady_clock::now();
-    auto report = VerifyStore(tmp, [&](uint64_t done, uint64_t total) {
+    opts.verify_progress = [&](uint64_t done, uint64_t total) {
       Progress p;
       p.done = done;
       p.total = total;
       p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - vstart).count();
-      printer(p);
-    });
-    if (!report.ok()) {
-      cleanup();
-      return Fail("verifying the copy of '" + args->src + "': " + report.status().message());
+      verify_printer(p);
+    };
+    if (!opts.layout.empty() || !opts.encoding.empty() || opts.tile_size != 0) {
+      // As for ingest: keep large freed blocks (converted records, LMDB's
+      // dirty pages) in the heap for reuse; fresh pages cost more than the copy.
+      mallopt(M_MMAP_THRESHOLD, 32 << 20);
+      mallopt(M_TRIM_THRESHOLD, 1 << 30);
+      // Ctrl-C stops a conversion after its current sample; nothing is left at DST.
+      InstallInterruptHandler();
+      opts.cancelled = [] { return Interrupted(); };
+      opts.command_line = "patchstore copy " + opts.src + " " + opts.dst +
+                          (opts.layout.empty() ? "" : " --layout " + opts.layout) +
+                          (opts.tile_size ? " --tile-size " + std::to_string(opts.tile_size) : "");
+      for (const std::string& e : opts.encoding) opts.command_line += " --encoding " + e;
     }
-    if (!report->ok()) {
-      for (const VerifyProblem& p : report->problems)
+    std::vector<VerifyProblem> problems;
+    auto r = CopyStore(opts, &problems);
+    if (!r.ok()) {
+      for (const VerifyProblem& p : problems)
         std::fprintf(stderr, "BAD  '%s' field '%s': %s\n", p.id.c_str(), p.field.c_str(), p.message.c_str());
-      cleanup();
-      std::fprintf(stderr, "patchstore: error: the copy of '%s' failed verification (%zu problems; is the source "
-                           "damaged? run 'patchstore verify %s'); nothing written to '%s'\n",
-                   args->src.c_str(), report->problems.size(), args->src.c_str(), dst.c_str());
-      return 3;
+      if (r.status().code() == Code::kAborted) {
+        std::cerr << "patchstore: interrupted: the copy to '" << opts.dst << "' stopped; nothing written there\n";
+        return 130;
+      }
+      std::cerr << "patchstore: error: " << r.status().message() << "\n";
+      return problems.empty() ? 1 : 3;
     }
-    fs::rename(tmp, dst, ec);
-    if (ec) {
-      cleanup();
-      return Fail("copy to '" + dst + "': renaming '" + tmp + "': " + ec.message());
-    }
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::printf("copied '%s' to '%s': %llu samples, %llu records verified, %s (source %s) in %.2f s\n",
-                args->src.c_str(), dst.c_str(), static_cast<unsigned long long>(report->samples),
-                static_cast<unsigned long long>(report->records), HumanBytes(static_cast<double>(dst_bytes)).c_str(),
-                HumanBytes(static_cast<double>(src_bytes)).c_str(), secs);
+                opts.src.c_str(), opts.dst.c_str(), static_cast<unsigned long long>(r->samples),
+                static_cast<unsigned long long>(r->records), HumanBytes(static_cast<double>(r->dst_bytes)).c_str(),
+                HumanBytes(static_cast<double>(r->src_bytes)).c_str(), r->seconds);
     return 0;
   };
 }

@@ -54,6 +54,12 @@ class ProgressPrinter {
 
   void operator()(const Progress& p) {
     if (quiet_) return;
+    if (!p.message.empty()) {
+      // A notice (Progress::message), on lines of its own.
+      std::cerr << (tty_ && mid_line_ ? "\n" : "") << p.message << "\n" << std::flush;
+      mid_line_ = false;
+      return;
+    }
     if (p.done >= p.total && final_printed_) return;  // the last line once
     final_printed_ = p.done >= p.total;
     auto now = std::chrono::steady_clock::now();
@@ -67,6 +73,7 @@ class ProgressPrinter {
                     static_cast<unsigned long long>(p.done), static_cast<unsigned long long>(p.total), unit_.c_str(),
                     p.seconds, tty_ && p.done < p.total ? " " : "\n");
       std::cerr << line << std::flush;
+      mid_line_ = tty_ && p.done < p.total;
     } else if (tty_) {
       const int width = 30;
       int filled = p.total ? static_cast<int>(width * p.done / p.total) : width;
@@ -76,6 +83,7 @@ class ProgressPrinter {
                     static_cast<unsigned long long>(p.done), static_cast<unsigned long long>(p.total), unit_.c_str(),
                     mbs, static_cast<unsigned long long>(p.failed));
       std::cerr << line << (p.done >= p.total ? "\n" : "") << std::flush;
+      mid_line_ = p.done < p.total;
     } else {
       std::snprintf(line, sizeof line, "%s: %llu/%llu %s, %.0f MB/s, %llu failed, %.1f s\n", what_.c_str(),
                     static_cast<unsigned long long>(p.done), static_cast<unsigned long long>(p.total), unit_.c_str(),
@@ -88,6 +96,7 @@ class ProgressPrinter {
   std::string what_, unit_;
   bool quiet_, counts_only_, tty_;
   bool final_printed_ = false;
+  bool mid_line_ = false;  // a redrawn line is on the terminal, without its newline
   std::chrono::steady_clock::time_point last_{};
 };
 

@@ -22,6 +22,7 @@
 #include "ingest/encoding.h"
 #include "ingest/hdf5_internal.h"
 #include "patchstore/ingest/ingest_hdf5.h"
+#include "ingest/projection.h"
 #include "patchstore/reader/reader.h"
 #include "patchstore/store/store.h"
 
@@ -1109,6 +1110,40 @@ Result<IngestSummary> Hdf5Ingest::Run() {
   for (size_t i = 0; i < items_.size(); ++i) {
     if (!items_[i].name.empty() && writer_->Contains(items_[i].id)) ++summary_.samples_present;
     else todo_.push_back(i);
+  }
+
+  // The store's size from the datasets' headers, before the first write
+  // (ingest/projection.h).
+  {
+    StoreProjector projector("ingest", /*frames=*/false);
+    for (const Item& it : items_) {
+      if (it.name.empty() || !it.status.ok()) continue;
+      std::vector<ProjectedRecord> records;
+      for (size_t g = 0; g < groups_.size(); ++g) {
+        ProjectedRecord r;
+        r.field = groups_[g].field;
+        r.header.layout = Layout::kSHW;
+        r.header.rank = 3;
+        r.header.shape = {it.shw[0], it.shw[1], it.shw[2], 0};
+        r.header.dtype = it.dtypes[g];
+        r.header.source_type = it.fields[g].source;
+        r.header.norm = it.norms[g];
+        records.push_back(std::move(r));
+      }
+      projector.Add(records, 1, it.id.size());
+    }
+    const StoreProjection proj = projector.Finish();
+    summary_.projected_bytes = proj.bytes;
+    summary_.ram_bytes = proj.ram_bytes;
+    summary_.advice = proj.advice;
+    if (o_.progress && proj.samples > 0) {
+      Progress p;
+      p.total = todo_.size();
+      p.skipped = summary_.samples_present;
+      p.seconds = Seconds(start_);
+      p.message = proj.message;
+      o_.progress(p);
+    }
   }
 
   // 3. Stream.

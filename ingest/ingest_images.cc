@@ -18,6 +18,7 @@
 #include "ingest/decode_pool.h"
 #include "ingest/encoding.h"
 #include "patchstore/ingest/ingest.h"
+#include "ingest/projection.h"
 #include "ingest/sources.h"
 #include "patchstore/store/store.h"
 
@@ -365,6 +366,7 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
   std::vector<DecodedSample> batch_data;
   uint64_t batch_bytes = 0;
   Status failure;
+  bool projected = false;  // the store's projected size was reported
 
   auto flush = [&]() -> Status {
     if (batch.empty()) return Status::OK();
@@ -454,6 +456,34 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
         }
       }
     } else {
+      if (!projected) {
+        // Before the first write: the store's size, from this sample's
+        // records times the samples of the input (ingest/projection.h).
+        projected = true;
+        std::vector<ProjectedRecord> records;
+        for (const DecodedField& f : d.fields) {
+          ProjectedRecord r;
+          r.field = f.meta.name;
+          r.header = f.header;
+          r.is_mask = f.meta.is_mask;
+          r.mask_blocks = writer->meta().fields[writer->meta().FieldIndex(f.meta.name)].mask_blocks;
+          records.push_back(std::move(r));
+        }
+        StoreProjector projector("ingest", /*frames=*/true);
+        projector.Add(records, summary.samples_total, src.id.size());
+        const StoreProjection proj = projector.Finish();
+        summary.projected_bytes = proj.bytes;
+        summary.ram_bytes = proj.ram_bytes;
+        summary.advice = proj.advice;
+        if (o.progress) {
+          Progress p;
+          p.total = todo.size();
+          p.skipped = summary.samples_present;
+          p.seconds = Seconds(start);
+          p.message = proj.message;
+          o.progress(p);
+        }
+      }
       SampleInput in;
       in.id = src.id;
       for (DecodedField& f : d.fields) {

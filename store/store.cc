@@ -570,6 +570,15 @@ void Snapshot::Advise(Access access, const void* data, size_t size) const {
     case Access::kWillNeed: advice = MADV_WILLNEED; break;
     case Access::kDontNeed: advice = MADV_DONTNEED; break;
   }
+  if (access == Access::kWillNeed) {
+    // Linux reads at most the device's readahead window (read_ahead_kb,
+    // or its largest request) of one MADV_WILLNEED range: a larger range
+    // (a whole frame or volume record) goes in pieces that each fit it.
+    constexpr uintptr_t kPiece = uintptr_t{1} << 20;
+    for (uintptr_t at = begin; at < end; at += kPiece)
+      ::madvise(reinterpret_cast<void*>(at), std::min(kPiece, end - at), advice);
+    return;
+  }
   ::madvise(reinterpret_cast<void*>(begin), end - begin, advice);
 }
 

@@ -15,6 +15,7 @@ Writing (same options as the ``patchstore`` command line)::
                                      "mask": "{video}/render/masks/{frame}.png",
                                      "depth": "{video}/render/depth/{frame}.exr"})
     patchstore.export("frames.ps", "out/", ids=["video03/0042"])
+    patchstore.copy("frames.ps", "frames-tiles.ps", layout="tiles", encoding="compact")  # convert, no sources
 
 Sampling (exact mask-aware windows, whole batches gathered in C++ with the GIL released)::
 
@@ -57,6 +58,7 @@ from ._store import CorruptRecordError, FieldInfo, Ids, Store, open
 from ._ingest_api import IngestSummary, ingest_hdf5, ingest_images
 from ._export_api import ExportSummary, export
 from ._config import SamplerConfig
+from ._copy_api import CopySummary, copy
 from ._sampler import PatchSampler, Window, Windows
 from ._volumes import SliceIndex, SliceRef, SliceTransform
 from ._rank_local import RankLocalSampler, RankLocalShards
@@ -81,8 +83,10 @@ __all__ = [
     "ingest_images",
     "ingest_hdf5",
     "export",
+    "copy",
     "IngestSummary",
     "ExportSummary",
+    "CopySummary",
     "cli_path",
     "__version__",
 ]

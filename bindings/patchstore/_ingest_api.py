@@ -40,6 +40,13 @@ class IngestSummary:
     #: values above 2^24, which float32 rounds); each also warned
     warnings: List[str] = field(default_factory=list)
     report_error: str = ""  #: why the failure report could not be written ("" when it was, or was not needed)
+    #: the store's projected data.mdb bytes, reported before the first write (0: nothing was written)
+    projected_bytes: int = 0
+    #: this machine's RAM the projection was set against (PATCHSTORE_ASSUME_RAM_BYTES when set)
+    ram_bytes: int = 0
+    #: when the store is larger than half of RAM: the flags that serve a store read from disk and were not
+    #: given, e.g. "--layout tiles --encoding compact --encoding depth=float16" ("" otherwise)
+    advice: str = ""
 
 
 def _native():
@@ -270,9 +277,20 @@ def ingest_images(
     False prints nothing; True is the same as None.
     callback: called as callback(p) from the writer thread with the GIL
     held (e.g. to update a notebook widget); p has done, total, failed,
-    skipped, bytes, seconds. If it raises, it is not called again and the
-    exception is raised at the end. (A callable given as progress= is taken
-    as the callback, with nothing printed.)
+    skipped, bytes, seconds and message (a notice when not empty). If it
+    raises, it is not called again and the exception is raised at the end.
+    (A callable given as progress= is taken as the callback, with nothing
+    printed.)
+
+    Before the first write the ingest reports the store's projected size
+    (the first decoded sample's records times the samples) next to this
+    machine's RAM, as a notice (printed unless progress=False; also in the
+    summary's projected_bytes, ram_bytes and advice). When the store would
+    take more than half of RAM it names the options that serve a store read
+    from disk: layout="tiles", encoding="compact", and {field: "float16"}
+    for float fields where half precision is enough. The environment
+    variable PATCHSTORE_ASSUME_RAM_BYTES replaces the RAM figure (e.g. the
+    training machine's).
 
     Running the same ingest again resumes (samples present are skipped). A
     finished ingest seals the store. The GIL is released while it runs.
@@ -450,8 +468,12 @@ def ingest_hdf5(
     tqdm's if installed; plain lines in logs), False prints nothing, as for
     :func:`ingest_images`.
     callback: called as callback(p) with the GIL held after each volume; p
-    has done, total (volumes), failed, skipped, bytes, seconds. If it raises,
-    it is not called again and the exception is raised at the end.
+    has done, total (volumes), failed, skipped, bytes, seconds and message
+    (a notice when not empty). If it raises, it is not called again and the
+    exception is raised at the end. Before the first write the ingest
+    reports the store's projected size (from the datasets' headers) next to
+    this machine's RAM, and past half of RAM the encodings that make it
+    smaller, as :func:`ingest_images` does.
     batch_bytes: commit after this many record bytes.
     encoding: the record dtype per field (``--encoding``), as for
     :func:`ingest_images`: "float32" (default), "compact" (uint8 / uint16

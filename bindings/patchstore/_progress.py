@@ -3,7 +3,9 @@
 On a terminal: a redrawn bar (tqdm's when tqdm is installed, else the same
 bar as ``patchstore ingest``); elsewhere (logs, CI): a plain line every 5
 seconds and a last one at the end, never both. ``progress=False`` prints
-nothing; ``callback=`` is called with every progress report either way.
+nothing; ``callback=`` is called with every progress report either way. A
+report whose ``message`` is not empty is a notice (e.g. the projected store
+size an ingest reports before it writes), printed on a line of its own.
 """
 
 from __future__ import annotations
@@ -51,6 +53,14 @@ class _Printer:
         except (OSError, ValueError):  # stderr closed: stop printing, never fail the ingest
             self.final = True
 
+    def notice(self, message: str) -> None:
+        """A line of its own (Progress.message: e.g. the projected store size)."""
+        try:
+            self.stream.write(message + "\n")
+            self.stream.flush()
+        except (OSError, ValueError):
+            self.final = True
+
     def close(self) -> None:
         pass
 
@@ -66,6 +76,9 @@ class _Tqdm:
             self.bar.total = p.total
         self.bar.set_postfix_str(f"{_human_rate(p):.0f} MB/s, {p.failed} failed", refresh=False)
         self.bar.update(p.done - self.bar.n)
+
+    def notice(self, message: str) -> None:
+        self.bar.write(message, file=self.bar.fp)
 
     def close(self) -> None:
         self.bar.close()
@@ -105,7 +118,10 @@ class Reporter:
     def __call__(self, p: Any) -> None:
         if self.printer is not None and not self.failed:
             try:
-                self.printer(p)
+                if getattr(p, "message", ""):
+                    self.printer.notice(p.message)
+                else:
+                    self.printer(p)
             except Exception:  # a display problem never stops an ingest
                 self.failed = True
         if self.callback is not None:

@@ -24,12 +24,14 @@
 #include <pybind11/stl.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "patchstore/ingest/convert.h"
 #include "patchstore/ingest/ingest.h"
 #include "patchstore/ingest/ingest_hdf5.h"
 #include "patchstore/ingest/montage.h"
@@ -106,6 +108,9 @@ py::dict SummaryDict(const IngestSummary& s) {
   d["report_error"] = s.report_error;
   d["errors"] = s.errors;
   d["warnings"] = s.warnings;
+  d["projected_bytes"] = s.projected_bytes;
+  d["ram_bytes"] = s.ram_bytes;
+  d["advice"] = s.advice;
   return d;
 }
 
@@ -138,6 +143,65 @@ py::dict IngestImages(ImageIngestOptions o, py::object progress, std::shared_ptr
 
 py::dict IngestHdf5(Hdf5IngestOptions o, py::object progress, std::shared_ptr<CancelFlag> cancel) {
   return RunIngest(o, patchstore::IngestHdf5, std::move(progress), std::move(cancel), Where::kLookup);
+}
+
+// patchstore::CopyStore with the GIL released: progress (the conversion's
+// samples and notices) and verify_progress (records checked) reach the
+// Python callables as Progress reports; the cancel flag stops a conversion
+// between samples. A copy that fails verification raises
+// CorruptRecordError whose message lists the problems found.
+py::dict Copy(const std::string& src, const std::string& dst, const std::string& layout, uint32_t tile_size,
+              const std::vector<std::string>& encoding, int threads, bool durable, const std::string& command_line,
+              py::object progress, py::object verify_progress, std::shared_ptr<CancelFlag> cancel) {
+  patchstore::CopyOptions o;
+  o.src = src;
+  o.dst = dst;
+  o.layout = layout;
+  o.tile_size = tile_size;
+  o.encoding = encoding;
+  o.threads = threads;
+  o.durable = durable;
+  o.command_line = command_line;
+  ProgressBridge bridge(std::move(progress));
+  ProgressBridge verify_bridge(std::move(verify_progress));
+  o.progress = bridge.callback();
+  if (ProgressCallback v = verify_bridge.callback()) {
+    const auto start = std::chrono::steady_clock::now();
+    o.verify_progress = [v, start](uint64_t done, uint64_t total) {
+      Progress p;
+      p.done = done;
+      p.total = total;
+      p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      v(p);
+    };
+  }
+  if (cancel) o.cancelled = [cancel] { return cancel->set.load(std::memory_order_relaxed); };
+  std::vector<patchstore::VerifyProblem> problems;
+  patchstore::Result<patchstore::CopySummary> r = patchstore::Status::Internal("copy did not run");
+  {
+    py::gil_scoped_release nogil;
+    r = patchstore::CopyStore(o, &problems);
+  }
+  bridge.RethrowIfFailed();
+  verify_bridge.RethrowIfFailed();
+  if (!r.ok()) {
+    patchstore::Status st = r.status();
+    if (!problems.empty()) {
+      std::string list;
+      for (size_t i = 0; i < problems.size() && i < 20; ++i)
+        list += "\n  '" + problems[i].id + "' field '" + problems[i].field + "': " + problems[i].message;
+      st = patchstore::Status(st.code(), st.message() + list);
+    }
+    RaiseStatus(st, Where::kFiles);
+  }
+  py::dict d;
+  d["converted"] = r->converted;
+  d["samples"] = r->samples;
+  d["records"] = r->records;
+  d["src_bytes"] = r->src_bytes;
+  d["dst_bytes"] = r->dst_bytes;
+  d["seconds"] = r->seconds;
+  return d;
 }
 
 // Binds one field of an option struct and records its name in `names`
@@ -278,6 +342,9 @@ PYBIND11_MODULE(_ingest, m) {
       .def_readonly("skipped", &Progress::skipped)
       .def_readonly("bytes", &Progress::bytes)
       .def_readonly("seconds", &Progress::seconds)
+      .def_readonly("message", &Progress::message,
+                    "a notice to show as it is (e.g. the projected store size, before an ingest writes); \"\" for "
+                    "a progress step")
       .def("__repr__", [](const Progress& p) {
         return "Progress(done=" + std::to_string(p.done) + ", total=" + std::to_string(p.total) +
                ", failed=" + std::to_string(p.failed) + ", skipped=" + std::to_string(p.skipped) +
@@ -359,6 +426,11 @@ PYBIND11_MODULE(_ingest, m) {
         "patchstore::IngestHdf5 with the GIL released. Returns the IngestSummary as a dict.\n"
         "cancel: a CancelFlag polled between volumes (RuntimeError once set: committed volumes stay).\n"
         "NotFound (a missing group or dataset) raises KeyError.");
+  m.def("copy", &Copy, py::arg("src"), py::arg("dst"), py::arg("layout"), py::arg("tile_size"), py::arg("encoding"),
+        py::arg("threads"), py::arg("durable"), py::arg("command_line"), py::arg("progress"),
+        py::arg("verify_progress"), py::arg("cancel") = nullptr,
+        "patchstore::CopyStore with the GIL released. Returns the CopySummary as a dict.\n"
+        "cancel: a CancelFlag polled between samples of a conversion (RuntimeError once set: nothing at dst).");
   m.def("render_volume_montage", &VolumeMontage, py::arg("store"), py::arg("count"), py::arg("field"),
         py::arg("overlay"), py::arg("ids"), py::arg("crop_h"), py::arg("crop_w"), py::arg("context"), py::arg("flip"),
         py::arg("rot90"), py::arg("seed"), py::arg("epoch"), py::arg("has_window"), py::arg("lo"), py::arg("hi"),

@@ -48,10 +48,14 @@
 namespace patchstore {
 
 // Progress reported by long operations: `done` of `total` items, plus bytes.
+// A report with a non-empty `message` is a notice to show as it is (e.g. the
+// projected store size an ingest reports before it writes:
+// ingest/projection.h), not a step: its counts are those of the last step.
 struct Progress {
   uint64_t done = 0, total = 0, failed = 0, skipped = 0;
   uint64_t bytes = 0;  // record payload bytes written so far
   double seconds = 0;
+  std::string message;
 };
 using ProgressCallback = std::function<void(const Progress&)>;
 
@@ -124,6 +128,14 @@ struct IngestSummary {
   // under another file prefix, slices much thinner one way than another axis
   // would give, an all-zero mask volume): one line each, first 100.
   std::vector<std::string> warnings;
+  // The projection reported before the first write (ingest/projection.h):
+  // the store's projected data.mdb bytes, this machine's RAM (or
+  // PATCHSTORE_ASSUME_RAM_BYTES), and the flags that serve a store larger
+  // than the page cache when it is one and they are not chosen ("" else).
+  // 0 / "" when nothing was to be written.
+  uint64_t projected_bytes = 0;
+  uint64_t ram_bytes = 0;
+  std::string advice;
 };
 
 // Runs an image ingest. Errors name the file, the sample and the cause.

@@ -102,9 +102,10 @@ class Snapshot {
   Result<std::vector<uint64_t>> InputOrder() const;
 
   // Advice for the pages of [data, data + size) (rounded out to pages; for
-  // kDontNeed, in to whole pages). REQUIRES: the range lies inside values
-  // returned by this snapshot (a record, an id). Best effort: the kernel may
-  // ignore it; errors are not reported.
+  // kDontNeed, in to whole pages). kWillNeed goes in pieces of 1 MiB (Linux
+  // reads at most its readahead window of one range). REQUIRES: the range
+  // lies inside values returned by this snapshot (a record, an id). Best
+  // effort: the kernel may ignore it; errors are not reported.
   void Advise(Access access, const void* data, size_t size) const;
   // kWillNeed for many small ranges (e.g. the rows of a window), merged where
   // they share or touch pages: one system call per contiguous run of pages
