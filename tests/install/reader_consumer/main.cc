@@ -4,6 +4,7 @@
 // reads a patch, prints "reader consumer ok".
 #include <cstdio>
 
+#include "patchstore/ingest/convert.h"
 #include "patchstore/ingest/ingest.h"
 #include "patchstore/ingest/ingest_hdf5.h"
 #include "patchstore/ingest/montage.h"
