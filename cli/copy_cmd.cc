@@ -1,9 +1,10 @@
 // `patchstore copy SRC DST` — compacting copy of a store, then verify.
 //
 // The copy is written into a temporary folder next to DST
-// (DST.copy-XXXXXX), verified there (every checksum), and renamed to DST
-// only when it is complete and verified: an interrupted or failed copy never
-// leaves a DST that looks like a store.
+// (DST.copy-XXXXXX, StagedStore), verified there (every checksum), and
+// renamed to DST only when it is complete and verified: an interrupted or
+// failed copy never leaves a DST that looks like a store, and the next copy
+// to DST removes the staging folder an interrupted one left.
 #include <stdlib.h>
 #include <sys/stat.h>
 
@@ -13,7 +14,9 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/progress.h"
@@ -42,7 +45,8 @@ Runner RegisterCopy(CLI::App* app, const bool* quiet) {
   cmd->footer(
       "The copy holds only live pages (LMDB's compacting copy: free pages are dropped), is verified\n"
       "(every checksum, as 'patchstore verify') in a temporary folder next to DST, and then renamed to\n"
-      "DST: an interrupted or failed copy leaves no DST. SRC may be read or even written meanwhile; the\n"
+      "DST: an interrupted or failed copy leaves no DST, and the next copy to DST removes the folder an\n"
+      "interrupted one left (it names each one it removes or keeps). SRC may be read or even written meanwhile; the\n"
       "copy holds what was committed when it started. Sealed stores stay sealed.\n"
       "\n"
       "Examples:\n"
@@ -55,16 +59,19 @@ Runner RegisterCopy(CLI::App* app, const bool* quiet) {
     namespace fs = std::filesystem;
     std::error_code ec;
     const std::string& dst = args->dst;
-    if (fs::exists(fs::symlink_status(dst, ec)))
-      return Error("copy to '" + dst + "': it exists; copy writes a new store and overwrites nothing");
-    fs::path parent = fs::path(dst).parent_path();
-    if (parent.empty()) parent = ".";
-    if (!fs::is_directory(parent, ec)) return Error("copy to '" + dst + "': no folder '" + parent.string() + "'");
-    std::string tmpl = dst + ".copy-XXXXXX";
-    if (::mkdtemp(tmpl.data()) == nullptr)
-      return Error("copy to '" + dst + "': creating '" + tmpl + "': " + std::strerror(errno));
-    const std::string tmp = tmpl;
-    auto cleanup = [&] { fs::remove_all(tmp, ec); };
+    // One staging engine (store/copy.h): path checks, removal of the staging
+    // folders of interrupted copies to DST, and the rename when complete.
+    std::vector<StagingLeftover> leftovers;
+    auto staged_or = StagedStore::Create(args->src, dst, &leftovers);
+    for (const StagingLeftover& l : leftovers)
+      std::cerr << "copy: " << (l.removed ? "removed" : "kept") << " '" << l.path << "': " << l.note << "\n";
+    if (!staged_or.ok()) {
+      std::cerr << "patchstore: error: " << staged_or.status().message() << "\n";
+      return staged_or.status().code() == Code::kInvalidArgument ? 2 : 1;
+    }
+    std::unique_ptr<StagedStore> staged = std::move(*staged_or);
+    const std::string tmp = staged->path();
+    auto cleanup = [&] { staged.reset(); };
     const auto start = std::chrono::steady_clock::now();
     if (!*quiet) std::cerr << "copy: writing a compacted copy of '" << args->src << "'...\n";
     Status st = CopyStoreCompact(args->src, tmp);
@@ -73,7 +80,6 @@ Runner RegisterCopy(CLI::App* app, const bool* quiet) {
       std::cerr << "patchstore: error: " << st.message() << "\n";
       return 1;
     }
-    ::chmod(tmp.c_str(), 0755);  // mkdtemp made it 0700; a store folder is readable as any other
     const uint64_t src_bytes = fs::file_size(fs::path(args->src) / "data.mdb", ec);
     const uint64_t dst_bytes = fs::file_size(fs::path(tmp) / "data.mdb", ec);
     ProgressPrinter printer("verify", "records", *quiet);
@@ -98,10 +104,9 @@ Runner RegisterCopy(CLI::App* app, const bool* quiet) {
                    args->src.c_str(), report->problems.size(), args->src.c_str(), dst.c_str());
       return 3;
     }
-    fs::rename(tmp, dst, ec);
-    if (ec) {
+    if (Status cst = staged->Commit(); !cst.ok()) {
       cleanup();
-      return Error("copy to '" + dst + "': renaming '" + tmp + "': " + ec.message());
+      return Error(cst.message());
     }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::printf("copied '%s' to '%s': %llu samples, %llu records verified, %s (source %s) in %.2f s\n",

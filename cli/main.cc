@@ -22,6 +22,7 @@
 #include "cli/sampler_flags.h"
 #include "cli/shapes.h"
 #include "cli/validators.h"
+#include "patchstore/store/copy.h"
 #include "patchstore/store/shard.h"
 #include "patchstore/ingest/encoding.h"
 #include "patchstore/ingest/ingest.h"
@@ -84,15 +85,13 @@ std::string JsonList(const std::string& csv) {
 
 // The stores of a shard set named by `path`: a directory that is not a store
 // itself but holds stores (sorted by name; the reader puts shards in shard
-// order). Empty when `path` is a store or anything else.
+// order). Empty when `path` is a store or anything else. Staging folders of
+// unfinished copies there are skipped and named on stderr (store/copy.h).
 std::vector<std::string> StoresIn(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  std::vector<std::string> out;
-  if (!fs::is_directory(path, ec) || fs::exists(fs::path(path) / "data.mdb", ec)) return out;
-  for (const auto& e : fs::directory_iterator(path, ec))
-    if (e.is_directory(ec) && fs::is_regular_file(e.path() / "data.mdb", ec)) out.push_back(e.path().string());
-  std::sort(out.begin(), out.end());
+  std::vector<std::string> skipped;
+  std::vector<std::string> out = ps::StoresInFolder(path, &skipped);
+  if (!out.empty() && !skipped.empty())
+    std::cerr << "patchstore: warning: " << ps::SkippedStagingWarning(path, skipped) << "\n";
   return out;
 }
 

@@ -1234,7 +1234,11 @@ Result<std::vector<std::string>> AddMaskBlocks(const std::string& path, const Ad
 
 Status CopyStoreCompact(const std::string& src, const std::string& dst_dir) {
   std::error_code ec;
-  if (!std::filesystem::is_directory(dst_dir, ec) || !std::filesystem::is_empty(dst_dir, ec))
+  bool empty = std::filesystem::is_directory(dst_dir, ec);
+  for (auto it = std::filesystem::directory_iterator(dst_dir, ec); empty && !ec && it != std::filesystem::directory_iterator();
+       it.increment(ec))
+    empty = it->path().filename() == kStagingMarker;  // a staging folder's own marker (store/copy.h)
+  if (!empty || ec)
     return Status::InvalidArgument("copying '" + src + "' to '" + dst_dir + "': the destination must be an empty directory");
   // Validates the source as readers do (a store, its format, its size).
   PS_ASSIGN_OR_RETURN(auto snap, Snapshot::Open(src));
