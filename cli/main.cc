@@ -244,7 +244,10 @@ int main(int argc, char** argv) {
                   "larger than\nRAM without reading masks. The format step is one transaction; block counts are "
                   "written in\ntransactions of 1,024 samples and used only once all are there. Interrupted "
                   "(Ctrl-C stops\nafter the current transaction), an upgrade leaves the store readable as "
-                  "before; run it\nagain to finish. Reopen readers of the store afterwards.");
+                  "before; run it\nagain to finish (verify names such a store as one of an interrupted upgrade). A mask field "
+                  "that has block\ncounts but lacks some of their records gets them all rewritten. The store is "
+                  "then opened as\nreaders open it: one that does not open is reported (exit 1), never called up "
+                  "to date.\nReopen readers of the store afterwards.");
 
   // ---- export
   auto* exp = app.add_subcommand("export", "Write records back to images: OUTDIR/<id>/<field>.<ext>");
@@ -548,17 +551,44 @@ int main(int argc, char** argv) {
     ps::cli::ProgressPrinter printer("upgrade: mask block counts", "samples", quiet, /*counts_only=*/true);
     const auto t0 = std::chrono::steady_clock::now();
     ps::cli::InstallInterruptHandler();  // Ctrl-C: stop after the current transaction
-    auto blocks = ps::AddMaskBlocks(upgrade_store, [&](uint64_t done, uint64_t total) {
-      ps::Progress p;
-      p.done = done;
-      p.total = total;
-      p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      printer(p);
-      return !ps::cli::Interrupted();
-    });
+    bool interrupted_before = false;
+    if (auto snap = ps::Snapshot::Open(upgrade_store); snap.ok())
+      interrupted_before = (*snap)->meta().attributes.count(ps::kUpgradingAttribute) > 0;
+    std::vector<ps::MaskBlocksGap> gaps;
+    auto blocks = ps::AddMaskBlocks(
+        upgrade_store,
+        [&](uint64_t done, uint64_t total) {
+          ps::Progress p;
+          p.done = done;
+          p.total = total;
+          p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          printer(p);
+          return !ps::cli::Interrupted();
+        },
+        ps::kAddMaskBlocksBatch, &gaps);
+    for (const ps::MaskBlocksGap& g : gaps)
+      std::fprintf(stderr, "upgrade: field '%s' of '%s' has mask block counts, but %llu sample%s lack%s them (first: "
+                           "'%s'; deleted records or a damaged store): rewriting them all\n",
+                   g.field.c_str(), upgrade_store.c_str(), static_cast<unsigned long long>(g.samples),
+                   g.samples == 1 ? "" : "s", g.samples == 1 ? "s" : "", Printable(g.first_id).c_str());
     if (!blocks.ok()) return Fail(blocks.status());
+    if (interrupted_before && !blocks->empty())
+      std::printf("finished the interrupted upgrade of '%s'\n", upgrade_store.c_str());
     for (const std::string& f : *blocks)
-      std::printf("added mask block counts to field '%s' of '%s'\n", f.c_str(), upgrade_store.c_str());
+      std::printf("%s mask block counts %s field '%s' of '%s'\n",
+                  std::any_of(gaps.begin(), gaps.end(), [&](const ps::MaskBlocksGap& g) { return g.field == f; })
+                      ? "rewrote the"
+                      : "added",
+                  std::any_of(gaps.begin(), gaps.end(), [&](const ps::MaskBlocksGap& g) { return g.field == f; })
+                      ? "of"
+                      : "to",
+                  f.c_str(), upgrade_store.c_str());
+    // Upgraded or not, the store must open as readers open it.
+    if (auto opened = ps::Reader::Open(upgrade_store); !opened.ok()) {
+      std::cerr << "patchstore: error: '" << upgrade_store << "' does not open after the upgrade: "
+                << opened.status().message() << " (run 'patchstore verify " << upgrade_store << "')\n";
+      return 1;
+    }
     if (*r == ps::kStoreFormatVersion && blocks->empty())
       std::printf("'%s' is up to date (store format %u; every mask field has block counts): nothing to do\n",
                   upgrade_store.c_str(), ps::kStoreFormatVersion);
