@@ -105,7 +105,14 @@ bool IsStagingFolderName(const std::string& path, std::string* dst_name) {
   return true;
 }
 
-Status CheckCopyPaths(const std::string& src, const std::string& dst) {
+// `p` without trailing slashes ("/" stays).
+std::string WithoutTrailingSlashes(std::string p) {
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  return p;
+}
+
+Status CheckCopyPaths(const std::string& src, const std::string& dst_given) {
+  const std::string dst = WithoutTrailingSlashes(dst_given);
   if (dst.empty()) return Status::InvalidArgument("copy: the destination path is empty (DST must name the new store)");
   std::error_code ec;
   if (fs::exists(fs::symlink_status(dst, ec)))
@@ -189,9 +196,10 @@ std::vector<StagingLeftover> CleanStagingFolders(const std::string& dst) {
   return out;
 }
 
-Result<std::unique_ptr<StagedStore>> StagedStore::Create(const std::string& src, const std::string& dst,
+Result<std::unique_ptr<StagedStore>> StagedStore::Create(const std::string& src, const std::string& dst_given,
                                                          std::vector<StagingLeftover>* cleaned) {
-  PS_RETURN_IF_ERROR(CheckCopyPaths(src, dst));
+  PS_RETURN_IF_ERROR(CheckCopyPaths(src, dst_given));
+  const std::string dst = WithoutTrailingSlashes(dst_given);
   std::vector<StagingLeftover> found = CleanStagingFolders(dst);
   if (cleaned) *cleaned = std::move(found);
   std::string tmpl = dst + kStagingInfix + "XXXXXX";

@@ -23,7 +23,8 @@ namespace patchstore {
 Status CopyStoreCompact(const std::string& src, const std::string& dst_dir);
 
 // OK when a new store may be written from `src` to `dst`: `dst` is a
-// non-empty path that does not exist, in an existing folder, and neither
+// non-empty path (trailing slashes ignored) that does not exist, in an
+// existing folder, and neither
 // path lies inside the other nor names the same folder (compared after
 // resolving symbolic links and `..`). `src` may be empty (no source).
 // AlreadyExists when `dst` exists, NotFound when its folder does not;

@@ -80,6 +80,9 @@ TEST(CopyPaths, EmptyNestedAndSameDestinationsAreUsageErrors) {
   EXPECT_EQ(CheckCopyPaths(dir / "a.ps", dir / "nofolder/b.ps").code(), Code::kNotFound);
   EXPECT_TRUE(CheckCopyPaths(dir / "a.ps", dir / "outer/a.ps").ok());
   EXPECT_TRUE(CheckCopyPaths(dir / "a.ps", dir / "a.ps2").ok());  // a name prefix is not nesting
+  EXPECT_TRUE(CheckCopyPaths(dir / "a.ps", dir / "outer/c.ps//").ok());  // trailing slashes: the same name
+  EXPECT_EQ(CheckCopyPaths(dir / "a.ps", dir / "a.ps/").code(), Code::kAlreadyExists);
+  EXPECT_EQ(CheckCopyPaths(dir / "a.ps", "/").code(), Code::kAlreadyExists);
 }
 
 TEST(StagingFolders, NamesOfStagingFolders) {
