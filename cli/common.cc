@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <iostream>
 
+#include "patchstore/store/copy.h"
+
 namespace patchstore::cli {
 
 std::string Printable(std::string_view s) {
@@ -32,13 +34,11 @@ int Fail(const std::string& message) {
 }
 
 std::vector<std::string> StoresIn(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  std::vector<std::string> out;
-  if (!fs::is_directory(path, ec) || fs::exists(fs::path(path) / "data.mdb", ec)) return out;
-  for (const auto& e : fs::directory_iterator(path, ec))
-    if (e.is_directory(ec) && fs::is_regular_file(e.path() / "data.mdb", ec)) out.push_back(e.path().string());
-  std::sort(out.begin(), out.end());
+  // Staging folders of unfinished copies are skipped and named (patchstore/store/copy.h).
+  std::vector<std::string> skipped;
+  std::vector<std::string> out = StoresInFolder(path, &skipped);
+  if (!out.empty() && !skipped.empty())
+    std::cerr << "patchstore: warning: " << SkippedStagingWarning(path, skipped) << "\n";
   return out;
 }
 

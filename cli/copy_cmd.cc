@@ -18,6 +18,7 @@
 #include "cli/progress.h"
 #include "cli/validators.h"
 #include "patchstore/ingest/convert.h"
+#include "patchstore/store/copy.h"
 #include "ingest/encoding.h"
 
 namespace patchstore::cli {
@@ -89,6 +90,12 @@ Runner RegisterCopy(CLI::App* app, const bool* quiet) {
                           (opts.layout.empty() ? "" : " --layout " + opts.layout) +
                           (opts.tile_size ? " --tile-size " + std::to_string(opts.tile_size) : "");
       for (const std::string& e : opts.encoding) opts.command_line += " --encoding " + e;
+    }
+    // Paths that can never make a copy (empty, DST inside SRC or SRC inside
+    // DST, the same folder) are usage errors; CopyStore checks them again.
+    if (Status pst = CheckCopyPaths(opts.src, opts.dst); !pst.ok() && pst.code() == Code::kInvalidArgument) {
+      std::cerr << "patchstore: error: " << pst.message() << "\n";
+      return 2;
     }
     std::vector<VerifyProblem> problems;
     auto r = CopyStore(opts, &problems);

@@ -1,8 +1,11 @@
 // `patchstore upgrade STORE` — bring a store written by an older patchstore
 // to the current format in place, then add missing mask block counts.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <iostream>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -21,17 +24,41 @@ int RunUpgrade(const std::string& store, bool quiet) {
   ProgressPrinter printer("upgrade: mask block counts", "samples", quiet, /*counts_only=*/true);
   const auto t0 = std::chrono::steady_clock::now();
   InstallInterruptHandler();  // Ctrl-C: stop after the current transaction
-  auto blocks = AddMaskBlocks(store, [&](uint64_t done, uint64_t total) {
-    Progress p;
-    p.done = done;
-    p.total = total;
-    p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    printer(p);
-    return !Interrupted();
-  });
+  bool interrupted_before = false;
+  if (auto snap = Snapshot::Open(store); snap.ok())
+    interrupted_before = (*snap)->meta().attributes.count(kUpgradingAttribute) > 0;
+  std::vector<MaskBlocksGap> gaps;
+  auto blocks = AddMaskBlocks(
+      store,
+      [&](uint64_t done, uint64_t total) {
+        Progress p;
+        p.done = done;
+        p.total = total;
+        p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        printer(p);
+        return !Interrupted();
+      },
+      kAddMaskBlocksBatch, &gaps);
+  for (const MaskBlocksGap& g : gaps)
+    std::fprintf(stderr, "upgrade: field '%s' of '%s' has mask block counts, but %llu sample%s lack%s them (first: "
+                         "'%s'; deleted records or a damaged store): rewriting them all\n",
+                 g.field.c_str(), store.c_str(), static_cast<unsigned long long>(g.samples),
+                 g.samples == 1 ? "" : "s", g.samples == 1 ? "s" : "", Printable(g.first_id).c_str());
   if (!blocks.ok()) return Fail(blocks.status());
-  for (const std::string& f : *blocks)
-    std::printf("added mask block counts to field '%s' of '%s'\n", f.c_str(), store.c_str());
+  if (interrupted_before && !blocks->empty())
+    std::printf("finished the interrupted upgrade of '%s'\n", store.c_str());
+  for (const std::string& f : *blocks) {
+    const bool rewrote =
+        std::any_of(gaps.begin(), gaps.end(), [&](const MaskBlocksGap& g) { return g.field == f; });
+    std::printf("%s mask block counts %s field '%s' of '%s'\n", rewrote ? "rewrote the" : "added",
+                rewrote ? "of" : "to", f.c_str(), store.c_str());
+  }
+  // Upgraded or not, the store must open as readers open it.
+  if (auto opened = Reader::Open(store); !opened.ok()) {
+    std::cerr << "patchstore: error: '" << store << "' does not open after the upgrade: "
+              << opened.status().message() << " (run 'patchstore verify " << store << "')\n";
+    return 1;
+  }
   if (*r == kStoreFormatVersion && blocks->empty())
     std::printf("'%s' is up to date (store format %u; every mask field has block counts): nothing to do\n",
                 store.c_str(), kStoreFormatVersion);
@@ -51,7 +78,10 @@ Runner RegisterUpgrade(CLI::App* app, const bool* quiet) {
               "larger than\nRAM without reading masks. The format step is one transaction; block counts are "
               "written in\ntransactions of 1,024 samples and used only once all are there. Interrupted "
               "(Ctrl-C stops\nafter the current transaction), an upgrade leaves the store readable as "
-              "before; run it\nagain to finish. Reopen readers of the store afterwards.");
+              "before; run it\nagain to finish (verify names such a store as one of an interrupted upgrade). A mask "
+              "field that has block\ncounts but lacks some of their records gets them all rewritten. The store is "
+              "then opened as\nreaders open it: one that does not open is reported (exit 1), never called up "
+              "to date.\nReopen readers of the store afterwards.");
   return [cmd, store, quiet]() -> int { return cmd->parsed() ? RunUpgrade(*store, *quiet) : -1; };
 }
 

@@ -27,7 +27,7 @@
 #include "ingest/projection.h"
 #include "patchstore/reader/reader.h"
 #include "patchstore/reader/transform.h"
-#include "store/copy.h"
+#include "patchstore/store/copy.h"
 #include "patchstore/store/store.h"
 
 namespace patchstore {
@@ -516,18 +516,21 @@ Result<CopySummary> CopyStore(const CopyOptions& o, std::vector<VerifyProblem>* 
   summary.converted = !o.layout.empty() || !o.encoding.empty() || o.tile_size != 0;
   std::error_code ec;
   const std::string& dst = o.dst;
-  if (fs::exists(fs::symlink_status(dst, ec)))
-    return Status::AlreadyExists("copy to '" + dst + "': it exists; copy writes a new store and overwrites nothing");
-  fs::path parent = fs::path(dst).parent_path();
-  if (parent.empty()) parent = ".";
-  if (!fs::is_directory(parent, ec))
-    return Status::InvalidArgument("copy to '" + dst + "': no folder '" + parent.string() + "'");
-  std::string tmpl = dst + ".copy-XXXXXX";
-  if (::mkdtemp(tmpl.data()) == nullptr)
-    return Status::IOError("copy to '" + dst + "': creating '" + tmpl + "': " + std::strerror(errno));
-  const std::string tmp = tmpl;
+  // One staging engine (patchstore/store/copy.h): path checks, removal of
+  // the staging folders interrupted copies to DST left, the rename at the end.
+  std::vector<StagingLeftover> leftovers;
+  auto staged_or = StagedStore::Create(o.src, dst, &leftovers);
+  if (o.progress)
+    for (const StagingLeftover& l : leftovers) {
+      Progress p;
+      p.message = std::string("copy: ") + (l.removed ? "removed" : "kept") + " '" + l.path + "': " + l.note;
+      o.progress(p);
+    }
+  if (!staged_or.ok()) return staged_or.status();
+  std::unique_ptr<StagedStore> staged = std::move(*staged_or);
+  const std::string tmp = staged->path();
   auto fail = [&](Status st) {
-    fs::remove_all(tmp, ec);
+    staged.reset();  // removes the staging folder
     return st;
   };
   Status st;
@@ -542,7 +545,6 @@ Result<CopySummary> CopyStore(const CopyOptions& o, std::vector<VerifyProblem>* 
     st = CopyStoreCompact(o.src, tmp);
   }
   if (!st.ok()) return fail(st);
-  ::chmod(tmp.c_str(), 0755);  // mkdtemp made it 0700; a store folder is readable as any other
   summary.src_bytes = fs::file_size(fs::path(o.src) / "data.mdb", ec);
   summary.dst_bytes = fs::file_size(fs::path(tmp) / "data.mdb", ec);
   auto report = VerifyStore(tmp, o.verify_progress);
@@ -554,8 +556,7 @@ Result<CopySummary> CopyStore(const CopyOptions& o, std::vector<VerifyProblem>* 
                                    " problems; is the source damaged? run 'patchstore verify " + o.src +
                                    "'); nothing written to '" + dst + "'"));
   }
-  fs::rename(tmp, dst, ec);
-  if (ec) return fail(Status::IOError("copy to '" + dst + "': renaming '" + tmp + "': " + ec.message()));
+  if (Status cst = staged->Commit(); !cst.ok()) return cst;
   summary.samples = report->samples;
   summary.records = report->records;
   summary.seconds = Seconds(start);

@@ -47,18 +47,55 @@ Result<std::shared_ptr<Reader>> Reader::Open(const std::string& path, const Read
 
 namespace {
 
-bool SameField(const FieldMeta& a, const FieldMeta& b) {
-  return a.name == b.name && a.channels == b.channels && a.layout == b.layout && a.is_mask == b.is_mask &&
-         a.dtype == b.dtype && a.tile == b.tile &&
-         a.norm.kind == b.norm.kind && a.norm.scale == b.norm.scale && a.norm.offset == b.norm.offset &&
-         a.norm.clamp == b.norm.clamp && (!a.norm.clamp || (a.norm.clamp_lo == b.norm.clamp_lo &&
-                                                            a.norm.clamp_hi == b.norm.clamp_hi));
+std::string LayoutText(const FieldMeta& f) {
+  if (f.layout == Layout::kSHW) return "volume (SHW)";
+  if (f.layout != Layout::kCHW) return "layout " + std::to_string(static_cast<int>(f.layout));
+  return f.tile ? "tiles of " + std::to_string(f.tile) + "x" + std::to_string(f.tile) : "rows";
 }
 
-std::string FieldList(const StoreMeta& m) {
-  std::string s;
-  for (const FieldMeta& f : m.fields) s += (s.empty() ? "" : ",") + f.name;
-  return s;
+// False when `a` and `b` are the same field for a set; else true with the
+// first property that differs and its two values (as printed).
+bool FieldDiffers(const FieldMeta& a, const FieldMeta& b, std::string* what, std::string* va, std::string* vb) {
+  auto differ = [&](const char* property, std::string x, std::string y) {
+    if (x == y) return false;
+    *what = property;
+    *va = std::move(x);
+    *vb = std::move(y);
+    return true;
+  };
+  return differ("name", a.name, b.name) ||
+         differ("channels", std::to_string(a.channels), std::to_string(b.channels)) ||
+         differ("layout", LayoutText(a), LayoutText(b)) ||
+         differ("mask", a.is_mask ? "a mask" : "not a mask", b.is_mask ? "a mask" : "not a mask") ||
+         differ("dtype", DTypeName(a.dtype), DTypeName(b.dtype)) ||
+         (!(a.norm == b.norm) && differ("normalisation", a.norm.ToString(), b.norm.ToString()));
+}
+
+// OK when the store `m` (at `path`) may join a set modelled on `model`
+// (at `model_path`); else InvalidArgument naming the property and both values.
+Status CompareSetMember(const StoreMeta& model, const std::string& model_path, const StoreMeta& m,
+                        const std::string& path) {
+  auto fail = [&](const std::string& what) {
+    return Status::InvalidArgument("opening a set of stores: " + what + ": a set needs the same fields in every store");
+  };
+  if (m.kind != model.kind)
+    return fail("store '" + path + "' holds " + m.kind + ", store '" + model_path + "' holds " + model.kind);
+  for (const FieldMeta& f : model.fields)
+    if (m.FieldIndex(f.name) < 0) return fail("store '" + path + "' has no field '" + f.name + "' (store '" + model_path + "' has)");
+  for (const FieldMeta& f : m.fields)
+    if (model.FieldIndex(f.name) < 0) return fail("store '" + path + "' has a field '" + f.name + "' that store '" + model_path + "' has not");
+  for (size_t i = 0; i < m.fields.size(); ++i) {
+    const FieldMeta& mine = m.fields[i];
+    const FieldMeta& theirs = model.fields[i];
+    std::string what, va, vb;
+    if (mine.name != theirs.name)
+      return fail("store '" + path + "' has field '" + mine.name + "' at position " + std::to_string(i) +
+                  ", store '" + model_path + "' field '" + theirs.name + "'");
+    if (FieldDiffers(mine, theirs, &what, &va, &vb))
+      return fail("store '" + path + "' field '" + mine.name + "': " + what + " " + va + ", store '" + model_path +
+                  "' has " + vb);
+  }
+  return Status::OK();
 }
 
 }  // namespace
@@ -138,14 +175,7 @@ Result<std::shared_ptr<Reader>> Reader::OpenSet(const std::vector<std::string>& 
   auto holder = std::make_shared<std::vector<std::shared_ptr<Snapshot>>>();
   for (const Opened& o : opened) {
     const StoreMeta& m = o.snap->meta();
-    bool same = fieldless(o) || (m.kind == r->set_meta_.kind && m.fields.size() == r->set_meta_.fields.size());
-    for (size_t f = 0; same && !fieldless(o) && f < m.fields.size(); ++f)
-      same = SameField(m.fields[f], r->set_meta_.fields[f]);
-    if (!same)
-      return Status::InvalidArgument("opening a set of stores: '" + model->path + "' holds " +
-                                     r->set_meta_.kind + " with fields " + FieldList(r->set_meta_) + " but '" +
-                                     o.path + "' holds " + m.kind + " with fields " + FieldList(m) +
-                                     " (or another normalisation): a set needs the same fields in every store");
+    if (!fieldless(o)) PS_RETURN_IF_ERROR(CompareSetMember(r->set_meta_, model->path, m, o.path));
     r->stores_.push_back(StoreRef{o.snap, o.path, r->set_meta_.sample_count});
     r->set_meta_.sample_count += o.snap->id_count();
     r->set_meta_.sealed = r->set_meta_.sealed && m.sealed;

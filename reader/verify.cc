@@ -184,8 +184,13 @@ Result<VerifyReport> VerifyStore(const std::string& path, const std::function<vo
     Status rst = h.ok() ? VerifyRecordBody(*h, data) : h.status();
     const uint32_t blocks = f >= kAuxFieldBase ? meta.fields[f - kAuxFieldBase].mask_blocks : 0;
     if (rst.ok() && f >= kAuxFieldBase && !blocks && h->layout == Layout::kBlocks)
-      rst = Status::Corruption("stale mask block counts: the metadata lost the field's mask_blocks (an older "
-                               "patchstore appended to the store); run `patchstore upgrade` to rewrite them");
+      rst = Status::Corruption(
+          meta.attributes.count(kUpgradingAttribute)
+              ? "unused mask block counts: `patchstore upgrade` was interrupted while adding them; run "
+                "`patchstore upgrade` again to finish"
+              : "stale mask block counts: the metadata lacks the field's mask_blocks (an older patchstore appended "
+                "to the store and rewrote it, or an upgrade by a patchstore that did not mark its progress was "
+                "interrupted); run `patchstore upgrade` to rewrite them");
     else if (rst.ok() && h->layout != (f >= kAuxFieldBase ? (blocks ? Layout::kBlocks : Layout::kSAT) : meta.fields[f].layout))
       rst = Status::Corruption("record layout disagrees with the field");
     if (rst.ok() && blocks != 0) rst = CheckMaskBlocks(refs, record_at, s, static_cast<uint16_t>(f - kAuxFieldBase), blocks, *h, data);

@@ -1,5 +1,5 @@
 #include "patchstore/store/store.h"
-#include "store/copy.h"
+#include "patchstore/store/copy.h"
 #include "store/filesystem.h"
 
 #include <lmdb.h>
@@ -1107,12 +1107,14 @@ Status Writer::WriteBatch(const std::vector<SampleInput>& samples) {
 
 Status Writer::CommitMeta() { return WriteBatch({}); }
 
-Result<std::vector<std::string>> Writer::AddMaskBlocks(const AddMaskBlocksProgress& progress, uint64_t batch) {
+Result<std::vector<std::string>> Writer::AddMaskBlocks(const AddMaskBlocksProgress& progress, uint64_t batch,
+                                                      const std::vector<std::string>& rewrite) {
   std::vector<uint16_t> fields;
   std::vector<std::string> names;
   for (size_t f = 0; f < meta_.fields.size(); ++f) {
     const FieldMeta& m = meta_.fields[f];
-    if (m.is_mask && m.channels == 1 && m.layout == Layout::kCHW && !m.has_sat && m.mask_blocks == 0) {
+    const bool redo = std::find(rewrite.begin(), rewrite.end(), m.name) != rewrite.end();
+    if (m.is_mask && m.channels == 1 && m.layout == Layout::kCHW && !m.has_sat && (m.mask_blocks == 0 || redo)) {
       fields.push_back(static_cast<uint16_t>(f));
       names.push_back(m.name);
     }
@@ -1130,15 +1132,21 @@ Result<std::vector<std::string>> Writer::AddMaskBlocks(const AddMaskBlocksProgre
     PS_RETURN_IF_ERROR(GrowingAsNeeded("writing to", [&](bool* map_full) {
       return InWriteTxn(env_.get(), map_full, [&](WriteTxn& t) {
         PS_RETURN_IF_ERROR(PutMaskBlocksOf(t, fields, lo, hi));
-        if (hi < n) return Status::OK();
-        for (uint16_t f : fields) next.fields[f].mask_blocks = static_cast<uint16_t>(kDefaultMaskBlock);
+        if (hi < n) {
+          // First of several: mark the store as being upgraded.
+          if (lo != 0) return Status::OK();
+          next.attributes[kUpgradingAttribute] = "mask block counts";
+        } else {
+          next.attributes.erase(kUpgradingAttribute);
+          for (uint16_t f : fields) next.fields[f].mask_blocks = static_cast<uint16_t>(kDefaultMaskBlock);
+        }
         const std::string text = next.Encode();
         MDB_val mk = Val(kMetaKey, sizeof(kMetaKey) - 1), mv = Val(text.data(), text.size());
         int rc = mdb_put(t.txn(), env_->meta_dbi, &mk, &mv, 0);
         return rc == 0 ? Status::OK() : t.Lmdb("writing metadata to", rc);
       });
     }));
-    if (hi == n) meta_ = std::move(next);
+    if (hi == n || lo == 0) meta_ = std::move(next);
     lo = hi;
     if (progress && !progress(lo, n) && lo < n)
       return Status::Aborted("adding mask block counts to '" + env_->path() + "': stopped after " +
@@ -1222,15 +1230,52 @@ Result<uint16_t> UpgradeStore(const std::string& path) {
   return writer->upgraded() ? writer->upgraded_from() : kStoreFormatVersion;
 }
 
+namespace {
+
+std::vector<MaskBlocksGap> MaskBlocksGapsOf(const Snapshot& snap) {
+  std::vector<MaskBlocksGap> out;
+  const StoreMeta& meta = snap.meta();
+  for (size_t f = 0; f < meta.fields.size(); ++f) {
+    const FieldMeta& m = meta.fields[f];
+    if (!(m.is_mask && m.channels == 1 && m.layout == Layout::kCHW && !m.has_sat && m.mask_blocks != 0)) continue;
+    MaskBlocksGap gap;
+    gap.field = m.name;
+    uint64_t first = 0;
+    for (uint64_t s = 0; s < snap.id_count(); ++s) {
+      if (!snap.GetRecord(s, static_cast<uint16_t>(f)).ok()) continue;  // no mask record: none needed
+      if (snap.GetRecord(s, static_cast<uint16_t>(kAuxFieldBase + f)).status().code() != Code::kNotFound) continue;
+      if (gap.samples++ == 0) first = s;
+    }
+    if (gap.samples == 0) continue;
+    (void)snap.ForEachId([&](uint64_t i, std::string_view id) {
+      if (i == first) gap.first_id = std::string(id);
+      return i >= first ? Status::Aborted("found") : Status::OK();
+    });
+    out.push_back(std::move(gap));
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<MaskBlocksGap>> FindMaskBlocksGaps(const std::string& path) {
+  PS_ASSIGN_OR_RETURN(auto snap, Snapshot::Open(path));
+  return MaskBlocksGapsOf(*snap);
+}
+
 Result<std::vector<std::string>> AddMaskBlocks(const std::string& path, const AddMaskBlocksProgress& progress,
-                                               uint64_t batch) {
+                                               uint64_t batch, std::vector<MaskBlocksGap>* gaps) {
   std::string kind;
+  std::vector<std::string> rewrite;
   {
     PS_ASSIGN_OR_RETURN(auto snap, Snapshot::Open(path));
     kind = snap->meta().kind;
+    std::vector<MaskBlocksGap> found = MaskBlocksGapsOf(*snap);
+    for (const MaskBlocksGap& g : found) rewrite.push_back(g.field);
+    if (gaps) *gaps = std::move(found);
     // Nothing to do: no writer (no lock file, no refusal while another
     // process writes, none on a read-only copy).
-    bool lacking = false;
+    bool lacking = !rewrite.empty();
     for (const FieldMeta& m : snap->meta().fields)
       lacking |= m.is_mask && m.channels == 1 && m.layout == Layout::kCHW && !m.has_sat && m.mask_blocks == 0;
     if (!lacking) return std::vector<std::string>{};
@@ -1238,7 +1283,7 @@ Result<std::vector<std::string>> AddMaskBlocks(const std::string& path, const Ad
   WriterOptions wo;
   wo.kind = kind;
   PS_ASSIGN_OR_RETURN(auto writer, Writer::Open(path, wo));
-  return writer->AddMaskBlocks(progress, batch);
+  return writer->AddMaskBlocks(progress, batch, rewrite);
 }
 
 // ---------------------------------------------------------------------------
@@ -1246,7 +1291,11 @@ Result<std::vector<std::string>> AddMaskBlocks(const std::string& path, const Ad
 
 Status CopyStoreCompact(const std::string& src, const std::string& dst_dir) {
   std::error_code ec;
-  if (!std::filesystem::is_directory(dst_dir, ec) || !std::filesystem::is_empty(dst_dir, ec))
+  bool empty = std::filesystem::is_directory(dst_dir, ec);
+  for (auto it = std::filesystem::directory_iterator(dst_dir, ec); empty && !ec && it != std::filesystem::directory_iterator();
+       it.increment(ec))
+    empty = it->path().filename() == kStagingMarker;  // a staging folder's own marker (store/copy.h)
+  if (!empty || ec)
     return Status::InvalidArgument("copying '" + src + "' to '" + dst_dir + "': the destination must be an empty directory");
   // Validates the source as readers do (a store, its format, its size).
   PS_ASSIGN_OR_RETURN(auto snap, Snapshot::Open(src));

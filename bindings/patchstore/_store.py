@@ -11,6 +11,7 @@ import glob
 import operator
 import os
 import sys
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple, Union, overload
 
@@ -578,9 +579,11 @@ def _resolve_stores(path: Any) -> Tuple[Any, Optional[List[str]]]:
         return paths, list(paths)
     p = os.path.abspath(os.fspath(path))
     if os.path.isdir(p) and not _is_store(p):
-        subs = sorted(os.path.join(p, n) for n in os.listdir(p) if _is_store(os.path.join(p, n)))
+        subs, _skipped, warning = _C.stores_in_folder(p)
         if subs:
-            return p, subs
+            if warning:
+                warnings.warn(warning, stacklevel=3)
+            return p, list(subs)
     if not os.path.exists(p) and _GLOB_CHARS & set(os.fspath(path)):
         matches = sorted(m for m in glob.glob(p) if _is_store(m))
         if not matches:

@@ -28,6 +28,7 @@
 #include "patchstore/reader/reader.h"
 #include "patchstore/reader/verify.h"
 #include "patchstore/reader/volume.h"
+#include "patchstore/store/copy.h"
 #include "buffer_py.h"
 #include "sampler_py.h"
 #include "status_py.h"
@@ -427,6 +428,17 @@ PYBIND11_MODULE(_patchstore, m) {
       py::arg("path"),
       "patchstore::VerifyStore: {samples, records, bytes, problems: [(id, field, message)]}, the checks of\n"
       "`patchstore verify`; OSError when the store cannot be opened at all.");
+
+  // The stores of a folder read as a shard set and the staging folders of
+  // unfinished copies skipped there, with the warning naming them ("" for none).
+  m.def(
+      "stores_in_folder",
+      [](const std::string& dir) {
+        std::vector<std::string> skipped;
+        std::vector<std::string> stores = patchstore::StoresInFolder(dir, &skipped);
+        return py::make_tuple(stores, skipped, patchstore::SkippedStagingWarning(dir, skipped));
+      },
+      py::arg("dir"));
 
   // For tests of the Status -> exception table: raises what a Status with
   // this code and message raises (files: the FileNotFoundError context).

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Dict, List
 
@@ -332,3 +333,90 @@ def test_torchrun_reads_every_sample_once_per_epoch(sharded, tmp_path):
                 assert sorted(counts) == everything  # every sample at least once
             else:
                 assert max(counts.values()) == 1  # at most once
+
+
+def _staging_of(folder: Path, name: str) -> List[Path]:
+    return sorted(p for p in folder.iterdir() if p.name.startswith(name + ".copy-"))
+
+
+def _start_paused_copy(cli: str, src: Path, dst: Path) -> "tuple[subprocess.Popen, Path]":
+    """A `patchstore copy` held (test hook) right after it made its staging folder; (process, folder)."""
+    env = dict(os.environ, PATCHSTORE_TEST_STAGING_PAUSE_S="60")
+    before = set(_staging_of(dst.parent, dst.name))
+    proc = subprocess.Popen([cli, "-q", "copy", str(src), str(dst)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    for _ in range(3000):
+        new = [p for p in _staging_of(dst.parent, dst.name) if p not in before]
+        marker = new[0] / ".patchstore-staging" if new else None
+        if marker is not None and marker.exists() and marker.read_text().startswith("pid="):
+            return proc, new[0]
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.01)
+    proc.kill()
+    raise AssertionError("the paused copy made no staging folder")
+
+
+def test_killed_copies_are_removed_by_the_next_copy_and_skipped_by_shard_folders(sharded, cli, tmp_path):
+    """Issue 31 item 7: a SIGKILLed copy's DST.copy-XXXXXX folder is removed (and named) by the next copy to
+    DST, never while its copy runs, and a folder of shards holding one still opens, naming it."""
+    base, root, single, shard_dir = sharded
+    local = tmp_path / "local"
+    local.mkdir()
+    for i in (0, 1):
+        _run(cli, "-q", "copy", str(shard_dir / f"frames-{i}.ps"), str(local / f"frames-{i}.ps"))
+    dst = local / "frames-2.ps"
+    proc, left = _start_paused_copy(cli, shard_dir / "frames-2.ps", dst)
+    proc.kill()  # SIGKILL
+    proc.communicate(timeout=30)
+    assert left.is_dir() and not dst.exists()
+    # What a kill in the middle of LMDB's copy leaves: the first part of a data.mdb.
+    whole = (shard_dir / "frames-2.ps" / "data.mdb").read_bytes()
+    (left / "data.mdb").write_bytes(whole[: len(whole) // 3])
+    # The folder of shards: the leftover is no store of the set; the error is the missing shard.
+    with pytest.warns(UserWarning, match=r"skipped 1 staging folder '" + left.name + "'"):
+        with pytest.raises(ValueError, match=r"shard 2 missing"):
+            patchstore.open(local)
+    r = _run(cli, "info", str(local), check=False)
+    assert r.returncode == 1 and "truncated" not in r.stderr
+    assert f"warning: '{local}': skipped 1 staging folder '{left.name}'" in r.stderr
+    assert "shard 2 missing" in r.stderr
+    # A copy to another destination leaves it alone; the next copy to the same one removes it and says so.
+    _run(cli, "-q", "copy", str(shard_dir / "frames-2.ps"), str(tmp_path / "elsewhere.ps"))
+    assert left.is_dir()
+    r = _run(cli, "-q", "copy", str(shard_dir / "frames-2.ps"), str(dst))
+    assert f"copy: removed '{left}': left by an interrupted copy (pid {proc.pid}" in r.stderr
+    assert not left.exists() and _staging_of(local, "frames-2.ps") == []
+    whole_set = patchstore.open(local)
+    assert _content(whole_set) == _content(patchstore.open(single))
+
+
+def test_a_running_copy_keeps_its_staging_folder(sharded, cli, tmp_path):
+    base, root, single, shard_dir = sharded
+    dst = tmp_path / "one.ps"
+    proc, live = _start_paused_copy(cli, shard_dir / "frames-1.ps", dst)
+    try:
+        r = _run(cli, "-q", "copy", str(shard_dir / "frames-1.ps"), str(dst))
+        assert f"copy: kept '{live}': being written by a running copy (pid {proc.pid}" in r.stderr
+        assert live.is_dir() and (live / ".patchstore-staging").exists()
+        assert len(patchstore.open(dst)) == len(patchstore.open(shard_dir / "frames-1.ps"))
+        assert not (dst / ".patchstore-staging").exists()
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)
+
+
+def test_copy_to_an_empty_or_nested_destination_is_a_usage_error(sharded, cli, tmp_path):
+    base, root, single, shard_dir = sharded
+    src = tmp_path / "a.ps"
+    _run(cli, "-q", "copy", str(shard_dir / "frames-0.ps"), str(src))
+    before = sorted(p.name for p in src.iterdir())
+    r = _run(cli, "copy", str(src), "", check=False)
+    assert r.returncode == 2 and "the destination path is empty" in r.stderr, r.stderr
+    r = _run(cli, "copy", str(src), str(src / "sub.ps"), check=False)
+    assert r.returncode == 2 and "the destination lies inside the source store" in r.stderr, r.stderr
+    r = _run(cli, "copy", str(src / "x.ps"), str(src), check=False)
+    assert r.returncode == 1 and "exists" in r.stderr, r.stderr
+    r = _run(cli, "copy", str(tmp_path / "b.ps" / "inner.ps"), str(tmp_path / "b.ps"), check=False)
+    assert r.returncode == 2 and "the source lies inside the destination" in r.stderr, r.stderr
+    assert sorted(p.name for p in src.iterdir()) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.ps"]

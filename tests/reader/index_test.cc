@@ -451,3 +451,92 @@ TEST(SampleIndex, DamagedOrDisagreeingSealedIndexIsRefusedAndNamed) {
 
 }  // namespace
 }  // namespace patchstore
+
+namespace patchstore {
+namespace {
+
+// Issue 31 item 8: `upgrade` reports what is wrong instead of "nothing to
+// do", and verify names an interrupted upgrade as the cause of unused block
+// counts.
+TEST(Upgrade, RewritesMissingMaskBlockRecordsAndRefusesAStoreThatDoesNotOpen) {
+  TempDir dir;
+  const std::string gap = MakeStore(dir, 6, "gap.ps");
+  EditLmdb(gap, [&](MDB_txn* txn, MDB_dbi, MDB_dbi) {
+    MDB_dbi rec;
+    ASSERT_EQ(mdb_dbi_open(txn, "records", 0, &rec), 0);
+    for (uint64_t s : {4, 2}) {
+      auto key = RecordKey(s, static_cast<uint16_t>(kAuxFieldBase + 1));
+      MDB_val k{key.size(), key.data()};
+      ASSERT_EQ(mdb_del(txn, rec, &k, nullptr), 0);
+    }
+  });
+  auto gaps = FindMaskBlocksGaps(gap).value();
+  ASSERT_EQ(gaps.size(), 1u);
+  EXPECT_EQ(std::make_tuple(gaps[0].field, gaps[0].samples, gaps[0].first_id), std::make_tuple("mask", 2ull, "s2"));
+  std::string out;
+  EXPECT_EQ(testing::RunCommand(std::string(PATCHSTORE_CLI) + " -q upgrade " + gap, &out), 0) << out;
+  EXPECT_NE(out.find("upgrade: field 'mask' of '" + gap + "' has mask block counts, but 2 samples lack them (first: "
+                     "'s2'; deleted records or a damaged store): rewriting them all"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("rewrote the mask block counts of field 'mask' of '" + gap + "'"), std::string::npos) << out;
+  EXPECT_EQ(out.find("nothing to do"), std::string::npos) << out;
+  EXPECT_TRUE(FindMaskBlocksGaps(gap).value().empty());
+  auto r = Reader::Open(gap).value();
+  // 12x10 in one 32-block: a 2x2 table whose last corner is the sample's valid count (s*7).
+  for (uint64_t s : {2, 4, 5}) EXPECT_EQ(static_cast<uint64_t>(r->MaskBlocks(s, 1).value().data[3]), s * 7) << s;
+  EXPECT_TRUE(VerifyStore(gap).value().ok());
+
+  // A store that readers refuse (its sealed index damaged): not "up to date".
+  const std::string broken = MakeStore(dir, 3, "broken.ps");
+  std::string blob = SealedBlob(broken);
+  ASSERT_FALSE(blob.empty());
+  blob[blob.size() / 3] = static_cast<char>(blob[blob.size() / 3] ^ 0x21);
+  EditLmdb(broken, [&](MDB_txn* txn, MDB_dbi meta, MDB_dbi) {
+    MDB_val k{12, const_cast<char*>("sealed_index")}, v{blob.size(), blob.data()};
+    ASSERT_EQ(mdb_put(txn, meta, &k, &v, 0), 0);
+  });
+  EXPECT_EQ(testing::RunCommand(std::string(PATCHSTORE_CLI) + " -q upgrade " + broken, &out), 1) << out;
+  EXPECT_NE(out.find("patchstore: error: '" + broken + "' does not open after the upgrade: "), std::string::npos) << out;
+  EXPECT_NE(out.find("sealed index"), std::string::npos) << out;
+  EXPECT_EQ(out.find("nothing to do"), std::string::npos) << out;
+}
+
+TEST(Upgrade, VerifyNamesAnInterruptedUpgradeApartFromAnOlderWriter) {
+  TempDir dir;
+  const std::string path = MakeStore(dir, 7, "m.ps");
+  auto drop_blocks = [&] {
+    WriterOptions wo;
+    wo.durable = false;
+    auto w = Writer::Open(path, wo).value();
+    w->mutable_meta().fields[1].mask_blocks = 0;  // what an older writer's metadata says
+    ASSERT_TRUE(w->CommitMeta().ok());
+  };
+  drop_blocks();
+  auto rep = VerifyStore(path).value();
+  ASSERT_EQ(rep.problems.size(), 7u);
+  EXPECT_NE(rep.problems[0].message.find("an older patchstore appended to the store and rewrote it, or an upgrade by a "
+                                         "patchstore that did not mark its progress was interrupted"),
+            std::string::npos)
+      << rep.problems[0].message;
+  // Upgraded to the end, then the metadata lost them again, then an upgrade
+  // stopped after its first transaction (3 of 7 samples).
+  ASSERT_TRUE(AddMaskBlocks(path).ok());
+  drop_blocks();
+  auto stopped = AddMaskBlocks(path, [](uint64_t, uint64_t) { return false; }, 3);
+  ASSERT_EQ(stopped.status().code(), Code::kAborted);
+  EXPECT_EQ(Snapshot::Open(path).value()->meta().attributes.at(kUpgradingAttribute), "mask block counts");
+  rep = VerifyStore(path).value();
+  ASSERT_EQ(rep.problems.size(), 7u);
+  for (const VerifyProblem& p : rep.problems)
+    EXPECT_EQ(p.message, "unused mask block counts: `patchstore upgrade` was interrupted while adding them; run "
+                         "`patchstore upgrade` again to finish");
+  std::string out;
+  EXPECT_EQ(testing::RunCommand(std::string(PATCHSTORE_CLI) + " -q upgrade " + path, &out), 0) << out;
+  EXPECT_NE(out.find("finished the interrupted upgrade of '" + path + "'"), std::string::npos) << out;
+  EXPECT_EQ(Snapshot::Open(path).value()->meta().attributes.count(kUpgradingAttribute), 0u);
+  EXPECT_TRUE(VerifyStore(path).value().ok());
+}
+
+}  // namespace
+}  // namespace patchstore

@@ -1,6 +1,7 @@
 // Reader::OpenSet: several stores (a shard set) read as one.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -141,9 +142,53 @@ TEST(ShardSet, RefusesIncompleteMixedOrDuplicatedSets) {
   WriteStore(dir / "y.ps", {"s/8"}, "", "y");
   auto fields = Reader::OpenSet({dir / "c.ps", dir / "y.ps"});
   ASSERT_FALSE(fields.ok());
-  EXPECT_NE(fields.status().message().find("with fields x but"), std::string::npos) << fields.status().message();
+  EXPECT_EQ(fields.status().message(), "opening a set of stores: store '" + (dir / "y.ps") + "' has no field 'x' (store '" +
+                                          (dir / "c.ps") + "' has): a set needs the same fields in every store");
   EXPECT_FALSE(Reader::OpenSet({}).ok());
   EXPECT_EQ(Reader::OpenSet({dir / "nothing.ps"}).status().code(), Code::kNotFound);
+}
+
+// Two shards "I/2" of field "depth" (2 channels, 5 x 7) that differ only by
+// what `edit` changes in the second; the message OpenSet gives.
+std::string MismatchMessage(const std::function<void(testing::StoreField*)>& edit) {
+  TempDir dir;
+  testing::StoreSpec spec;
+  spec.fields = {testing::StoreField{"depth", 2}, testing::StoreField{"seg", 1, /*mask=*/true}};
+  spec.height = 5;
+  spec.width = 7;
+  spec.value = [](uint64_t s, int f, int64_t c, int64_t y, int64_t x) -> double {
+    return f == 1 ? double((x + 2 * y + s) % 3 == 0) : double(s * 40 + c * 20 + y * 3 + x) / 64.0;
+  };
+  spec.ids = {"s/3", "s/4"};
+  spec.attributes[kShardAttribute] = "0/2";
+  EXPECT_TRUE(testing::WriteStore(dir / "p.ps", spec).ok());
+  spec.ids = {"s/11"};
+  spec.attributes[kShardAttribute] = "1/2";
+  edit(&spec.fields[0]);
+  EXPECT_TRUE(testing::WriteStore(dir / "q.ps", spec).ok());
+  auto r = Reader::OpenSet({dir / "q.ps", dir / "p.ps"});
+  EXPECT_FALSE(r.ok());
+  std::string m = r.ok() ? "" : r.status().message();
+  // Paths relative to the folder, for exact comparisons.
+  for (size_t at; (at = m.find(dir.path() + "/")) != std::string::npos;) m.erase(at, dir.path().size() + 1);
+  return m;
+}
+
+TEST(ShardSet, AMismatchNamesThePropertyAndBothValues) {
+  const std::string tail = ": a set needs the same fields in every store";
+  EXPECT_EQ(MismatchMessage([](testing::StoreField* f) { f->dtype = DType::kFloat16; }),
+            "opening a set of stores: store 'q.ps' field 'depth': dtype float16, store 'p.ps' has float32" + tail);
+  EXPECT_EQ(MismatchMessage([](testing::StoreField* f) { f->tile = 16; }),
+            "opening a set of stores: store 'q.ps' field 'depth': layout tiles of 16x16, store 'p.ps' has rows" + tail);
+  EXPECT_EQ(MismatchMessage([](testing::StoreField* f) {
+              f->norm.kind = NormKind::kAffine;
+              f->norm.scale = 0.25;
+              f->norm.offset = -3;
+            }),
+            "opening a set of stores: store 'q.ps' field 'depth': normalisation affine(0.25,-3), store 'p.ps' has "
+            "none" + tail);
+  EXPECT_EQ(MismatchMessage([](testing::StoreField* f) { f->channels = 3; }),
+            "opening a set of stores: store 'q.ps' field 'depth': channels 3, store 'p.ps' has 2" + tail);
 }
 
 TEST(ShardSet, EmptyShardIsPartOfTheSet) {

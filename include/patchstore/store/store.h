@@ -229,8 +229,14 @@ class Writer {
   // the names of the fields given them (empty: nothing to do). Like
   // appending, it changes a sealed store under its readers: reopen them
   // afterwards.
+  // Fields named in `rewrite` (1-channel image masks that have block counts
+  // but lack some of their records) get all of theirs rewritten too. While
+  // it runs (from its first transaction to its last) the metadata carries
+  // the attribute kUpgradingAttribute, so that what a kill leaves is told
+  // apart from an older writer's metadata (verify names the cause).
   Result<std::vector<std::string>> AddMaskBlocks(const AddMaskBlocksProgress& progress = nullptr,
-                                                 uint64_t batch = kAddMaskBlocksBatch);
+                                                 uint64_t batch = kAddMaskBlocksBatch,
+                                                 const std::vector<std::string>& rewrite = {});
 
   // Writes the metadata alone (e.g. after EnsureField) and commits.
   Status CommitMeta();
@@ -266,10 +272,28 @@ class Writer {
 // adds the sample index. Returns the format it had (equal to
 // kStoreFormatVersion when there was nothing to do). Takes the writer lock.
 Result<uint16_t> UpgradeStore(const std::string& path);
+// Set in the metadata attributes while Writer::AddMaskBlocks runs
+// ("mask block counts"); a store that still has it was left by an
+// interrupted `patchstore upgrade`.
+inline constexpr const char* kUpgradingAttribute = "upgrading";
+
+// Mask records of a field that has block counts (mask_blocks) but lack
+// their block-count record: `samples` of them, the first of id `first_id`.
+struct MaskBlocksGap {
+  std::string field;
+  uint64_t samples = 0;
+  std::string first_id;
+};
+
+// The MaskBlocksGaps of the store at `path` (one per field that has some).
+Result<std::vector<MaskBlocksGap>> FindMaskBlocksGaps(const std::string& path);
+
 // Writer::AddMaskBlocks on the store at `path` (takes the writer lock only
-// when some field lacks block counts).
+// when some field lacks block counts), the fields of FindMaskBlocksGaps
+// rewritten as well (those gaps in `*gaps` when given).
 Result<std::vector<std::string>> AddMaskBlocks(const std::string& path,
                                                const AddMaskBlocksProgress& progress = nullptr,
-                                               uint64_t batch = kAddMaskBlocksBatch);
+                                               uint64_t batch = kAddMaskBlocksBatch,
+                                               std::vector<MaskBlocksGap>* gaps = nullptr);
 
 }  // namespace patchstore

@@ -17,6 +17,7 @@
 #include "patchstore/reader/transform.h"
 #include "patchstore/reader/verify.h"
 #include "patchstore/reader/volume.h"
+#include "patchstore/store/copy.h"
 #include "patchstore/store/dtype.h"
 #include "patchstore/store/format.h"
 #include "patchstore/store/status.h"
