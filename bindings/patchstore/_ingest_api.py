@@ -12,10 +12,9 @@ import os
 import threading
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from ._progress import ProgressArg, Reporter
-from ._store import Store
 
 __all__ = ["ingest_images", "ingest_hdf5", "IngestSummary"]
 

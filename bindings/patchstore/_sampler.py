@@ -18,8 +18,14 @@ import numpy as np
 
 from . import _patchstore as _C
 from ._config import UNSET, SamplerConfig, positional_options, resolve_config
-from ._sampler_options import (_best_window, _field_list, _min_valid_note, _position, _warn_skipped, public_options,
-                               to_native)
+from ._sampler_options import (
+    _best_window,
+    _min_valid_note,
+    _position,
+    _warn_skipped,
+    public_options,
+    to_native,
+)
 from ._store import Store, _decode_id, _writable_buffer, reader_of, register_layer
 
 __all__ = ["PatchSampler", "Window", "Windows"]
@@ -192,9 +198,10 @@ class PatchSampler:
     pixels, or for ``0 < min_valid < 1`` that fraction of the window, and is
     drawn uniformly over all such windows of its sample (exactly: uniform
     candidates checked by their own mask pixels, then, if 16 fail, a draw
-    from the windows found with the mask's summed-area table). ``positive_fraction``: draw each window from the qualifying set
-    with that probability and from the others otherwise (a sample lacking
-    one kind uses the other).
+    from the windows found with the mask's summed-area table).
+    ``positive_fraction``: draw each window from the qualifying set with
+    that probability and from the others otherwise (a sample lacking one
+    kind uses the other).
 
     policy: "auto" (the above, from require / positive_fraction), or by name
     "uniform", "min_valid", "positive_fraction". ids: only these samples
