@@ -18,7 +18,6 @@ table (with date, machine and command) for bench/results/convert.md, and removes
 unless --keep.
 """
 import argparse
-import datetime
 import os
 import resource
 import shutil
@@ -67,6 +66,7 @@ def store_bytes(store):
 
 def same_reads(a, b):
     import numpy as np
+
     import patchstore
 
     sa, sb = patchstore.open(a), patchstore.open(b)
@@ -136,7 +136,7 @@ def main(argv=None):
         date = subprocess.run(["date", "-u"], capture_output=True, text=True).stdout.strip()
         cmd = "PYTHONPATH=build/bindings/python .venv/bin/python bench/convert_bench.py " + " ".join(
             a for a in (argv if argv is not None else sys.argv[1:]))
-        print(f"### Conversion: `patchstore copy --layout tiles --encoding compact` vs re-ingesting the sources\n")
+        print("### Conversion: `patchstore copy --layout tiles --encoding compact` vs re-ingesting the sources\n")
         print(f"{date}; this machine: `nproc` {os.cpu_count()}, "
               f"{ram_bytes() / 2**30:.1f} GiB RAM; other jobs shared the CPU.  ")
         print(f"`{cmd.strip()}`  ")
@@ -151,7 +151,8 @@ def main(argv=None):
         print(f"| `patchstore copy` from the rows/float32 store | {fmt(results['copy'])} | {rate(results['copy'])} "
               f"| {fmt(cpu['copy'])} | {store_bytes(outs['copy']) / 1e6:.0f} MB |")
         print(f"| `patchstore ingest images` of the sources again | {fmt(results['re-ingest'])} | "
-              f"{rate(results['re-ingest'])} | {fmt(cpu['re-ingest'])} | {store_bytes(outs['re-ingest']) / 1e6:.0f} MB |")
+              f"{rate(results['re-ingest'])} | {fmt(cpu['re-ingest'])} "
+              f"| {store_bytes(outs['re-ingest']) / 1e6:.0f} MB |")
         print(f"\nre-ingesting took {speedup} the time of the copy (goal: >= 3x) and {cpu_speedup} its CPU.")
     finally:
         if not args.keep:

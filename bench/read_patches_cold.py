@@ -29,6 +29,7 @@ def read_bytes():
 
 def child(args):
     import numpy as np
+
     import patchstore
 
     store = patchstore.open(args.store)

@@ -54,16 +54,15 @@ from typing import Optional
 # searched first, so a folder of the same name elsewhere on sys.path changes nothing.
 __path__ = pkgutil.extend_path(__path__, __name__)
 
-from ._store import CorruptRecordError, FieldInfo, Ids, Store, open
-from ._ingest_api import IngestSummary, ingest_hdf5, ingest_images
-from ._export_api import ExportSummary, export
 from ._config import SamplerConfig
 from ._copy_api import CopySummary, copy
-from ._sampler import PatchSampler, Window, Windows
-from ._volumes import SliceIndex, SliceRef, SliceTransform
-from ._rank_local import RankLocalSampler, RankLocalShards
-
+from ._export_api import ExportSummary, export
+from ._ingest_api import IngestSummary, ingest_hdf5, ingest_images
 from ._patchstore import __version__  # VERSION at the source root, through the C++ build
+from ._rank_local import RankLocalSampler, RankLocalShards
+from ._sampler import PatchSampler, Window, Windows
+from ._store import CorruptRecordError, FieldInfo, Ids, Store, open
+from ._volumes import SliceIndex, SliceRef, SliceTransform
 
 __all__ = [
     "open",

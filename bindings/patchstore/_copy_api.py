@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
 
-from ._ingest_api import EncodingArg, PathLike, _encoding_specs, _layout_arg, _native, _run_cancellable
+from ._ingest_api import EncodingArg, PathLike, _encoding_specs, _layout_arg, _run_cancellable
 from ._progress import ProgressArg, Reporter
 
 __all__ = ["copy", "CopySummary"]
@@ -96,7 +96,8 @@ def copy(
         raise ValueError(f"copy: threads must be 0 (all cores) or positive, got {threads}")
     reporter = Reporter("copy", "samples", progress, callback)
     verifier = Reporter("verify", "records", progress, None)
-    native = _native()
+    from . import _ingest as native
+
     command_line = "patchstore.copy(" + ", ".join(args) + ")" if layout is not None or specs else ""
 
     def run(cancel: Any) -> Any:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 from ._config import UNSET, SamplerConfig, positional_options, resolve_config
-from ._ingest_api import PathLike, _native
+from ._ingest_api import PathLike
 from ._sampler_options import to_native
 from ._store import Store, _encode_id, reader_of, register_layer
 
@@ -80,7 +80,9 @@ def export(
         fields = [fields]
     if axis_order is not None and axis_order not in ("source", "shw"):
         raise ValueError(f"export: axis_order must be 'source' or 'shw', not {axis_order!r}")
-    d = _native().export(
+    from . import _ingest
+
+    d = _ingest.export(
         path,
         os.fspath(outdir),
         [] if ids is None else [_encode_id(i) for i in ids],
@@ -176,7 +178,9 @@ def montage(
         require_overlay = False
         cfg = SamplerConfig(**{k: v for k, v in pub.items() if k != "fields"})
     o = to_native([field or "-"], cfg, "montage")
-    h, w, pixels, wins, notes = _native().render_montage(
+    from . import _ingest
+
+    h, w, pixels, wins, notes = _ingest.render_montage(
         path, count, o, field or "", overlay or "", require_overlay, int(epoch), window is not None, lo, hi,
         0 if tile is None else int(tile), loader=kind, with_windows=True)
     for note in notes:
@@ -235,7 +239,9 @@ def volume_montage(
         if not lo < hi:
             raise ValueError(f"montage: window needs lo < hi, got {window!r}")
         has_window = True
-    h, w, pixels, _, _, warning = _native().render_volume_montage(
+    from . import _ingest
+
+    h, w, pixels, _, _, warning = _ingest.render_volume_montage(
         path, count, field or "", overlay or "", [str(i) for i in (ids or [])], ch, cw, int(context),
         "independent" if flip == "independent" else ("both" if flip else ""), bool(rot90), int(seed), int(epoch),
         has_window, lo, hi, 0 if tile is None else int(tile), bool(labels))
@@ -286,7 +292,8 @@ def store_montage(store: Store, count: int, patch_size: Any = UNSET, field: Opti
     crop, context, labels = options.pop("crop", None), options.pop("context", 0), options.pop("labels", True)
     window = options.get("window")
     if store.kind == "volumes":
-        volume = {k: options[k] for k in ("epoch", "flip", "rot90", "ids", "window", "tile") if k in options}
+        volume: Dict[str, Any] = {k: options[k] for k in ("epoch", "flip", "rot90", "ids", "window", "tile")
+                                  if k in options}
         if seed is not UNSET:
             volume["seed"] = seed
         return volume_montage(path, count, field, overlay, crop=crop, context=context, labels=labels, **volume)

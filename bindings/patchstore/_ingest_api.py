@@ -12,10 +12,9 @@ import os
 import threading
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from ._progress import ProgressArg, Reporter
-from ._store import Store
 
 __all__ = ["ingest_images", "ingest_hdf5", "IngestSummary"]
 
@@ -49,12 +48,6 @@ class IngestSummary:
     advice: str = ""
 
 
-def _native():
-    from . import _ingest
-
-    return _ingest
-
-
 def _run_cancellable(call: Callable[[Any], Any], reporter: Optional[Reporter] = None) -> Any:
     try:
         return _run_cancellable_inner(call)
@@ -75,7 +68,9 @@ def _run_cancellable_inner(call: Callable[[Any], Any]) -> Any:
     commit on the helper thread, which the interpreter waits for at exit).
     From other threads the call runs directly.
     """
-    flag = _native().CancelFlag()
+    from . import _ingest  # imported when first used: it links the decoders
+
+    flag = _ingest.CancelFlag()
     if threading.current_thread() is not threading.main_thread():
         return call(flag)
     result: Dict[str, Any] = {}
@@ -341,7 +336,8 @@ def ingest_images(
     batch_samples = operator.index(batch_samples)
     if batch_samples < 1:
         raise ValueError(f"ingest_images: batch_samples must be >= 1, got {batch_samples}")
-    native = _native()
+    from . import _ingest as native
+
     o = native.ImageIngestOptions()
     o.store = os.fspath(store)
     o.manifest = "" if manifest is None else os.fspath(manifest)
@@ -551,7 +547,8 @@ def ingest_hdf5(
     if encoding_specs != ["float32"]:
         args.append(f"encoding={encoding!r}")
     command_line = "patchstore.ingest_hdf5(" + ", ".join(args) + ")"
-    native = _native()
+    from . import _ingest as native
+
     o = native.Hdf5IngestOptions()
     o.files = paths
     o.store = os.fspath(store)

@@ -8,18 +8,18 @@ the reuse of returned buffers.
 
 from __future__ import annotations
 
+import collections.abc
 import operator
 import os
 import sys
 import threading
-from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union, overload
 
 import numpy as np
 
 from . import _patchstore as _C
 from ._config import UNSET, SamplerConfig, positional_options, resolve_config
-from ._sampler_options import (_best_window, _field_list, _min_valid_note, _position, _warn_skipped, public_options,
-                               to_native)
+from ._sampler_options import _best_window, _min_valid_note, _position, _warn_skipped, public_options, to_native
 from ._store import Store, _decode_id, _writable_buffer, reader_of, register_layer
 
 __all__ = ["PatchSampler", "Window", "Windows"]
@@ -27,31 +27,31 @@ __all__ = ["PatchSampler", "Window", "Windows"]
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-class Window(NamedTuple):
-    """One window: where it was cut and how it was transformed.
+# The functional form: the class form's field `index` is reported as an incompatible override of tuple.index.
+Window = NamedTuple("Window", [("index", int), ("id", str), ("y", int), ("x", int), ("flip", int), ("rot", int),
+                               ("positive", bool)])
+Window.__doc__ = """One window: where it was cut and how it was transformed.
 
-    ``flip`` bit 0: rows reversed (vertical flip, ``np.flip(w, -2)``), bit 1:
-    columns reversed (``np.flip(w, -1)``); ``rot``: quarter turns, the patch
-    served is ``np.rot90(flipped, rot, axes=(-2, -1))``. ``positive``: drawn
-    from the windows that satisfy ``require``/``min_valid`` (always True
+    ``index``: the sample index in the store; ``id``: the sample id; ``y``,
+    ``x``: the top-left corner in the frame. ``flip`` bit 0: rows reversed
+    (vertical flip, ``np.flip(w, -2)``), bit 1: columns reversed
+    (``np.flip(w, -1)``); ``rot``: quarter turns, the patch served is
+    ``np.rot90(flipped, rot, axes=(-2, -1))``. ``positive``: drawn from
+    the windows that satisfy ``require``/``min_valid`` (always True
     without ``positive_fraction``).
     """
 
-    index: int  #: sample index in the store
-    id: str  #: sample id
-    y: int  #: top-left corner in the frame
-    x: int
-    flip: int
-    rot: int
-    positive: bool
 
-
-class Windows(Sequence):
+class Windows:
     """The windows of one batch, as arrays (and as :class:`Window` items when indexed).
 
     ``index``, ``y``, ``x``: int64 arrays; ``flip``, ``rot``: uint8;
     ``positive``: bool; ``ids``: the sample ids (list of str).
     ``array``: the raw (n, 6) int64 rows (index, y, x, flip, rot, positive).
+
+    A sequence of :class:`Window` (a registered ``collections.abc.Sequence``:
+    ``index`` is the array above, not ``Sequence.index(value)``, so the
+    class does not inherit Sequence's methods).
     """
 
     __slots__ = ("array", "_store", "_ids")
@@ -83,7 +83,7 @@ class Windows(Sequence):
 
     @property
     def positive(self) -> np.ndarray:
-        return self.array[:, 5] != 0
+        return np.asarray(self.array[:, 5] != 0)
 
     @property
     def ids(self) -> List[str]:
@@ -95,7 +95,13 @@ class Windows(Sequence):
     def __len__(self) -> int:
         return int(self.array.shape[0])
 
-    def __getitem__(self, i):  # type: ignore[override]
+    @overload
+    def __getitem__(self, i: int) -> Window: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> List[Window]: ...
+
+    def __getitem__(self, i: Union[int, slice]) -> Union[Window, List[Window]]:
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         row = self.array[operator.index(i)]
@@ -106,9 +112,15 @@ class Windows(Sequence):
     def __iter__(self) -> Iterator[Window]:
         return (self[i] for i in range(len(self)))
 
+    def count(self, value: object) -> int:
+        return sum(1 for w in self if w is value or w == value)
+
     def __repr__(self) -> str:
         head = ", ".join(f"({w.id!r}, y={w.y}, x={w.x}, flip={w.flip}, rot={w.rot})" for w in self[:3])
         return f"<patchstore.Windows [{head}{', ...' if len(self) > 3 else ''}] ({len(self)} windows)>"
+
+
+collections.abc.Sequence.register(Windows)
 
 
 def _as_target(obj: Any, context: str, what: str) -> Any:
@@ -192,9 +204,10 @@ class PatchSampler:
     pixels, or for ``0 < min_valid < 1`` that fraction of the window, and is
     drawn uniformly over all such windows of its sample (exactly: uniform
     candidates checked by their own mask pixels, then, if 16 fail, a draw
-    from the windows found with the mask's summed-area table). ``positive_fraction``: draw each window from the qualifying set
-    with that probability and from the others otherwise (a sample lacking
-    one kind uses the other).
+    from the windows found with the mask's summed-area table).
+    ``positive_fraction``: draw each window from the qualifying set with
+    that probability and from the others otherwise (a sample lacking one
+    kind uses the other).
 
     policy: "auto" (the above, from require / positive_fraction), or by name
     "uniform", "min_valid", "positive_fraction". ids: only these samples
@@ -288,10 +301,11 @@ class PatchSampler:
         self._native, self._pid = s, os.getpid()
         return s
 
-    def __reduce__(self):
+    def __reduce__(
+            self) -> Tuple[Callable[..., PatchSampler], Tuple[str, Dict[str, bool], Dict[str, Any], Tuple[int, int]]]:
         position = self._position
         if self._native is not None and self._pid == os.getpid():
-            position = tuple(self._native.position)
+            position = self._native.position
         return (_unpickle_sampler, (self._store.path, self._store.options, self.options, position))
 
     # -- description ----------------------------------------------------------------
@@ -460,7 +474,7 @@ class PatchSampler:
             targets = self._targets(out, n, "batch")
             result = {f: out[f] for f in self.fields}
         wins = np.empty((n, 6), dtype=np.int64)
-        self._position = tuple(s.next(n, targets, wins))
+        self._position = s.next(n, targets, wins)
         del targets
         self._last = Windows(wins, self._store)
         return (result, self._last) if return_windows else result
@@ -537,7 +551,8 @@ def _unpickle_sampler(path: str, store_options: Dict[str, bool], options: Dict[s
     self._opts = to_native(fields, self._config, "patchstore.PatchSampler")
     self._native = None
     self._pid = -1
-    self._position = tuple(position)
+    epoch, cursor = position
+    self._position = (epoch, cursor)
     self._recycler = _Recycler()
     self._last = None
     return self

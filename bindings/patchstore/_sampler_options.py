@@ -13,7 +13,7 @@ import math
 import operator
 import os
 import warnings
-from typing import Any, Dict, List, Mapping, Sequence, Tuple, Union
+from typing import Any, Dict, List, Sequence, Tuple, Union
 
 import numpy as np
 

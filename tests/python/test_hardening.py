@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import patchstore
+
 from conftest import TEMPLATES, make_frames
 
 

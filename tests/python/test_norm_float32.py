@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import patchstore
+
 from conftest import write_exr, write_png
 
 

@@ -19,7 +19,6 @@ the Python defaults must equal.
 import ast
 import dataclasses
 import inspect
-import os
 import pathlib
 import re
 import subprocess
@@ -232,7 +231,8 @@ def _sources():
 
 
 def _restated_defaults(path):
-    """(function, parameter, default) of every sampler-option parameter of `path` with a default other than a sentinel or `...`."""
+    """(function, parameter, default) of every sampler-option parameter of `path`
+    with a default other than a sentinel or `...`."""
     tree = ast.parse(path.read_text(), str(path))
     found = []
     for node in ast.walk(tree):
@@ -316,7 +316,7 @@ def test_cli_flag_set_is_the_table_with_the_cpp_defaults(cli, command):
     if cli is None:
         pytest.skip("the patchstore program is not built")
     shown = _help_defaults(cli, *command)
-    for python, flag, doc, member in SAMPLER_ROWS:
+    for python, flag, _doc, _member in SAMPLER_ROWS:
         if not flag or (command == ("export",) and python == "ids"):
             continue
         assert flag in shown, (command, flag)
@@ -404,7 +404,8 @@ def test_values_are_checked_once_in_cpp_with_the_users_spelling(frameset):
     cases = [(dict(positive_fraction=1.5, require="mask"),
               "positive_fraction (--positive-fraction) must be in [0, 1] (None, CLI -1: off), got 1.5"),
              (dict(patches_per_sample=0), "patches_per_sample (-k, --patches-per-sample) must be positive, got 0"),
-             (dict(rank=2, world_size=2), "need 0 <= rank < world_size, got rank (--rank) 2, world_size (--world-size) 2"),
+             (dict(rank=2, world_size=2),
+              "need 0 <= rank < world_size, got rank (--rank) 2, world_size (--world-size) 2"),
              (dict(prefetch=65), "prefetch must be a number of batches in 1..64 (False or 0: off), got 65")]
     for options, message in cases:
         with pytest.raises(ValueError) as e:

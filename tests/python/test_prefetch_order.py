@@ -15,7 +15,7 @@ import patchstore
 from patchstore import _patchstore as _C
 from patchstore.torch import BatchLoader, PatchDataset, SliceDataset
 
-from conftest import EMPTY_MASK_ID, TEMPLATES
+from conftest import TEMPLATES
 
 FIELDS = ["rgb", "mask", "depth"]
 pytestmark = pytest.mark.filterwarnings("ignore:patchstore.*skipping:RuntimeWarning")
