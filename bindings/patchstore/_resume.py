@@ -375,7 +375,7 @@ class EpochBatchSampler:
         """What the dataset's state records of this batch sampler (rank left out: one rank's state resumes
         every rank)."""
         return {"batch_size": self.batch_size, "shuffle": self.shuffle, "drop_last": self.drop_last,
-                "world_size": self.world_size, "order": self.order_name, "cache_budget": int(self.cache_budget)}
+                "world_size": self.world_size, "order": self.order_name, "cache_budget": self.cache_budget or None}
 
     def _mine(self) -> int:
         n, w = len(self.dataset), self.world_size
@@ -425,8 +425,8 @@ class EpochBatchSampler:
             if at[0] == epoch:
                 mine = self.options
                 for key, saved in sorted(at[2].items()):
-                    if key == "cache_budget":
-                        saved = int(saved or 0)
+                    if key == "cache_budget":  # None and 0 both mean none (version-2 states hold 0)
+                        saved, mine[key] = saved or None, mine[key] or None
                     if mine.get(key, _MISSING) != saved:
                         raise ValueError(f"{type(ds).__name__}.batch_sampler: the loaded state was saved with "
                                          f"{key}={saved!r}, this batch sampler has {key}={mine.get(key)!r}: its "

@@ -160,7 +160,7 @@ def test_batch_sampler_options_are_checked_when_the_epoch_resumes(volumes):
     ds.batch_sampler(3, drop_last=True)
     state = ds.state_dict(batch=1)
     assert state["batch_sampler"] == {"batch_size": 3, "shuffle": True, "drop_last": True, "world_size": 1,
-                                      "order": "random", "cache_budget": 0}
+                                      "order": "random", "cache_budget": None}
     for kw, word in (({"batch_size": 2, "drop_last": True}, "batch_size=3, this batch sampler has batch_size=2"),
                      ({"batch_size": 3}, "drop_last=True, this batch sampler has drop_last=False"),
                      ({"batch_size": 3, "drop_last": True, "shuffle": False}, "shuffle=True"),
