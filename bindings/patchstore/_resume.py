@@ -154,7 +154,7 @@ def check_state(state: Any, what: str, legacy: Dict[str, Any], options: Optional
         if not isinstance(saved, dict):
             raise ValueError(f"{what}.load_state_dict: this version-{version} state has no 'options' dict "
                              f"(keys: {sorted(state)})")
-        for key in sorted(set(saved) | set(options or {})):
+        for key in sorted(set(saved) | set(options or {}), key=lambda k: (k == "cache_budget", k)):  # order first
             got, want = saved.get(key, _MISSING), (options or {}).get(key, _MISSING)
             if got != want:
                 raise ValueError(f"{what}.load_state_dict: the state was saved with {key}={_unset(got)}, this "
@@ -424,7 +424,7 @@ class EpochBatchSampler:
                 ds._resume_pending.value = 0  # taken by the batch sampler (workers see it: shared memory)
             if at[0] == epoch:
                 mine = self.options
-                for key, saved in sorted(at[2].items()):
+                for key, saved in sorted(at[2].items(), key=lambda kv: list(mine).index(kv[0]) if kv[0] in mine else 99):
                     if key == "cache_budget":  # None and 0 both mean none (version-2 states hold 0)
                         saved, mine[key] = saved or None, mine[key] or None
                     if mine.get(key, _MISSING) != saved:
