@@ -424,7 +424,8 @@ class EpochBatchSampler:
                 ds._resume_pending.value = 0  # taken by the batch sampler (workers see it: shared memory)
             if at[0] == epoch:
                 mine = self.options
-                for key, saved in sorted(at[2].items(), key=lambda kv: list(mine).index(kv[0]) if kv[0] in mine else 99):
+                rank_of = {k: i for i, k in enumerate(mine)}  # named in this order (order before cache_budget)
+                for key, saved in sorted(at[2].items(), key=lambda kv: rank_of.get(kv[0], len(rank_of))):
                     if key == "cache_budget":  # None and 0 both mean none (version-2 states hold 0)
                         saved, mine[key] = saved or None, mine[key] or None
                     if mine.get(key, _MISSING) != saved:
