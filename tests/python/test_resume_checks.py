@@ -241,6 +241,26 @@ def test_mid_epoch_resume_through_another_sampler_is_refused(frames, volumes, ki
     assert len(list(loader)) == len(loader)
 
 
+def test_mid_epoch_refusal_reaches_spawned_workers(volumes):
+    """Spawned workers get the dataset pickled: the pending position travels with it (shared memory)."""
+    ds = SliceDataset(volumes, **SLICE_BASE)
+    ds.batch_sampler(2)
+    state = ds.state_dict(batch=1)
+    new = SliceDataset(volumes, **SLICE_BASE)
+    new.load_state_dict(state)
+    loader = DataLoader(new, batch_size=2, shuffle=True, collate_fn=slice_collate, num_workers=2,
+                        multiprocessing_context="spawn")
+    with pytest.raises(RuntimeError, match="a state saved at batch 1 of epoch 0 was loaded"):
+        next(iter(loader))
+    # The exact form in spawned workers: the batch sampler takes the position, the workers serve it.
+    new.load_state_dict(state)
+    exact = DataLoader(new, batch_sampler=new.batch_sampler(2), collate_fn=slice_collate, num_workers=2,
+                       multiprocessing_context="spawn")
+    ref = SliceDataset(volumes, **SLICE_BASE)
+    want = [arrays(b) for b in DataLoader(ref, batch_sampler=ref.batch_sampler(2), collate_fn=slice_collate)][1:]
+    assert same([arrays(b) for b in exact], want)
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("kind", ["patch", "slice"])
 def test_the_exact_form_resumes_exactly(frames, volumes, kind, workers):
