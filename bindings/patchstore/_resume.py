@@ -2,10 +2,22 @@
 
 Every window and every slice transform is a function of (seed, epoch,
 position), so the state of a loader is two integers: the epoch in progress
-and how many of its batches the training loop has consumed, plus the
-options they are relative to (checked on load). States are plain dicts of
-ints and strings: small, picklable, JSON-able, saved with the model
-checkpoint.
+and how many of its batches the training loop has consumed, plus what they
+are relative to, checked on load: under "options" every option that changes
+what is served (fields, patch size, k, require, min_valid,
+positive_fraction, policy, flips, rot90, crop, context, clamp, ids, seed,
+world_size, batch size, order, cache_budget; not num_threads, prefetch or
+rank: every rank of a synchronous job is at the same position, so one
+rank's state resumes them all), and under "store" the store's identity
+(``Reader.identity()``: a hash of the sample ids in index order, each
+record's logical shape and mask valid count and the field names, computed
+in C++ from the store's index without reading a record; pixels are not
+hashed, so a re-laid-out or re-encoded copy of the store has the same
+identity). load_state_dict() refuses a state whose options or store differ,
+naming the option and both values. States are plain dicts of ints, floats,
+strings and lists: small, picklable, JSON-able, saved with the model
+checkpoint. States saved before options were recorded (version 2) still
+load; they checked only seed, world_size, batch counts and order.
 
 Map-style datasets (PatchDataset, SliceDataset) do not choose their order:
 the sampler does. ``dataset.batch_sampler(batch_size, shuffle=True)`` gives
@@ -13,13 +25,20 @@ a batch sampler whose order is a function of (seed, epoch, rank,
 world_size) and which starts the epoch restored by ``load_state_dict`` at
 the batch after the last one consumed. torchdata's StatefulDataLoader
 keeps the sampler position itself and saves the dataset state (its epoch)
-from each worker; both ways work.
+from each worker; both ways work. Any other sampler (``DataLoader(ds,
+shuffle=True)``) cannot resume mid-epoch: state_dict(batch > 0) without a
+batch_sampler() is refused, and after load_state_dict of a mid-epoch state,
+reading items of that epoch before the dataset's batch sampler took the
+position raises (in the training process and in DataLoader workers) instead
+of serving a different, full epoch.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import operator
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -30,11 +49,58 @@ from ._config import UNSET
 # generator (splitmix::Shuffle, salt 'EBS1'), no longer from NumPy's bit generator, and
 # PatchDataset's items are its eligible samples; a version-1 position would
 # resume into a different order, so it is refused.
-STATE_VERSION = 2
+# Version 3: the state records the served options ("options") and the store's identity ("store").
+# Version-2 states still load, checked against seed, world_size, batch counts and order only.
+STATE_VERSION = 3
+_LEGACY_VERSION = 2
 _ORDER_SALT = 0x45425331  # 'EBS1'
 # Keys added to version-2 states later, with the value a state saved before them stands for.
 # A state holds them only when they differ from these (so random-order states are unchanged).
 _STATE_DEFAULTS: Dict[str, Any] = {"order": "random", "cache_budget": 0}
+
+
+# What loaders keep that does not change what they serve: left out of states. rank: one rank's state
+# resumes every rank of a synchronous job (all are at the same position).
+_NOT_SERVED = frozenset({"num_threads", "prefetch", "rank", "verify_checksums", "cache_size", "clamp_warn"})
+# Lists longer than this (ids, a subset) are recorded as "<n> ids #<hash>", keeping states small.
+_LIST_LIMIT = 8
+
+
+def _jsonable(key: str, v: Any) -> Any:
+    if isinstance(v, (bool, str)) or v is None:
+        return v
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        return float(v)
+    if isinstance(v, Mapping):
+        return {str(k): _jsonable(key, x) for k, x in sorted(v.items())}
+    if isinstance(v, (list, tuple, np.ndarray)):
+        items = [_jsonable(key, x) for x in v]
+        if key == "ids" and len(items) > _LIST_LIMIT:
+            digest = hashlib.sha1(json.dumps(items).encode()).hexdigest()[:12]
+            return f"{len(items)} {key} #{digest}"
+        return items
+    return repr(v)
+
+
+def recorded_options(kept: Mapping[str, Any], drop: Tuple[str, ...] = ()) -> Dict[str, Any]:
+    """The options a state records, derived from what a loader keeps (its checked options): every one
+    that changes what is served, as JSON-able values (tuples as lists, a long ids list as its count
+    and hash), sorted by name. Left out: _NOT_SERVED and `drop` (options that live elsewhere, e.g. a
+    dataset's order, which its batch sampler has)."""
+    return {k: _jsonable(k, v) for k, v in sorted(kept.items()) if k not in _NOT_SERVED and k not in drop}
+
+
+def store_identity(loader: Any, store: Any) -> str:
+    """The store's identity (Reader.identity(), see the module docstring), cached on `loader`."""
+    sid = loader.__dict__.get("_store_identity")
+    if sid is None:
+        from ._store import reader_of
+
+        sid = str(reader_of(store).identity())
+        loader.__dict__["_store_identity"] = sid
+    return sid
 
 
 def order_keys(order: str, cache_budget: int) -> Dict[str, Any]:
@@ -54,25 +120,56 @@ def _int(state: Dict[str, Any], key: str, what: str) -> int:
     return int(v)
 
 
-def check_state(state: Any, what: str, expect: Dict[str, Any]) -> Tuple[int, int]:
-    """(epoch, batch) of a state saved by `what`, after checking it matches `expect` (the loader's options)."""
+def _unset(v: Any) -> str:
+    return "(not recorded)" if v is _MISSING else f"{v!r}"
+
+
+_MISSING = object()
+
+
+def check_state(state: Any, what: str, legacy: Dict[str, Any], options: Optional[Dict[str, Any]] = None,
+                store: Optional[str] = None, store_path: str = "") -> Tuple[int, int]:
+    """(epoch, batch) of a state saved by `what`, after checking it matches this loader.
+
+    A current state (version 3) is checked against `options` (recorded_options of the loader), the
+    store identity `store`, then the counts in `legacy` that a state holds at its top level (length or
+    batches); a version-2 state (before options were recorded) against `legacy` only (its top-level
+    keys: seed, world_size, batch counts, order).
+    """
     if not isinstance(state, dict):
         raise TypeError(f"{what}.load_state_dict: expected the dict returned by state_dict(), got "
                         f"{type(state).__name__}")
     if state.get("type") != what:
         raise ValueError(f"{what}.load_state_dict: this state was saved by {state.get('type')!r}, not {what}")
-    if _int(state, "version", what) == 1:
+    version = _int(state, "version", what)
+    if version == 1:
         raise ValueError(f"{what}.load_state_dict: this state (version 1) was saved by an older patchstore whose "
                          f"epoch order differs; resuming from it would repeat or skip items. Start the epoch "
                          f"again: set_epoch({state.get('epoch')!r}) without load_state_dict")
-    if _int(state, "version", what) != STATE_VERSION:
+    if version not in (_LEGACY_VERSION, STATE_VERSION):
         raise ValueError(f"{what}.load_state_dict: state version {state['version']} is not supported "
-                         f"(this patchstore reads version {STATE_VERSION})")
-    for key, want in expect.items():
+                         f"(this patchstore reads versions {_LEGACY_VERSION} and {STATE_VERSION})")
+    hint = "; build it with the options of the run being resumed"
+    if version == STATE_VERSION:
+        saved = state.get("options")
+        if not isinstance(saved, dict):
+            raise ValueError(f"{what}.load_state_dict: this version-{version} state has no 'options' dict "
+                             f"(keys: {sorted(state)})")
+        for key in sorted(set(saved) | set(options or {}), key=lambda k: (k == "cache_budget", k)):  # order first
+            got, want = saved.get(key, _MISSING), (options or {}).get(key, _MISSING)
+            if got != want:
+                raise ValueError(f"{what}.load_state_dict: the state was saved with {key}={_unset(got)}, this "
+                                 f"{what} has {key}={_unset(want)}{hint}")
+        if state.get("store") != store:
+            raise ValueError(f"{what}.load_state_dict: the state was saved from another store (identity "
+                             f"{state.get('store')!r}); this {what} reads '{store_path}' (identity {store!r}): "
+                             f"other sample ids, shapes or mask counts. Resume on the store the run used")
+        legacy = {k: v for k, v in legacy.items() if k in ("length", "batches")}
+    for key, want in legacy.items():
         got = state.get(key, _STATE_DEFAULTS.get(key))
         if got != want:
             raise ValueError(f"{what}.load_state_dict: the state was saved with {key}={got!r}, this {what} has "
-                             f"{key}={want!r}; build it with the options of the run being resumed")
+                             f"{key}={want!r}{hint}")
     from ._sampler_options import _position
     epoch, batch = _int(state, "epoch", what), _int(state, "batch", what)
     return (_position(epoch, "epoch", f"{what}.load_state_dict: "),
@@ -100,52 +197,122 @@ def distributed(rank: Optional[int], world_size: Optional[int]) -> Tuple[int, in
     return rank, world_size
 
 
+_DATASET_DROP = ("world_size", "order", "cache_budget")  # a dataset's are its batch sampler's
+
+
 class ResumableDataset:
     """state_dict() / load_state_dict() / batch_sampler() of a map-style patchstore Dataset (mixin).
 
-    The class provides `seed`, `epoch`, `set_epoch` and `__len__`; states are tagged with its name.
+    The class provides `seed`, `epoch`, `set_epoch`, `__len__`, `store` and `options` (the options it
+    was built with); states are tagged with its name. Its __getitem__ / __getitems__ call
+    ``_check_resume()``.
     """
 
     @property
     def _state_type(self) -> str:
         return type(self).__name__
-    # (epoch, first batch, order, cache_budget) restored by load_state_dict, for the next epoch
-    # `epoch` of batch_sampler() (which checks that its order is the state's).
-    _resume_at: Optional[Tuple[int, int, str, int]] = None
-    # (order, cache_budget) of the last batch_sampler() made: what state_dict() records.
-    _batch_order: Tuple[str, int] = ("random", 0)
+    # (epoch, first batch, batch sampler options of the state) restored by load_state_dict, for the next
+    # epoch `epoch` of batch_sampler() (which checks that its options are the state's).
+    _resume_at: Optional[Tuple[int, int, Dict[str, Any]]] = None
+    # The options of the last batch_sampler() made (or of a loaded state): what state_dict() records.
+    _batch_options: Optional[Dict[str, Any]] = None
+    # Shared with DataLoader workers (fork and spawn): epoch + 1 of a mid-epoch position restored by
+    # load_state_dict that no batch sampler of this dataset has taken yet; 0 when none.
+    _resume_pending: Any = None
 
     def _locality_items(self) -> Tuple[np.ndarray, np.ndarray]:
         """(items in storage order, the record bytes each reads): what order='locality' cuts into blocks."""
         raise NotImplementedError(f"{type(self).__name__} has no locality order")
 
+    def _state_checks(self) -> Tuple[Dict[str, Any], Dict[str, Any], str]:
+        """(legacy top-level keys, recorded options, store identity) of this dataset."""
+        legacy = {"seed": int(self.seed), "length": len(self)}
+        return legacy, recorded_options(self.options, drop=_DATASET_DROP), store_identity(self, self.store)
+
     def state_dict(self, batch: int = 0) -> Dict[str, Any]:
-        """The position to resume from: {type, version, seed, length, epoch, batch} (and order,
-        cache_budget for order="locality").
+        """The position to resume from: {type, version, options, store, length, batch_sampler, epoch,
+        batch}.
 
         `batch`: how many batches of the current epoch (``self.epoch``) the
         training loop has consumed (its step within the epoch; 0 at an epoch
         start). The dataset cannot count them itself: a DataLoader fetches
         ahead of the loop. (torchdata's StatefulDataLoader calls state_dict()
         in its workers for the epoch, and keeps the batch count itself.)
-        order / cache_budget: those of the last ``batch_sampler()`` made
-        (the order the batch count refers to).
+
+        options: the dataset's options that change what it serves; store: the
+        store's identity (see patchstore._resume); batch_sampler: the options
+        of the last ``batch_sampler()`` made (batch_size, shuffle, drop_last,
+        world_size, order, cache_budget: what the batch count refers to;
+        absent when none was made). A batch count > 0 needs one: ValueError
+        otherwise (another sampler, e.g. ``DataLoader(ds, shuffle=True)``,
+        cannot resume mid-epoch).
         """
         from ._sampler_options import _position
         b = _position(batch, "batch", f"{self._state_type}.state_dict: ")
-        order, budget = self._batch_order
-        return {"type": self._state_type, "version": STATE_VERSION, "seed": int(self.seed),
-                "length": len(self), **order_keys(order, budget), "epoch": int(self.epoch), "batch": b}
+        if b and self._batch_options is None:
+            raise ValueError(f"{self._state_type}.state_dict(batch={b}): no batch_sampler() of this dataset was "
+                             f"made, so batch {b} names no position (DataLoader(ds, shuffle=True) draws an order "
+                             f"that cannot be resumed). Build the loader as DataLoader(ds, batch_sampler="
+                             f"ds.batch_sampler(B)), or save state_dict() at an epoch start")
+        legacy, options, store = self._state_checks()
+        state: Dict[str, Any] = {"type": self._state_type, "version": STATE_VERSION, "options": options,
+                                 "store": store, "length": legacy["length"]}
+        if self._batch_options is not None:
+            state["batch_sampler"] = dict(self._batch_options)
+        state.update(epoch=int(self.epoch), batch=b)
+        return state
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Restores a state_dict(): sets the epoch, and makes the next epoch of ``batch_sampler()``
-        (if it is that epoch) start after the consumed batches."""
-        epoch, batch = check_state(state, self._state_type, {"seed": int(self.seed), "length": len(self)})
+        (if it is that epoch) start after the consumed batches.
+
+        ValueError if the state was saved with other options (naming the
+        first that differs and both values) or from another store; the batch
+        sampler's options are checked when it starts that epoch. A state saved
+        before options were recorded (version 2) loads, checked against seed,
+        length and order only. After loading a mid-epoch state (batch > 0),
+        reading items of that epoch through anything but this dataset's
+        ``batch_sampler()`` raises RuntimeError (``DataLoader(ds,
+        shuffle=True)`` would serve a different, full epoch).
+        """
+        legacy, options, store = self._state_checks()
+        epoch, batch = check_state(state, self._state_type, legacy, options, store, str(self.store.path))
         self.set_epoch(epoch)
-        order = state.get("order", _STATE_DEFAULTS["order"])
-        budget = state.get("cache_budget", _STATE_DEFAULTS["cache_budget"])
-        self._batch_order = (order, budget)
-        self._resume_at = (epoch, batch, order, budget) if batch else None
+        if state.get("version") == STATE_VERSION:
+            bs = state.get("batch_sampler")
+            sampler = dict(bs) if isinstance(bs, dict) else None
+        else:  # version 2: only the order was recorded
+            sampler = {"order": state.get("order", _STATE_DEFAULTS["order"]),
+                       "cache_budget": state.get("cache_budget", _STATE_DEFAULTS["cache_budget"])}
+        if batch and sampler is None:
+            raise ValueError(f"{self._state_type}.load_state_dict: the state is at batch {batch} of epoch {epoch} "
+                             f"but records no batch sampler, so the batches it counted cannot be found again")
+        self._batch_options = sampler
+        self._resume_at = (epoch, batch, sampler or {}) if batch else None
+        if batch and self._resume_pending is None:
+            from .torch._common import _SharedEpoch
+
+            self._resume_pending = _SharedEpoch(0)
+        if self._resume_pending is not None:
+            self._resume_pending.value = epoch + 1 if batch else 0
+
+    def _check_resume(self) -> None:
+        """RuntimeError when items of an epoch restored mid-epoch are read before this dataset's batch
+        sampler took the position: the loader reading them is not the batch sampler, and would serve a
+        different, full epoch."""
+        p = self._resume_pending
+        if p is None:
+            return
+        v = p.value
+        if v and v - 1 == self.epoch:
+            at = self._resume_at
+            where = f"batch {at[1]} of epoch {v - 1}" if at is not None else f"the middle of epoch {v - 1}"
+            raise RuntimeError(
+                f"{self._state_type}: a state saved at {where} was loaded, but items are being read by a loader "
+                f"that does not use this dataset's batch_sampler() (e.g. DataLoader(ds, shuffle=True), or a "
+                f"sampler of its own): it would serve a different, full epoch. Resume with DataLoader(ds, "
+                f"batch_sampler=ds.batch_sampler(B)) (the batch size and options of the saved run), or restart "
+                f"the epoch: ds.load_state_dict(dict(state, batch=0))")
 
     def batch_sampler(self, batch_size: int, shuffle: bool = True, drop_last: bool = False,
                       rank: Optional[int] = None, world_size: Optional[int] = None, *, order: Any = UNSET,
@@ -153,6 +320,7 @@ class ResumableDataset:
         """A batch sampler for ``DataLoader(dataset, batch_sampler=...)`` that resumes mid-epoch.
 
         See :class:`EpochBatchSampler` (order="locality" with cache_budget: blocks of storage order).
+        The dataset's state_dict() records its options.
         """
         return EpochBatchSampler(self, batch_size, shuffle, drop_last, rank, world_size, order=order,
                                  cache_budget=cache_budget)
@@ -193,7 +361,6 @@ class EpochBatchSampler:
         self.order_name, self.cache_budget = order_options(order, cache_budget, "batch_sampler")
         if self.order_name == "locality" and not shuffle:
             raise ValueError("batch_sampler: order='locality' shuffles; it needs shuffle=True")
-        dataset._batch_order = (self.order_name, self.cache_budget)
         self.dataset = dataset
         self.batch_size = operator.index(batch_size)
         if self.batch_size < 1:
@@ -201,6 +368,14 @@ class EpochBatchSampler:
         self.shuffle = bool(shuffle)
         self.drop_last = bool(drop_last)
         self.rank, self.world_size = distributed(rank, world_size)
+        dataset._batch_options = self.options
+
+    @property
+    def options(self) -> Dict[str, Any]:
+        """What the dataset's state records of this batch sampler (rank left out: one rank's state resumes
+        every rank)."""
+        return {"batch_size": self.batch_size, "shuffle": self.shuffle, "drop_last": self.drop_last,
+                "world_size": self.world_size, "order": self.order_name, "cache_budget": self.cache_budget or None}
 
     def _mine(self) -> int:
         n, w = len(self.dataset), self.world_size
@@ -246,12 +421,18 @@ class EpochBatchSampler:
         at = ds._resume_at
         if at is not None:
             ds._resume_at = None  # once: later passes over the epoch start at 0
+            if ds._resume_pending is not None:
+                ds._resume_pending.value = 0  # taken by the batch sampler (workers see it: shared memory)
             if at[0] == epoch:
-                if (at[2], int(at[3] or 0)) != (self.order_name, self.cache_budget):
-                    raise ValueError(f"{type(ds).__name__}.batch_sampler: the loaded state was saved with "
-                                     f"order={at[2]!r}, cache_budget={at[3]!r}; this batch sampler has "
-                                     f"order={self.order_name!r}, cache_budget={self.cache_budget!r}: its "
-                                     f"batches would not continue that epoch")
+                mine = self.options
+                rank_of = {k: i for i, k in enumerate(mine)}  # named in this order (order before cache_budget)
+                for key, saved in sorted(at[2].items(), key=lambda kv: rank_of.get(kv[0], len(rank_of))):
+                    if key == "cache_budget":  # None and 0 both mean none (version-2 states hold 0)
+                        saved, mine[key] = saved or None, mine[key] or None
+                    if mine.get(key, _MISSING) != saved:
+                        raise ValueError(f"{type(ds).__name__}.batch_sampler: the loaded state was saved with "
+                                         f"{key}={saved!r}, this batch sampler has {key}={mine.get(key)!r}: its "
+                                         f"batches would not continue that epoch")
                 start = at[1]
         yield from self.batches(epoch, start)
 

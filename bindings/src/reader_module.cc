@@ -20,6 +20,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -29,6 +30,7 @@
 #include "patchstore/reader/verify.h"
 #include "patchstore/reader/volume.h"
 #include "patchstore/store/copy.h"
+#include "patchstore/store/format.h"
 #include "buffer_py.h"
 #include "sampler_py.h"
 #include "status_py.h"
@@ -311,6 +313,51 @@ PYBIND11_MODULE(_patchstore, m) {
             return out;
           },
           "All ids as bytes, in index order.")
+      .def(
+          "identity",
+          [](const Reader& r) {
+            // XXH3-64 over the served content the index knows, in pieces of ~1 MiB whose digests are
+            // hashed again: kind, fields (name, channels), then per sample its id and per field whether
+            // it has a record, its logical shape and a mask's valid count. Not dtype, layout, tile or
+            // normalisation: a re-laid-out or re-encoded copy of a store serves the same values.
+            std::string buf, digests;
+            auto flush = [&] {
+              const uint64_t h = patchstore::Checksum64(buf.data(), buf.size());
+              digests.append(reinterpret_cast<const char*>(&h), sizeof h);
+              buf.clear();
+            };
+            auto u64 = [&](uint64_t v) { buf.append(reinterpret_cast<const char*>(&v), sizeof v); };
+            auto str = [&](std::string_view s) { u64(s.size()); buf.append(s.data(), s.size()); };
+            py::gil_scoped_release nogil;
+            str(r.meta().kind);
+            const int nf = r.field_count();
+            u64(static_cast<uint64_t>(nf));
+            for (int f = 0; f < nf; ++f) {
+              str(r.field(f).name);
+              u64(static_cast<uint64_t>(r.field(f).channels));
+            }
+            u64(r.size());
+            for (uint64_t i = 0; i < r.size(); ++i) {
+              str(r.id(i));
+              for (int f = 0; f < nf; ++f) {
+                const patchstore::RecordSummary& s = r.summary(i, f);
+                u64(s.present ? 1 : 0);
+                u64(s.rank);
+                for (int d = 0; d < s.rank; ++d) u64(s.shape[d]);
+                u64(s.has_valid_count ? s.valid_count + 1 : 0);
+              }
+              if (buf.size() >= (1u << 20)) flush();
+            }
+            flush();
+            const uint64_t h = patchstore::Checksum64(digests.data(), digests.size());
+            char hex[17];
+            std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+            return std::string(hex);
+          },
+          "A 16-digit hex identity of the store's content as its index describes it (no record read): "
+          "kind, field names and channels, the sample ids in index order, and each record's presence, "
+          "logical shape and mask valid count. Equal for a re-laid-out or re-encoded copy (same ids, same "
+          "shapes); different for another store or another subset of samples. Pixels are not hashed.")
       .def(
           "find", [](const Reader& r, const py::bytes& id) { return Unwrap(r.Find(std::string(id))); },
           py::arg("id"), "The index of sample `id` (bytes). KeyError when absent.")

@@ -27,6 +27,11 @@ from conftest import write_png
 H, W = 24, 32
 IDS = [f"v/{i:04}" for i in range(6)]
 
+# Store identities (Reader.identity(): ids, shapes, mask counts) of frame_store (rows and tiles alike:
+# a re-laid-out store serves the same values) and of volume_store.
+STORE_ID = "36cd9fed7a4e108f"
+VOLUME_STORE_ID = "11cef8f0119ede72"
+
 # Frame v/0002 has no mask pixel: the mask-aware loaders skip it, with a warning.
 pytestmark = pytest.mark.filterwarnings("ignore:.*skipping 1 of:RuntimeWarning")
 
@@ -118,15 +123,24 @@ def test_batch_loader_batches_and_state(frames):
     it = iter(loader)
     first = next(it)
     next(it)
-    assert loader.state_dict() == {"type": "BatchLoader", "version": 2, "seed": 5, "world_size": 1,
-                                   "batch_size": 2, "batches": 3, "epoch": 0, "batch": 2}
+    assert loader.state_dict() == {
+        "type": "BatchLoader", "version": 3,
+        "options": {"batch_size": 2, "cache_budget": None, "drop_last": False, "fields": ["rgb", "mask"],
+                    "flip": False, "ids": None, "min_valid": 2.0, "order": "random", "patch_size": [6, 8],
+                    "patches_per_sample": 1, "policy": "auto", "positive_fraction": None, "require": "mask",
+                    "rot90": False, "seed": 5, "world_size": 1},
+        "store": STORE_ID, "batches": 3, "epoch": 0, "batch": 2}
     # Pixel (0, 0) of red names the source pixel ((y * 7 + x * 3 + i * 11) % 256 of frame i).
     red = np.rint((first["rgb"][:, 0, 0, 0].numpy() + 1) / 2 * 255).astype(int).tolist()
     assert red == [152, 129]
     loc = BatchLoader(frames, "rgb", 4, batch_size=2, seed=1, order="locality", cache_budget=1 << 20)
     assert loc.state_dict(epoch=1, batch=1) == {
-        "type": "BatchLoader", "version": 2, "seed": 1, "world_size": 1, "batch_size": 2, "batches": 3,
-        "order": "locality", "cache_budget": 1048576, "epoch": 1, "batch": 1}
+        "type": "BatchLoader", "version": 3,
+        "options": {"batch_size": 2, "cache_budget": 1048576, "drop_last": False, "fields": ["rgb"],
+                    "flip": False, "ids": None, "min_valid": 1.0, "order": "locality", "patch_size": 4,
+                    "patches_per_sample": 1, "policy": "auto", "positive_fraction": None, "require": None,
+                    "rot90": False, "seed": 1, "world_size": 1},
+        "store": STORE_ID, "batches": 3, "epoch": 1, "batch": 1}
     assert rows(loc.sampler.windows(0)) == ["v/0001 14,21", "v/0002 5,26", "v/0000 2,17", "v/0004 0,25",
                                             "v/0003 19,3", "v/0005 2,13"]
 
@@ -142,11 +156,20 @@ def test_patch_dataset_items_and_state(frames):
                      [[3, 5, 16, 0, 0, 1], [3, 11, 24, 0, 0, 1]], [[4, 5, 13, 0, 0, 1], [4, 14, 13, 0, 0, 1]],
                      [[5, 12, 17, 0, 0, 1], [5, 12, 2, 0, 0, 1]]]
     assert list(ds.batch_sampler(2)) == [[3, 2], [4, 0], [1]]
-    assert ds.state_dict(batch=1) == {"type": "PatchDataset", "version": 2, "seed": 4, "length": 5, "epoch": 1,
-                                      "batch": 1}
+    options = {"fields": ["rgb", "mask"], "flip": False, "ids": None, "min_valid": 1.0, "patch_size": 8,
+               "patches_per_sample": 2, "policy": "auto", "positive_fraction": None, "require": "mask",
+               "rot90": False, "seed": 4}
+    assert ds.state_dict(batch=1) == {
+        "type": "PatchDataset", "version": 3, "options": options, "store": STORE_ID, "length": 5,
+        "batch_sampler": {"batch_size": 2, "shuffle": True, "drop_last": False, "world_size": 1,
+                          "order": "random", "cache_budget": None},
+        "epoch": 1, "batch": 1}
     assert list(ds.batch_sampler(2, order="locality", cache_budget=1 << 16)) == [[1, 2], [3, 4], [0]]
-    assert ds.state_dict(batch=2) == {"type": "PatchDataset", "version": 2, "seed": 4, "length": 5,
-                                      "order": "locality", "cache_budget": 65536, "epoch": 1, "batch": 2}
+    assert ds.state_dict(batch=2) == {
+        "type": "PatchDataset", "version": 3, "options": options, "store": STORE_ID, "length": 5,
+        "batch_sampler": {"batch_size": 2, "shuffle": True, "drop_last": False, "world_size": 1,
+                          "order": "locality", "cache_budget": 65536},
+        "epoch": 1, "batch": 2}
 
 
 # Served slices or the state format changed? That invalidates users' saved states: update only
@@ -172,5 +195,11 @@ def test_slice_dataset_items_and_state(volumes):
     assert mr[:, 0, 0].tolist() == [3030.0, 4030.0, 4030.0]
     assert ct[:, 0, 0].tolist() == [13030.0, 14030.0, 14030.0]
     assert list(ds.batch_sampler(4, rank=1, world_size=2)) == [[2, 5, 4, 8], [1, 10]]
-    assert ds.state_dict(batch=3) == {"type": "SliceDataset", "version": 2, "seed": 13, "length": 12, "epoch": 1,
-                                      "batch": 3}
+    assert ds.state_dict(batch=3) == {
+        "type": "SliceDataset", "version": 3,
+        "options": {"clamp": {}, "context": 1, "crop": [7, 7], "fields": ["MR", "CT"], "flip": "independent",
+                    "ids": ["p0", "p1", "p2"], "rot90": True, "seed": 13},
+        "store": VOLUME_STORE_ID, "length": 12,
+        "batch_sampler": {"batch_size": 4, "shuffle": True, "drop_last": False, "world_size": 2,
+                          "order": "random", "cache_budget": None},
+        "epoch": 1, "batch": 3}

@@ -138,7 +138,7 @@ def test_epoch_batch_sampler_locality_order_and_resume(frameset):
     # The state records the order; a batch sampler of another order refuses to continue it.
     ds.set_epoch(2)
     state = ds.state_dict(batch=2)
-    assert (state["order"], state["cache_budget"]) == ("locality", 40_000)
+    assert (state["batch_sampler"]["order"], state["batch_sampler"]["cache_budget"]) == ("locality", 40_000)
     fresh = PatchDataset(frameset.store, FIELDS, 12, require="mask", seed=5)
     fresh.load_state_dict(state)
     resumed = list(fresh.batch_sampler(3, order="locality", cache_budget=40_000))
@@ -146,8 +146,8 @@ def test_epoch_batch_sampler_locality_order_and_resume(frameset):
     fresh.load_state_dict(state)
     with pytest.raises(ValueError, match="order='locality'"):
         list(fresh.batch_sampler(3))
-    # A state saved before order existed is a random-order state.
-    old = {k: v for k, v in state.items() if k not in ("order", "cache_budget")}
+    # A state saved before order existed (version 2, no order keys) is a random-order state.
+    old = {"type": "PatchDataset", "version": 2, "seed": 5, "length": len(fresh), "epoch": 2, "batch": 2}
     fresh.load_state_dict(old)
     assert list(fresh.batch_sampler(3)) == list(other.batch_sampler(3).batches(2, 2))
 
@@ -156,7 +156,7 @@ def test_batchloader_state_records_the_order(frameset):
     kw = dict(batch_size=4, require="mask", seed=1)
     loc = BatchLoader(frameset.store, FIELDS, 12, order="locality", cache_budget="50KB", **kw)
     state = loc.state_dict(epoch=1, batch=2)
-    assert (state["order"], state["cache_budget"]) == ("locality", 50_000)
+    assert (state["options"]["order"], state["options"]["cache_budget"]) == ("locality", 50_000)
     with pytest.raises(ValueError, match="order"):
         BatchLoader(frameset.store, FIELDS, 12, **kw).load_state_dict(state)
     again = BatchLoader(frameset.store, FIELDS, 12, order="locality", cache_budget=50_000, **kw)
@@ -165,8 +165,11 @@ def test_batchloader_state_records_the_order(frameset):
     want = [b["rgb"].clone() for b in loc.batches(1)][2:]
     assert len(got) == len(want) and all(torch.equal(g, w) for g, w in zip(got, want))
     rnd = BatchLoader(frameset.store, FIELDS, 12, **kw)
-    old = {k: v for k, v in rnd.state_dict(epoch=0, batch=1).items() if k not in ("order", "cache_budget")}
-    rnd.load_state_dict(old)  # states saved before order existed: order='random'
+    old = {"type": "BatchLoader", "version": 2, "seed": 1, "world_size": 1, "batch_size": 4, "batches": len(rnd),
+           "epoch": 0, "batch": 1}
+    rnd.load_state_dict(old)  # states saved before order existed (version 2): order='random'
+    with pytest.raises(ValueError, match="order='random', this BatchLoader has order='locality'"):
+        again.load_state_dict(old)
 
 
 def test_slice_dataset_locality_order(tmp_path):

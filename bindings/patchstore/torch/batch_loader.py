@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import IterableDataset
 
 from .._sampler_options import _position
-from .._resume import STATE_VERSION, order_keys
+from .._resume import STATE_VERSION, recorded_options, store_identity
 from .._config import UNSET, SamplerConfig, positional_options
 from .._sampler import PatchSampler
 from .._store import Store
@@ -243,9 +243,17 @@ class BatchLoader(IterableDataset):
         return {"seed": int(o["seed"]), "world_size": int(o["world_size"]), "batch_size": self.batch_size,
                 "batches": len(self), "order": o["order"], "cache_budget": int(o["cache_budget"] or 0)}
 
+    def _recorded_options(self) -> Dict[str, Any]:
+        return recorded_options({**self.sampler.options, "batch_size": self.batch_size, "drop_last": self.drop_last})
+
     def state_dict(self, epoch: Optional[int] = None, batch: Optional[int] = None) -> Dict[str, Any]:
-        """Where this process stands: {type, version, seed, world_size, batch_size, batches, epoch, batch}
-        (and order, cache_budget with order="locality").
+        """Where this process stands: {type, version, options, store, batches, epoch, batch}.
+
+        options: every option that changes the batches (fields, patch_size,
+        patches_per_sample, require, min_valid, positive_fraction, policy,
+        flip, rot90, ids, seed, world_size, batch_size, drop_last, order,
+        cache_budget); store: the store's identity (see patchstore._resume);
+        batches: batches per epoch on this rank.
 
         Iterated directly (``for batch in loader``), the loader counts the
         batches it handed out: ``epoch`` is the epoch in progress and
@@ -278,9 +286,8 @@ class BatchLoader(IterableDataset):
         if b >= nb and worker is None:  # that epoch is done: the start of the next one
             e, b = e + 1, 0
         # (A worker's state keeps its epoch: the DataLoader may not have ended that epoch yet.)
-        options = self._state_options()
-        options.update(order_keys(options.pop("order"), options.pop("cache_budget")))  # only when not random
-        state: Dict[str, Any] = {"type": "BatchLoader", "version": STATE_VERSION, **options, "epoch": e, "batch": b}
+        state: Dict[str, Any] = {"type": "BatchLoader", "version": STATE_VERSION, "options": self._recorded_options(),
+                                 "store": store_identity(self, self.store), "batches": nb, "epoch": e, "batch": b}
         if worker is not None:
             state["worker"], state["num_workers"] = worker
         return state
@@ -290,13 +297,17 @@ class BatchLoader(IterableDataset):
         batches after the ones consumed), and later iter() calls the epochs after it, exactly as the
         uninterrupted run would have, here and in DataLoader workers started afterwards (fork or spawn).
 
-        ValueError if the state was saved with another seed, world_size, batch_size, number of
-        batches per epoch, order or cache_budget (a state without order is order='random'). Calling ``set_epoch`` with the saved epoch afterwards keeps the position;
-        another epoch drops it.
+        ValueError if the state was saved with other options (naming the first that differs and both
+        values: "the state was saved with patch_size=256, this BatchLoader has patch_size=128"), from
+        another store, or with another number of batches per epoch. A state saved before options were
+        recorded (version 2) loads, checked against seed, world_size, batch_size, batches, order and
+        cache_budget only (without order: order='random'). Calling ``set_epoch`` with the saved epoch
+        afterwards keeps the position; another epoch drops it.
         """
         from .._resume import check_state
 
-        epoch, batch = check_state(state, "BatchLoader", self._state_options())
+        epoch, batch = check_state(state, "BatchLoader", self._state_options(), self._recorded_options(),
+                                   store_identity(self, self.store), str(self.store.path))
         info = torch.utils.data.get_worker_info()
         if "worker" in state:
             w, n = state.get("worker"), state.get("num_workers")

@@ -231,6 +231,7 @@ class PatchDataset(ResumableDataset, Dataset):
         """
         if torch.utils.data.get_worker_info() is not None:
             return self.__getitems__([i])[0]
+        self._check_resume()
         s = self._native()
         if self._n == 0:
             raise self._no_sample()
@@ -252,6 +253,7 @@ class PatchDataset(ResumableDataset, Dataset):
         inside a DataLoader worker; the items are consecutive slices of it,
         so `collate` returns that tensor without copying.
         """
+        self._check_resume()
         indices = list(indices)
         k = self.patches_per_sample
         ph, pw = self.patch_size

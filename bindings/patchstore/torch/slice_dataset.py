@@ -291,6 +291,14 @@ class SliceDataset(ResumableDataset, Dataset[Tuple[torch.Tensor, ...]]):
     def __len__(self) -> int:
         return len(self.index)
 
+    @property
+    def options(self) -> Dict[str, Any]:
+        """The options it was built with (ids: the volumes it reads, in order, after skipping those that
+        give no item); what state_dict() records, less num_threads and clamp_warn."""
+        return {"fields": self.fields, "context": self.context, "crop": self.crop, "flip": self.flip,
+                "rot90": self.rot90, "seed": self.seed, "clamp": dict(self.clamp), "ids": self.index.volumes,
+                "num_threads": self.num_threads, "clamp_warn": self.clamp_warn}
+
     def __repr__(self) -> str:
         return (f"SliceDataset('{self.store.path}', fields={list(self.fields)}, context={self.context}, "
                 f"crop={self.crop}, flip={self.flip!r}, rot90={self.rot90}, seed={self.seed}, "
@@ -344,6 +352,7 @@ class SliceDataset(ResumableDataset, Dataset[Tuple[torch.Tensor, ...]]):
         dataset calls: one C++ call for the lookup and the draw (SliceIndex.draw_item), no NumPy round
         trips, and one C++ copy per item (see bench/python_item_bench.py).
         """
+        self._check_resume()
         h_ = self._handles()
         ix, n, reader, fields, depth, ch, cw, mode, augments = h_[1:]
         j = operator.index(i)
@@ -392,6 +401,7 @@ class SliceDataset(ResumableDataset, Dataset[Tuple[torch.Tensor, ...]]):
 
     def __getitems__(self, indices: Sequence[int]) -> List[Tuple[torch.Tensor, ...]]:
         """Items for a whole batch of indices (used by DataLoader's fetcher): one C++ copy per field."""
+        self._check_resume()
         indices = list(indices)
         idx = self._normalise(indices)
         n = idx.shape[0]
