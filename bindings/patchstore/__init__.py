@@ -58,10 +58,11 @@ from ._config import SamplerConfig
 from ._copy_api import CopySummary, copy
 from ._export_api import ExportSummary, export
 from ._ingest_api import IngestSummary, ingest_hdf5, ingest_images
+from ._open import open
 from ._patchstore import __version__  # VERSION at the source root, through the C++ build
 from ._rank_local import RankLocalSampler, RankLocalShards
 from ._sampler import PatchSampler, Window, Windows
-from ._store import CorruptRecordError, FieldInfo, Ids, Store, open
+from ._store import CorruptRecordError, FieldInfo, Ids, Store
 from ._volumes import SliceIndex, SliceRef, SliceTransform
 
 __all__ = [

@@ -6,7 +6,7 @@ and how many of its batches the training loop has consumed, plus what they
 are relative to, checked on load: under "options" every option that changes
 what is served (fields, patch size, k, require, min_valid,
 positive_fraction, policy, flips, rot90, crop, context, clamp, ids, seed,
-world_size, batch size, order, cache_budget; not num_threads, prefetch or
+world_size, batch size, order, cache_budget; not num_threads, prefetch, index_cache_bytes or
 rank: every rank of a synchronous job is at the same position, so one
 rank's state resumes them all), and under "store" the store's identity
 (``Reader.identity()``: a hash of the sample ids in index order, each
@@ -61,7 +61,8 @@ _STATE_DEFAULTS: Dict[str, Any] = {"order": "random", "cache_budget": 0}
 
 # What loaders keep that does not change what they serve: left out of states. rank: one rank's state
 # resumes every rank of a synchronous job (all are at the same position).
-_NOT_SERVED = frozenset({"num_threads", "prefetch", "rank", "verify_checksums", "cache_size", "clamp_warn"})
+_NOT_SERVED = frozenset({"num_threads", "prefetch", "rank", "verify_checksums", "cache_size", "clamp_warn",
+                         "index_cache_bytes"})
 # Lists longer than this (ids, a subset) are recorded as "<n> ids #<hash>", keeping states small.
 _LIST_LIMIT = 8
 
@@ -290,7 +291,7 @@ class ResumableDataset:
         self._batch_options = sampler
         self._resume_at = (epoch, batch, sampler or {}) if batch else None
         if batch and self._resume_pending is None:
-            from .torch._common import _SharedEpoch
+            from ._shared import _SharedEpoch
 
             self._resume_pending = _SharedEpoch(0)
         if self._resume_pending is not None:

@@ -10,7 +10,6 @@ exact form, DataLoader(ds, batch_sampler=ds.batch_sampler(B)), resumes exactly.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any, Dict, List
 
 import numpy as np

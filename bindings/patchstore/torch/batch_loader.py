@@ -9,13 +9,12 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 import torch
 from torch.utils.data import IterableDataset
 
-from .._sampler_options import _position
-from .._resume import STATE_VERSION, recorded_options, store_identity
 from .._config import UNSET, SamplerConfig, positional_options
+from .._resume import STATE_VERSION, recorded_options, store_identity
 from .._sampler import PatchSampler
+from .._sampler_options import _position
 from .._store import Store
-from ._common import _EpochCounter, _Ring, _distributed_defaults, _empty
-
+from ._common import _distributed_defaults, _empty, _EpochCounter, _Ring
 
 # BatchLoader's arguments by position before SamplerConfig (after path, fields, patch_size, batch_size), and
 # those of them that are the loader's own, not sampling options.

@@ -11,13 +11,11 @@ import torch
 from torch.utils.data import Dataset
 
 from .. import _patchstore as _C
-from .._sampler_options import _position
-from .._resume import ResumableDataset
 from .._config import UNSET, SamplerConfig, positional_options, resolve_config
-from .._sampler_options import _best_window, _min_valid_note, _warn_skipped, public_options, to_native
+from .._resume import ResumableDataset
+from .._sampler_options import _best_window, _min_valid_note, _position, _warn_skipped, public_options, to_native
 from .._store import Store, _decode_id, reader_of
-from ._common import _SharedEpoch, _batch_tensor
-
+from ._common import _batch_tensor, _SharedEpoch
 
 # The options PatchDataset took by position before SamplerConfig (after path, fields, patch_size).
 _POSITIONAL = ("patches_per_sample", "require", "seed")

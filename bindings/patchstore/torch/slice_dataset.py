@@ -12,8 +12,8 @@ import torch
 from torch.utils.data import Dataset
 
 from .. import _patchstore as _C
-from .._sampler_options import _position
 from .._resume import ResumableDataset
+from .._sampler_options import _position
 from .._store import Store, reader_of
 from .._volumes import SliceIndex, SliceRef, SliceTransform, draw_transforms
 from ._common import _batch_tensor, _clamps, _empty, _SharedEpoch
