@@ -92,8 +92,8 @@ struct Window {
 std::vector<Window> RandomWindows(size_t n) {
   std::mt19937 rng(7);
   std::vector<Window> w(n);
-  for (auto& x : w) x = {rng() % kSamples, static_cast<int64_t>(rng() % (kH - kP + 1)),
-                         static_cast<int64_t>(rng() % (kW - kP + 1))};
+  for (auto& x : w)
+    x = {rng() % kSamples, static_cast<int64_t>(rng() % (kH - kP + 1)), static_cast<int64_t>(rng() % (kW - kP + 1))};
   return w;
 }
 

@@ -184,8 +184,15 @@ void BM_SamplerGatherLayout(benchmark::State& state) {
 }
 BENCHMARK(BM_SamplerGatherLayout)
     ->ArgNames({"tile", "compact", "transforms"})
-    ->Args({0, 0, 0})->Args({32, 0, 0})->Args({64, 0, 0})->Args({0, 1, 0})->Args({32, 1, 0})->Args({64, 1, 0})
-    ->Args({0, 0, 1})->Args({64, 0, 1})->Args({64, 1, 1})
+    ->Args({0, 0, 0})
+    ->Args({32, 0, 0})
+    ->Args({64, 0, 0})
+    ->Args({0, 1, 0})
+    ->Args({32, 1, 0})
+    ->Args({64, 1, 0})
+    ->Args({0, 0, 1})
+    ->Args({64, 0, 1})
+    ->Args({64, 1, 1})
     ->UseRealTime();
 
 // The same gather (tiles of 32, compact) with windows drawn by checking
@@ -201,7 +208,10 @@ void BM_SamplerGatherCandidates(benchmark::State& state) {
 }
 BENCHMARK(BM_SamplerGatherCandidates)
     ->ArgNames({"candidates", "prefetch"})
-    ->Args({0, 0})->Args({1, 0})->Args({0, 1})->Args({1, 1})
+    ->Args({0, 0})
+    ->Args({1, 0})
+    ->Args({0, 1})
+    ->Args({1, 1})
     ->UseRealTime();
 
 void BM_SamplerDraw(benchmark::State& state) {

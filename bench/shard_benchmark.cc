@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "patchstore/reader/sampler.h"
-#include "store/shard.h"
 #include "patchstore/store/store.h"
+#include "store/shard.h"
 
 namespace ps = patchstore;
 
@@ -88,8 +88,7 @@ std::shared_ptr<ps::Reader> Stores(int n) {
   if (cache.count(n)) return cache[n];
   std::vector<std::string> paths;
   std::vector<std::vector<int>> parts(n);
-  for (int s = 0; s < kSamples; ++s)
-    parts[n == 1 ? 0 : ps::ShardOfId("frame/" + std::to_string(s), n)].push_back(s);
+  for (int s = 0; s < kSamples; ++s) parts[n == 1 ? 0 : ps::ShardOfId("frame/" + std::to_string(s), n)].push_back(s);
   for (int i = 0; i < n; ++i) {
     paths.push_back(Dir() + "/patchstore-bench-shard2-" + std::to_string(i) + "-of-" + std::to_string(n) + ".ps");
     auto r = ps::Reader::Open(paths.back());
@@ -129,8 +128,8 @@ void BM_ShardPatch(benchmark::State& state) {
   for (uint64_t s = 0; s < reader->size(); ++s) (void)reader->Get(s, 0);  // resolve every record once
   for (auto _ : state) {
     const uint64_t s = rng() % reader->size();
-    auto v = reader->Patch(s, 0, static_cast<int64_t>(rng() % (kH - kP)), static_cast<int64_t>(rng() % (kW - kP)),
-                           kP, kP);
+    auto v = reader->Patch(s, 0, static_cast<int64_t>(rng() % (kH - kP)), static_cast<int64_t>(rng() % (kW - kP)), kP,
+                           kP);
     benchmark::DoNotOptimize(v);
   }
   state.SetItemsProcessed(state.iterations());

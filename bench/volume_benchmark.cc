@@ -95,8 +95,17 @@ ps::SliceTransform TransformFor(int t) {
     case 1: x.flip_h = true; break;
     case 2: x.flip_v = true; break;
     case 3: x.rot90 = 1; break;
-    case 4: x.rot90 = 1; x.flip_h = true; break;
-    case 5: x.y = 13; x.x = 21; x.height = x.width = 224; x.flip_v = true; x.rot90 = 3; break;
+    case 4:
+      x.rot90 = 1;
+      x.flip_h = true;
+      break;
+    case 5:
+      x.y = 13;
+      x.x = 21;
+      x.height = x.width = 224;
+      x.flip_v = true;
+      x.rot90 = 3;
+      break;
     default: break;
   }
   return x;

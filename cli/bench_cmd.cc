@@ -9,9 +9,9 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <new>
 #include <cstdio>
 #include <cstring>
+#include <new>
 #include <random>
 #include <sstream>
 
@@ -62,7 +62,8 @@ void RunVolumeWorker(const BenchConfig& cfg, int worker, Counts* out) {
   for (const std::string& f : cfg.fields) fields.push_back(*reader.FieldIndex(f));
   const int64_t depth = 2 * cfg.stack_context + 1;
   const int64_t h = cfg.crop ? cfg.crop : ix->height(0), w = cfg.crop ? cfg.crop : ix->width(0);
-  std::vector<std::vector<float>> bufs(fields.size(), std::vector<float>(static_cast<size_t>(cfg.batch * depth * h * w)));
+  std::vector<std::vector<float>> bufs(fields.size(),
+                                       std::vector<float>(static_cast<size_t>(cfg.batch * depth * h * w)));
   std::vector<SliceStackRequest> reqs(static_cast<size_t>(cfg.batch));
   std::vector<std::pair<int64_t, int64_t>> hw(reader.size());
   for (uint64_t v = 0; v < ix->volume_count(); ++v) hw[ix->sample(v)] = {ix->height(v), ix->width(v)};
@@ -100,7 +101,6 @@ void RunVolumeWorker(const BenchConfig& cfg, int worker, Counts* out) {
 
 // One process's work: returns counts through shared memory.
 void RunWorker(const BenchConfig& cfg, int worker, Counts* out) {
-
   auto r = Reader::Open(cfg.store);
   if (!r.ok()) {
     std::fprintf(stderr, "patchstore bench: worker %d: %s\n", worker, r.status().message().c_str());
@@ -132,7 +132,8 @@ void RunWorker(const BenchConfig& cfg, int worker, Counts* out) {
   }
   std::mt19937_64 rng(cfg.seed * 1000003u + static_cast<unsigned>(worker));
   std::vector<std::vector<float>> bufs;
-  for (int f : fields) bufs.emplace_back(static_cast<size_t>(cfg.batch) * reader.field(f).channels * cfg.patch * cfg.patch);
+  for (int f : fields)
+    bufs.emplace_back(static_cast<size_t>(cfg.batch) * reader.field(f).channels * cfg.patch * cfg.patch);
   std::vector<std::vector<PatchRequest>> reqs(fields.size(), std::vector<PatchRequest>(cfg.batch));
   const auto start = std::chrono::steady_clock::now();
   double elapsed = 0;
@@ -221,8 +222,9 @@ int RunVolumes(BenchConfig cfg, const Reader& reader) {
       return 1;
     }
     if (!cfg.crop && (ix->height(v) != ix->height(0) || ix->width(v) != ix->width(0))) {
-      std::fprintf(stderr, "patchstore: error: the volumes have slices of different sizes (%lldx%lld in '%s', "
-                           "%lldx%lld in '%s'): give --crop\n",
+      std::fprintf(stderr,
+                   "patchstore: error: the volumes have slices of different sizes (%lldx%lld in '%s', "
+                   "%lldx%lld in '%s'): give --crop\n",
                    static_cast<long long>(ix->height(0)), static_cast<long long>(ix->width(0)),
                    std::string(reader.id(ix->sample(0))).c_str(), static_cast<long long>(ix->height(v)),
                    static_cast<long long>(ix->width(v)), std::string(reader.id(ix->sample(v))).c_str());
@@ -239,9 +241,8 @@ int RunVolumes(BenchConfig cfg, const Reader& reader) {
   } else {
     std::printf("store %s: %zu volumes, %llu slices; random %lldx%lld slices of %s (SliceDataset's copy), batch "
                 "%d, %d thread(s) per process\n",
-                cfg.store.c_str(), static_cast<size_t>(ix->volume_count()),
-                static_cast<unsigned long long>(ix->size()), static_cast<long long>(h), static_cast<long long>(w),
-                names.c_str(), cfg.batch, cfg.threads);
+                cfg.store.c_str(), static_cast<size_t>(ix->volume_count()), static_cast<unsigned long long>(ix->size()),
+                static_cast<long long>(h), static_cast<long long>(w), names.c_str(), cfg.batch, cfg.threads);
     std::printf("%8s %10s %14s %10s %16s\n", "stack", "processes", "items/s", "GB/s", "per process GB/s");
   }
   bool first = true;
@@ -323,15 +324,17 @@ int Run(const BenchConfig& cfg0) {
   const double ref = MemcpyGBps(patch_bytes);
   std::ostringstream json;
   if (!cfg.json) {
-    std::printf("store %s: %lld x %lld windows of %s (%lld channels, %.2f MB each), batch %d, %d thread(s) per "
-                "process\n",
-                cfg.store.c_str(), static_cast<long long>(cfg.patch), static_cast<long long>(cfg.patch),
-                [&] {
-                  std::string s;
-                  for (auto& f : cfg.fields) s += (s.empty() ? "" : "+") + f;
-                  return s;
-                }().c_str(),
-                static_cast<long long>(channels), patch_bytes / 1e6, cfg.batch, cfg.threads);
+    std::printf(
+        "store %s: %lld x %lld windows of %s (%lld channels, %.2f MB each), batch %d, %d thread(s) per "
+        "process\n",
+        cfg.store.c_str(), static_cast<long long>(cfg.patch), static_cast<long long>(cfg.patch),
+        [&] {
+          std::string s;
+          for (auto& f : cfg.fields) s += (s.empty() ? "" : "+") + f;
+          return s;
+        }()
+            .c_str(),
+        static_cast<long long>(channels), patch_bytes / 1e6, cfg.batch, cfg.threads);
     std::printf("reference: single-thread memcpy of the same bytes: %.2f GB/s (%.0f windows/s)\n", ref,
                 ref * 1e9 / patch_bytes);
     std::printf("%10s %14s %10s %16s\n", "processes", "windows/s", "GB/s", "per process GB/s");
@@ -392,17 +395,24 @@ Runner RegisterBench(CLI::App* app, const bool* quiet) {
   auto* cmd = app->add_subcommand("bench", "Measure random-window read throughput on your store and machine");
   cmd->add_option("STORE", cfg->store)->required();
   cmd->add_option("--patch", cfg->patch, "Window size P (P x P)")->capture_default_str()->check(CLI::Range(1, 1 << 16));
-  cmd->add_option("--batch", cfg->batch, "Windows gathered per call")->capture_default_str()->check(CLI::Range(1, 1 << 16));
-  cmd->add_option("--processes", cfg->processes, "Process counts to measure, e.g. 1,2,4")->delimiter(',')
+  cmd->add_option("--batch", cfg->batch, "Windows gathered per call")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--processes", cfg->processes, "Process counts to measure, e.g. 1,2,4")
+      ->delimiter(',')
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--field", cfg->fields, "Fields to read (default: all)");
-  cmd->add_option("--seconds", cfg->seconds, "Seconds per measurement")->capture_default_str()->check(CLI::Range(0.1, 3600.0))
+  cmd->add_option("--seconds", cfg->seconds, "Seconds per measurement")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0))
       ->check(FiniteNumber());
   cmd->add_option("--threads", cfg->threads, "Gather threads per process")->check(CLI::Range(1, 256));
   cmd->add_option("--seed", cfg->seed, "Random seed for window positions");
   cmd->add_flag("--json", cfg->json, "Machine-readable output");
-  cmd->add_option("--context", cfg->context, "Volume stores: also measure stacks of 2*C+1 slices (default 2; 0: "
-                                             "single slices only)")->check(CLI::Range(int64_t{0}, int64_t{1} << 16));
+  cmd->add_option("--context", cfg->context,
+                  "Volume stores: also measure stacks of 2*C+1 slices (default 2; 0: "
+                  "single slices only)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 16));
   cmd->add_option("--crop", cfg->crop, "Volume stores: random SIZE x SIZE crops (default: whole slices)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
   cmd->footer("Examples:\n  patchstore bench frames.ps\n  patchstore bench frames.ps --patch 128 --processes 1,2,4,8 "

@@ -17,9 +17,9 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "cli/validators.h"
+#include "ingest/encoding.h"
 #include "patchstore/ingest/convert.h"
 #include "patchstore/store/copy.h"
-#include "ingest/encoding.h"
 
 namespace patchstore::cli {
 
@@ -35,7 +35,8 @@ Runner RegisterCopy(CLI::App* app, const bool* quiet) {
       ->check(CLI::IsMember({"rows", "tiles"}));
   cmd->add_option("--tile-size", o->tile_size,
                   "T for --layout tiles: a multiple of 8 in 8..4096 (default: the source's tile edge when it is "
-                  "tiled, else " + std::to_string(kDefaultTileSize) + ")")
+                  "tiled, else " +
+                      std::to_string(kDefaultTileSize) + ")")
       ->check(CLI::Range(8, 4096));
   cmd->add_option("--encoding", o->encoding,
                   "Record dtype (repeat), as ingest's --encoding: float32 | compact for every field, "

@@ -31,8 +31,11 @@ int RunBoxes(ExportArgs& a) {
   MontageOptions& bo = a.box_options;
   if (auto kind = Reader::Open(eo.store); kind.ok() && (*kind)->meta().kind == "volumes") {
     std::cerr << "patchstore: error: export --boxes draws the sampler's windows on the frames of an image "
-                 "store; '" << eo.store << "' holds volumes: see what SliceDataset serves with 'patchstore "
-                 "montage " << eo.store << " OUT.png [--crop N --flip --rot90 --field F]'\n";
+                 "store; '"
+              << eo.store
+              << "' holds volumes: see what SliceDataset serves with 'patchstore "
+                 "montage "
+              << eo.store << " OUT.png [--crop N --flip --rot90 --field F]'\n";
     return 2;
   }
   bo.store = eo.store;
@@ -62,8 +65,11 @@ int RunBoxes(ExportArgs& a) {
   }
   std::printf("drew %lld windows served by the %s on %zu frames in '%s'%s\n", static_cast<long long>(drawn),
               LoaderKindName(bo.loader), ids.size() - without, eo.outdir.c_str(),
-              without ? (" (" + std::to_string(without) + " frames have none: boxes.png shows the frame "
-                         "alone)").c_str() : "");
+              without ? (" (" + std::to_string(without) +
+                         " frames have none: boxes.png shows the frame "
+                         "alone)")
+                            .c_str()
+                      : "");
   return 0;
 }
 
@@ -98,17 +104,22 @@ Runner RegisterExport(CLI::App* app, const bool* /*quiet*/) {
   exp->add_option("OUTDIR", eo.outdir, "Output folder (created if missing)")->required();
   exp->add_option("--id", eo.ids, "Sample ids to export (default: all)");
   exp->add_option("--field", eo.fields, "Fields to export (default: all)");
-  exp->add_option("--format", eo.format, "Images: png or exr (default: png for 8/16-bit sources, exr for float). "
+  exp->add_option("--format", eo.format,
+                  "Images: png or exr (default: png for 8/16-bit sources, exr for float). "
                   "Volumes: png (default; OUTDIR/<id>/<field>/<slice:04>.png, 8-bit) or h5 (OUTDIR/volumes.h5)")
       ->check(CLI::IsMember({"png", "exr", "h5"}));
-  exp->add_option("--axis-order", eo.axis_order, "Volumes as h5: source (default: slice axis back where it was in "
-                  "the HDF5 input) or shw (slices first, as stored)")->check(CLI::IsMember({"source", "shw"}));
-  exp->add_option("--window", args->window, "LO,HI in stored units (after the ingest normalisation: a CT stored with "
-                                           "range:-1024,3000 holds -1..1) mapped to the PNG range, or auto (each "
-                                           "record's 1st..99th percentile). Float data; volume slices default to "
-                                           "each volume's min..max");
-  exp->add_flag("--boxes", args->boxes, "Instead of the records, draw the windows the --loader takes from each frame "
-                                        "(OUTDIR/<id>/boxes.png)");
+  exp->add_option("--axis-order", eo.axis_order,
+                  "Volumes as h5: source (default: slice axis back where it was in "
+                  "the HDF5 input) or shw (slices first, as stored)")
+      ->check(CLI::IsMember({"source", "shw"}));
+  exp->add_option("--window", args->window,
+                  "LO,HI in stored units (after the ingest normalisation: a CT stored with "
+                  "range:-1024,3000 holds -1..1) mapped to the PNG range, or auto (each "
+                  "record's 1st..99th percentile). Float data; volume slices default to "
+                  "each volume's min..max");
+  exp->add_flag("--boxes", args->boxes,
+                "Instead of the records, draw the windows the --loader takes from each frame "
+                "(OUTDIR/<id>/boxes.png)");
   exp->add_option("--overlay", args->box_options.overlay, "With --boxes: mask field to overlay and require");
   AddSamplerFlags(exp, &args->box_flags, "With --boxes: ", /*ids=*/false);
   exp->footer("PNG output inverts the stored normalisation: an 8/16-bit PNG ingested and exported is "

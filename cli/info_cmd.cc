@@ -94,11 +94,12 @@ int RunInfo(const InfoArgs& a) {
     for (size_t f = 0; f < m.fields.size(); ++f) {
       const auto& fm = m.fields[f];
       os << (f ? ", " : "") << "{\"name\": " << JsonString(fm.name) << ", \"channels\": " << fm.channels
-         << ", \"shape\": " << JsonShape(shapes[f]) << ", \"source_type\": "
-         << JsonString(SourceTypeName(fm.source_type)) << ", \"source_format\": "
-         << JsonString(fm.source_format) << ", \"normalisation\": " << JsonString(fm.norm.ToString())
-         << ", \"channel_names\": " << JsonList(fm.channel_names) << ", \"mask\": "
-         << (fm.is_mask ? "true" : "false") << ", \"dtype\": " << JsonString(DTypeName(fm.dtype))
+         << ", \"shape\": " << JsonShape(shapes[f])
+         << ", \"source_type\": " << JsonString(SourceTypeName(fm.source_type))
+         << ", \"source_format\": " << JsonString(fm.source_format)
+         << ", \"normalisation\": " << JsonString(fm.norm.ToString())
+         << ", \"channel_names\": " << JsonList(fm.channel_names) << ", \"mask\": " << (fm.is_mask ? "true" : "false")
+         << ", \"dtype\": " << JsonString(DTypeName(fm.dtype))
          << ", \"layout\": " << JsonString(fm.tile ? "tiles" : "rows") << ", \"tile_size\": " << fm.tile;
       if (fm.is_mask) os << ", \"empty_masks\": " << empty_masks[f] << ", \"mask_blocks\": " << fm.mask_blocks;
       os << ", \"shape_range\": " << ShapeRangeJson(FieldShapeRange(*reader, static_cast<int>(f))) << "}";

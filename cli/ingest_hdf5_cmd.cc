@@ -13,12 +13,11 @@
 
 #include "cli/commands.h"
 #include "cli/progress.h"
-#include "store/shard.h"
 #include "patchstore/ingest/ingest_hdf5.h"
+#include "store/shard.h"
 
 namespace patchstore::cli {
 namespace {
-
 
 struct Hdf5Args {
   std::vector<std::string> paths;  // FILE.h5 ... STORE
@@ -32,13 +31,16 @@ struct Hdf5Args {
 }  // namespace
 
 Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet) {
-  auto* cmd = ingest->add_subcommand("hdf5", "Ingest 3D volumes from HDF5 files (groups of one dataset per patient, or one file per "
-                                          "patient)")
+  auto* cmd = ingest
+                  ->add_subcommand(
+                      "hdf5", "Ingest 3D volumes from HDF5 files (groups of one dataset per patient, or one file per "
+                              "patient)")
                   ->fallthrough();
   auto args = std::make_shared<Hdf5Args>();
   Hdf5IngestOptions& o = args->options;
-  cmd->add_option("PATHS", args->paths, "FILE.h5 [FILE.h5 ...] STORE: the HDF5 files, then the store directory "
-                                        "(created if missing)")
+  cmd->add_option("PATHS", args->paths,
+                  "FILE.h5 [FILE.h5 ...] STORE: the HDF5 files, then the store directory "
+                  "(created if missing)")
       ->required()
       ->expected(2, -1);
   cmd->add_option("--group", o.groups,
@@ -59,10 +61,11 @@ Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet) {
   cmd->add_option("--mask", o.mask_fields,
                   "Treat FIELD as a mask: marked as such and stored as {0,1} unless --norm says otherwise. A group "
                   "merely named MASK keeps its values (labels) without this");
-  cmd->add_option("--norm", args->norm_specs,
-                  "FIELD=SPEC: none (default: values unchanged, a CT keeps its HU) | unit | symmetric (uint8/16 "
-                  "sources) | binary | affine:SCALE,OFFSET, optionally +clamp:LO,HI | range:LO,HI ([LO,HI] onto [-1,1], "
-                  "clamped; e.g. CT=range:-1024,3000)");
+  cmd->add_option(
+      "--norm", args->norm_specs,
+      "FIELD=SPEC: none (default: values unchanged, a CT keeps its HU) | unit | symmetric (uint8/16 "
+      "sources) | binary | affine:SCALE,OFFSET, optionally +clamp:LO,HI | range:LO,HI ([LO,HI] onto [-1,1], "
+      "clamped; e.g. CT=range:-1024,3000)");
   cmd->add_flag("--allow-external", o.allow_external,
                 "Follow HDF5 external links and read external/virtual storage (refused by default: they can read "
                 "arbitrary files)");
@@ -81,10 +84,11 @@ Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet) {
       ->check(CLI::IsMember({"stop", "skip"}));
   cmd->add_option("--report", o.report_path, "Where --on-error skip writes failures (default STORE/ingest-errors.tsv)");
   cmd->add_flag("--no-sync", args->no_sync, "Do not fsync commits (faster; a crash may lose recent batches)");
-  auto* shard_opt = cmd->add_option("--shard", args->shard,
-                  "I/N: ingest only shard I (0..N-1) of N: the volumes whose id hashes to I (xxh3_64 of the id mod "
-                  "N), into a store of their own; run N such ingests (any machines, at once) and read the N stores "
-                  "as one");
+  auto* shard_opt =
+      cmd->add_option("--shard", args->shard,
+                      "I/N: ingest only shard I (0..N-1) of N: the volumes whose id hashes to I (xxh3_64 of the id mod "
+                      "N), into a store of their own; run N such ingests (any machines, at once) and read the N stores "
+                      "as one");
   cmd->footer(
       "Two layouts, judged file by file (one ingest may mix them):\n"
       "  groups:      /MR/patient001 /CT/patient001 /MR/patient002 ...  every --group a group; a volume per\n"
@@ -94,7 +98,8 @@ Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet) {
       "A file that is neither (a path missing, or groups and datasets mixed) is an error listing what its root\n"
       "holds (--on-error skip: reported, the other files ingested).\n"
       "\n"
-      "Every (volume, group) becomes one record (float32, or --encoding) of shape (S,H,W), slice axis first, so a slice or a stack\n"
+      "Every (volume, group) becomes one record (float32, or --encoding) of shape (S,H,W), slice axis first, so a "
+      "slice or a stack\n"
       "of neighbouring slices is one contiguous zero-copy view. Chunked and compressed (gzip, shuffle) datasets\n"
       "are streamed chunk by chunk; memory stays bounded.\n"
       "\n"

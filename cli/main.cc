@@ -25,7 +25,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("patchstore ") + patchstore::ToolVersion());
   app.require_subcommand(1);
   app.footer("Exit codes: 0 success, 1 failure (the message names file, sample and cause), 2 bad usage, "
-             "3 verify found damage, 130 interrupted (rerun to resume).\nRun 'patchstore SUBCOMMAND --help' for each subcommand.");
+             "3 verify found damage, 130 interrupted (rerun to resume).\nRun 'patchstore SUBCOMMAND --help' for each "
+             "subcommand.");
   bool quiet = false;
   app.add_flag("-q,--quiet", quiet, "No progress output");
 

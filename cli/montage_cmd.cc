@@ -75,39 +75,48 @@ Runner RegisterMontage(CLI::App* app, const bool* quiet) {
   cmd->add_option("OUT", *out, "Output PNG file")->required();
   cmd->add_option("--count", o->count, "Number of windows (tiles)")->capture_default_str()->check(CLI::Range(1, 4096));
   cmd->add_option("--field", o->field, "Field to show (default: the first field)");
-  cmd->add_option("--overlay", o->overlay, "Mask field drawn as a translucent red overlay; windows must hold at "
-                                           "least one of its pixels (as require=FIELD)");
+  cmd->add_option("--overlay", o->overlay,
+                  "Mask field drawn as a translucent red overlay; windows must hold at "
+                  "least one of its pixels (as require=FIELD)");
   cmd->add_flag("--no-require", *no_require, "Do not require overlay pixels in the windows");
   AddSamplerFlags(cmd, flags.get(), "", /*ids=*/true);
-  cmd->add_option("--window", *window, "LO,HI display range in stored units (after the ingest normalisation), or "
-                                       "auto: the 1st..99th percentile of the shown values (volumes; the default "
-                                       "there). Image stores: float fields; default each tile's range");
+  cmd->add_option("--window", *window,
+                  "LO,HI display range in stored units (after the ingest normalisation), or "
+                  "auto: the 1st..99th percentile of the shown values (volumes; the default "
+                  "there). Image stores: float fields; default each tile's range");
   cmd->add_option("--crop", *crop, "Volumes: SIZE or H,W, as SliceDataset(crop=...) (default: whole slices)")
-      ->delimiter(',')->expected(1, 2)->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
-  cmd->add_option("--context", *context, "Volumes: as SliceDataset(context=C); the centre slice of each stack is "
-                                         "shown")->check(CLI::Range(int64_t{0}, int64_t{1} << 16));
-  cmd->add_flag("--flip-independent", *flip_independent, "Volumes: as SliceDataset(flip=\"independent\") (--flip is "
-                                                          "flip=True: a 180 degree turn)");
+      ->delimiter(',')
+      ->expected(1, 2)
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+  cmd->add_option("--context", *context,
+                  "Volumes: as SliceDataset(context=C); the centre slice of each stack is "
+                  "shown")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 16));
+  cmd->add_flag("--flip-independent", *flip_independent,
+                "Volumes: as SliceDataset(flip=\"independent\") (--flip is "
+                "flip=True: a 180 degree turn)");
   cmd->add_option("--tile", o->tile, "Tile size in pixels (default: min(patch, 256))")->check(CLI::Range(8, 4096));
-  cmd->footer("Examples:\n  patchstore montage frames.ps sheet.png --count 64 --patch 256 --field rgb --overlay mask\n"
-              "  patchstore montage frames.ps depth.png --field depth --window 0,10 --seed 3\n"
-              "  patchstore montage frames.ps pd.png --patch 128,256 --overlay mask --min-valid 0.1 --loader patchdataset\n"
-              "  patchstore montage synthrad.ps ct.png --field CT --crop 256 --flip --rot90 --window -1,1\n"
-              "Image stores: the tiles are the first COUNT windows the --loader with these options serves in\n"
-              "--epoch (sampler/batchloader: in permutation order; patchdataset: items 0, 1, ... in index order).\n"
-              "Samples without a qualifying window are skipped as the loaders skip them, with a warning.\n"
-              "Tiles are labelled '<id> y<row> x<col>', the top-left corner of the window in the frame.\n"
-              "The overlay must be a mask field; its edge is outlined white inside, black outside.\n"
-              "Non-finite values (NaN, +inf, -inf) are drawn magenta (255,0,255), never as a value.\n"
-              "Volume stores: COUNT items spread evenly over the SliceDataset with these options (--crop,\n"
-              "--context, --flip, --rot90, --seed, --epoch, --ids), each the centre slice of its stack as the\n"
-              "dataset serves it, labelled '<id> s<slice>' (v/h: flipped, rK: K quarter turns).");
+  cmd->footer(
+      "Examples:\n  patchstore montage frames.ps sheet.png --count 64 --patch 256 --field rgb --overlay mask\n"
+      "  patchstore montage frames.ps depth.png --field depth --window 0,10 --seed 3\n"
+      "  patchstore montage frames.ps pd.png --patch 128,256 --overlay mask --min-valid 0.1 --loader patchdataset\n"
+      "  patchstore montage synthrad.ps ct.png --field CT --crop 256 --flip --rot90 --window -1,1\n"
+      "Image stores: the tiles are the first COUNT windows the --loader with these options serves in\n"
+      "--epoch (sampler/batchloader: in permutation order; patchdataset: items 0, 1, ... in index order).\n"
+      "Samples without a qualifying window are skipped as the loaders skip them, with a warning.\n"
+      "Tiles are labelled '<id> y<row> x<col>', the top-left corner of the window in the frame.\n"
+      "The overlay must be a mask field; its edge is outlined white inside, black outside.\n"
+      "Non-finite values (NaN, +inf, -inf) are drawn magenta (255,0,255), never as a value.\n"
+      "Volume stores: COUNT items spread evenly over the SliceDataset with these options (--crop,\n"
+      "--context, --flip, --rot90, --seed, --epoch, --ids), each the centre slice of its stack as the\n"
+      "dataset serves it, labelled '<id> s<slice>' (v/h: flipped, rK: K quarter turns).");
   return [cmd, o, out, window, no_require, crop, context, flip_independent, flags]() -> int {
     if (!cmd->parsed()) return -1;
     double wlo = 0, whi = 1;
     bool wauto = false;
     if (!window->empty() && !ParseWindow(*window, &wlo, &whi, &wauto)) {
-      std::fprintf(stderr, "patchstore: error: --window: must be a finite number pair LO,HI with LO < HI, or auto (got '%s')\n",
+      std::fprintf(stderr,
+                   "patchstore: error: --window: must be a finite number pair LO,HI with LO < HI, or auto (got '%s')\n",
                    window->c_str());
       return 2;
     }
@@ -130,8 +139,10 @@ Runner RegisterMontage(CLI::App* app, const bool* quiet) {
       }
     }
     if (!crop->empty() || *context || *flip_independent) {
-      std::fprintf(stderr, "patchstore: error: --crop, --context and --flip-independent are for volume "
-                           "stores; '%s' holds images (use --patch)\n", o->store.c_str());
+      std::fprintf(stderr,
+                   "patchstore: error: --crop, --context and --flip-independent are for volume "
+                   "stores; '%s' holds images (use --patch)\n",
+                   o->store.c_str());
       return 2;
     }
     if (!ApplySamplerFlags(*flags, o.get())) return 2;

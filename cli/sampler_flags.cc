@@ -45,20 +45,23 @@ void AddFlag(CLI::App* cmd, const std::string& flag, T* member, const std::strin
 
 void AddSamplerFlags(CLI::App* cmd, SamplerFlags* f, const std::string& when, bool ids) {
   SamplerOptions* o = &f->options;
-#define PATCHSTORE_FLAG_ROW(member, python, flag, doc)                                                         \
-  if (std::string(flag).empty() || (!ids && std::string(#member) == "ids")) {                                  \
-  } else if (std::string(#member) == "patch_size") {                                                           \
+#define PATCHSTORE_FLAG_ROW(member, python, flag, doc)                                                          \
+  if (std::string(flag).empty() || (!ids && std::string(#member) == "ids")) {                                   \
+  } else if (std::string(#member) == "patch_size") {                                                            \
     cmd->add_option(flag, f->patch, when + doc + " (as " python "=); default " + std::to_string(o->patch_size)) \
-        ->delimiter(',')                                                                                       \
-        ->expected(1, 2);                                                                                      \
-  } else {                                                                                                     \
-    AddFlag(cmd, flag, &o->member, when + doc + " (as " python "=)");                                          \
+        ->delimiter(',')                                                                                        \
+        ->expected(1, 2);                                                                                       \
+  } else {                                                                                                      \
+    AddFlag(cmd, flag, &o->member, when + doc + " (as " python "=)");                                           \
   }
   PATCHSTORE_SAMPLER_OPTIONS(PATCHSTORE_FLAG_ROW)
 #undef PATCHSTORE_FLAG_ROW
-  cmd->add_option("--loader", f->loader, when + "show the windows this loader serves: sampler (PatchSampler), "
-                  "batchloader (BatchLoader: the same as sampler) or patchdataset (PatchDataset, items in index "
-                  "order)")->capture_default_str()->check(CLI::IsMember({"sampler", "batchloader", "patchdataset"}));
+  cmd->add_option("--loader", f->loader,
+                  when + "show the windows this loader serves: sampler (PatchSampler), "
+                         "batchloader (BatchLoader: the same as sampler) or patchdataset (PatchDataset, items in index "
+                         "order)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"sampler", "batchloader", "patchdataset"}));
   cmd->add_option("--epoch", f->epoch, when + "epoch")->capture_default_str();
 }
 

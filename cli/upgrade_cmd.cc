@@ -40,23 +40,22 @@ int RunUpgrade(const std::string& store, bool quiet) {
       },
       kAddMaskBlocksBatch, &gaps);
   for (const MaskBlocksGap& g : gaps)
-    std::fprintf(stderr, "upgrade: field '%s' of '%s' has mask block counts, but %llu sample%s lack%s them (first: "
-                         "'%s'; deleted records or a damaged store): rewriting them all\n",
-                 g.field.c_str(), store.c_str(), static_cast<unsigned long long>(g.samples),
-                 g.samples == 1 ? "" : "s", g.samples == 1 ? "s" : "", Printable(g.first_id).c_str());
+    std::fprintf(stderr,
+                 "upgrade: field '%s' of '%s' has mask block counts, but %llu sample%s lack%s them (first: "
+                 "'%s'; deleted records or a damaged store): rewriting them all\n",
+                 g.field.c_str(), store.c_str(), static_cast<unsigned long long>(g.samples), g.samples == 1 ? "" : "s",
+                 g.samples == 1 ? "s" : "", Printable(g.first_id).c_str());
   if (!blocks.ok()) return Fail(blocks.status());
-  if (interrupted_before && !blocks->empty())
-    std::printf("finished the interrupted upgrade of '%s'\n", store.c_str());
+  if (interrupted_before && !blocks->empty()) std::printf("finished the interrupted upgrade of '%s'\n", store.c_str());
   for (const std::string& f : *blocks) {
-    const bool rewrote =
-        std::any_of(gaps.begin(), gaps.end(), [&](const MaskBlocksGap& g) { return g.field == f; });
+    const bool rewrote = std::any_of(gaps.begin(), gaps.end(), [&](const MaskBlocksGap& g) { return g.field == f; });
     std::printf("%s mask block counts %s field '%s' of '%s'\n", rewrote ? "rewrote the" : "added",
                 rewrote ? "of" : "to", f.c_str(), store.c_str());
   }
   // Upgraded or not, the store must open as readers open it.
   if (auto opened = Reader::Open(store); !opened.ok()) {
-    std::cerr << "patchstore: error: '" << store << "' does not open after the upgrade: "
-              << opened.status().message() << " (run 'patchstore verify " << store << "')\n";
+    std::cerr << "patchstore: error: '" << store << "' does not open after the upgrade: " << opened.status().message()
+              << " (run 'patchstore verify " << store << "')\n";
     return 1;
   }
   if (*r == kStoreFormatVersion && blocks->empty())

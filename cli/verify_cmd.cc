@@ -57,8 +57,7 @@ int RunVerify(const VerifyArgs& a) {
     std::cout << "]}\n";
   } else {
     for (const auto& p : rep.problems)
-      std::printf("BAD  '%s' field '%s': %s\n", Printable(p.id).c_str(), Printable(p.field).c_str(),
-                  p.message.c_str());
+      std::printf("BAD  '%s' field '%s': %s\n", Printable(p.id).c_str(), Printable(p.field).c_str(), p.message.c_str());
     std::printf("%s: %llu samples, %llu records, %s checked, %zu problem%s\n", rep.ok() ? "OK" : "DAMAGED",
                 static_cast<unsigned long long>(rep.samples), static_cast<unsigned long long>(rep.records),
                 HumanBytes(static_cast<double>(rep.bytes)).c_str(), rep.problems.size(),

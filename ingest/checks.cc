@@ -55,8 +55,8 @@ Status CheckReportPath(const std::string& path) {
   return Status::OK();
 }
 
-Status CheckResumeSetting(StoreMeta* meta, const std::string& store, const std::string& key,
-                          const std::string& value, const std::string& option) {
+Status CheckResumeSetting(StoreMeta* meta, const std::string& store, const std::string& key, const std::string& value,
+                          const std::string& option) {
   auto it = meta->attributes.find(key);
   if (it != meta->attributes.end()) {
     if (it->second != value)
@@ -73,8 +73,8 @@ Status CheckShard(StoreMeta* meta, const std::string& store, uint32_t shard_inde
   if (shard_count > kMaxShardCount || (shard_count > 0 && shard_index >= shard_count) ||
       (shard_count == 0 && shard_index != 0))
     return Status::InvalidArgument("ingest: --shard " + std::to_string(shard_index) + "/" +
-                                   std::to_string(shard_count) + ": needs 0 <= I < N <= " +
-                                   std::to_string(kMaxShardCount));
+                                   std::to_string(shard_count) +
+                                   ": needs 0 <= I < N <= " + std::to_string(kMaxShardCount));
   auto spec = [](uint32_t i, uint32_t n) {
     return n == 0 ? std::string("no --shard") : "--shard " + std::to_string(i) + "/" + std::to_string(n);
   };
@@ -82,9 +82,9 @@ Status CheckShard(StoreMeta* meta, const std::string& store, uint32_t shard_inde
   PS_RETURN_IF_ERROR(ShardOfStore(*meta, &have_index, &have_count));
   if (have_count != 0) {
     if (have_index != shard_index || have_count != shard_count)
-      return Status::InvalidArgument("ingest into '" + store + "': the store is shard " +
-                                     std::to_string(have_index) + "/" + std::to_string(have_count) +
-                                     " of a shard set, this ingest gives " + spec(shard_index, shard_count) +
+      return Status::InvalidArgument("ingest into '" + store + "': the store is shard " + std::to_string(have_index) +
+                                     "/" + std::to_string(have_count) + " of a shard set, this ingest gives " +
+                                     spec(shard_index, shard_count) +
                                      " (resume a shard with the same --shard, or use a new store)");
     return Status::OK();
   }

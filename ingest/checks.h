@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "patchstore/store/format.h"
-#include "store/shard.h"
 #include "patchstore/store/status.h"
 #include "patchstore/store/store.h"
+#include "store/shard.h"
 
 namespace patchstore {
 
@@ -35,8 +35,8 @@ Status CheckReportPath(const std::string& path);
 // is not checked. InvalidArgument when the store says otherwise, naming
 // `option` and both values; else records `value` (written with the next
 // commit).
-Status CheckResumeSetting(StoreMeta* meta, const std::string& store, const std::string& key,
-                          const std::string& value, const std::string& option);
+Status CheckResumeSetting(StoreMeta* meta, const std::string& store, const std::string& key, const std::string& value,
+                          const std::string& option);
 
 // --shard I/N of an ingest (shard_count 0: none) against the store: a new
 // store records it; a store that is a shard accepts only the same shard;

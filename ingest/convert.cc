@@ -118,10 +118,10 @@ class RawEncoder {
 
 // How one field is converted.
 struct FieldConversion {
-  FieldMeta target;            // the copy's field
+  FieldMeta target;  // the copy's field
   DType src_dtype = DType::kFloat32;
-  bool half_on_request = false;  // FIELD=float16: rounding accepted, as at ingest
-  std::string encoding_option;   // what gave the target dtype ("--encoding compact")
+  bool half_on_request = false;           // FIELD=float16: rounding accepted, as at ingest
+  std::string encoding_option;            // what gave the target dtype ("--encoding compact")
   std::shared_ptr<const RawEncoder> raw;  // for raw-source targets of another dtype
 };
 
@@ -195,8 +195,8 @@ uint64_t EncodeValues(const float* v, uint64_t n, const FieldConversion& fc, voi
 // its header and either a fill that copies or re-tiles the stored bytes (same
 // dtype) or target rows owned by `out`. The Reader checks the record's
 // checksum on this first access.
-Status ConvertRecord(const Reader& reader, uint64_t sample, int field, const FieldConversion& fc,
-                     ConvertedRecord* out, uint64_t* bytes) {
+Status ConvertRecord(const Reader& reader, uint64_t sample, int field, const FieldConversion& fc, ConvertedRecord* out,
+                     uint64_t* bytes) {
   PS_ASSIGN_OR_RETURN(RecordHeader h, reader.Header(sample, field));
   const int64_t H = static_cast<int64_t>(h.shape[1]), W = static_cast<int64_t>(h.shape[2]);
   PS_ASSIGN_OR_RETURN(WindowSource w, reader.Window(sample, field, 0, 0, H, W));
@@ -341,7 +341,7 @@ Status ConvertStore(const CopyOptions& o, const std::string& dst_dir) {
       fc.target.dtype = RecordDType(e, f.source_type, f.norm);
       fc.half_on_request = e == FieldEncoding::kFloat16;
       fc.encoding_option = plan.per_field.count(f.name) ? "--encoding " + f.name + "=" + FieldEncodingName(e)
-                                                         : std::string("--encoding ") + FieldEncodingName(e);
+                                                        : std::string("--encoding ") + FieldEncodingName(e);
     }
     if (f.layout == Layout::kCHW && !o.layout.empty()) fc.target.tile = tile;
     if (f.layout != Layout::kCHW) fc.target.tile = 0;
@@ -501,7 +501,8 @@ Status ConvertStore(const CopyOptions& o, const std::string& dst_dir) {
     auto order = reader->snapshot()->InputOrder();
     if (order.ok()) {
       ordinals = std::make_shared<std::unordered_map<std::string, uint64_t>>();
-      for (uint64_t s = 0; s < total && s < order->size(); ++s) ordinals->emplace(std::string(reader->id(s)), (*order)[s]);
+      for (uint64_t s = 0; s < total && s < order->size(); ++s)
+        ordinals->emplace(std::string(reader->id(s)), (*order)[s]);
     } else if (order.status().code() != Code::kNotFound) {
       return order.status().WithContext(ctx);
     }
@@ -551,10 +552,9 @@ Result<CopySummary> CopyStore(const CopyOptions& o, std::vector<VerifyProblem>* 
   if (!report.ok()) return fail(report.status().WithContext("verifying the copy of '" + o.src + "'"));
   if (!report->ok()) {
     if (problems) *problems = report->problems;
-    return fail(Status::Corruption("the copy of '" + o.src + "' failed verification (" +
-                                   std::to_string(report->problems.size()) +
-                                   " problems; is the source damaged? run 'patchstore verify " + o.src +
-                                   "'); nothing written to '" + dst + "'"));
+    return fail(Status::Corruption(
+        "the copy of '" + o.src + "' failed verification (" + std::to_string(report->problems.size()) +
+        " problems; is the source damaged? run 'patchstore verify " + o.src + "'); nothing written to '" + dst + "'"));
   }
   if (Status cst = staged->Commit(); !cst.ok()) return cst;
   summary.samples = report->samples;

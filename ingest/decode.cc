@@ -3,8 +3,8 @@
 #include <ImfChannelList.h>
 #include <ImfFrameBuffer.h>
 #include <ImfHeader.h>
-#include <ImfInputFile.h>
 #include <ImfIO.h>
+#include <ImfInputFile.h>
 #include <ImfRgbaFile.h>
 #include <ImfStdIO.h>
 #include <ImfTestFile.h>
@@ -14,8 +14,8 @@
 #include <opencv2/imgproc.hpp>
 
 #include <algorithm>
-#include <cmath>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <vector>
@@ -32,8 +32,9 @@ Status ReadWholeFile(const std::string& path, std::vector<uint8_t>* out) {
   // in-process decoding refuses FIFOs before calling this (ingest_images.cc).
   PS_RETURN_IF_ERROR(CheckRegularInput(path, "image", /*allow_fifo=*/true));
   std::ifstream in(path, std::ios::binary);
-  if (!in) return Status(errno == ENOENT ? Code::kNotFound : Code::kIOError,
-                         "reading '" + path + "': " + std::strerror(errno));
+  if (!in)
+    return Status(errno == ENOENT ? Code::kNotFound : Code::kIOError,
+                  "reading '" + path + "': " + std::strerror(errno));
   in.seekg(0, std::ios::end);
   std::streamoff size = in.tellg();
   if (size < 0) return Status::IOError("reading '" + path + "': cannot determine size");
@@ -64,12 +65,10 @@ std::string SniffFormat(const std::vector<uint8_t>& b) {
 // file and errors come from one place.
 class MemoryIStream : public Imf::IStream {
  public:
-  MemoryIStream(const std::string& name, const std::vector<uint8_t>& data)
-      : Imf::IStream(name.c_str()), data_(data) {}
+  MemoryIStream(const std::string& name, const std::vector<uint8_t>& data) : Imf::IStream(name.c_str()), data_(data) {}
   bool isMemoryMapped() const override { return false; }
   bool read(char c[], int n) override {
-    if (n < 0 || pos_ + static_cast<uint64_t>(n) > data_.size())
-      throw std::runtime_error("unexpected end of file");
+    if (n < 0 || pos_ + static_cast<uint64_t>(n) > data_.size()) throw std::runtime_error("unexpected end of file");
     std::memcpy(c, data_.data() + pos_, static_cast<size_t>(n));
     pos_ += static_cast<uint64_t>(n);
     return pos_ < data_.size();
@@ -106,8 +105,8 @@ Status PrecheckExr(const std::string& path, const std::vector<uint8_t>& bytes, u
   exr_result_t rc = exr_start_read(&ctx, path.c_str(), &init);
   if (rc != EXR_ERR_SUCCESS) {
     if (ctx) exr_finish(&ctx);
-    return Status::Corruption("decoding '" + path + "' as OpenEXR: bad header (" +
-                              exr_get_default_error_message(rc) + ")");
+    return Status::Corruption("decoding '" + path + "' as OpenEXR: bad header (" + exr_get_default_error_message(rc) +
+                              ")");
   }
   Status st;
   int parts = 0;
@@ -172,8 +171,8 @@ Result<DecodedImage> DecodeExrYc(const std::string& path, const std::vector<uint
   return img;
 }
 
-Result<DecodedImage> DecodeExr(const std::string& path, const std::vector<uint8_t>& bytes,
-                               const std::string& channel, uint64_t max_pixels) {
+Result<DecodedImage> DecodeExr(const std::string& path, const std::vector<uint8_t>& bytes, const std::string& channel,
+                               uint64_t max_pixels) {
   PS_RETURN_IF_ERROR(PrecheckExr(path, bytes, max_pixels));
   try {
     MemoryIStream stream(path, bytes);
@@ -195,8 +194,10 @@ Result<DecodedImage> DecodeExr(const std::string& path, const std::vector<uint8_
         if (n != "Y" && n != "RY" && n != "BY" && n != "A") others += (others.empty() ? "" : ",") + n;
       }
       if (!others.empty())
-        return Status::Unsupported("decoding '" + path + "': a luminance/chroma image (Y,RY,BY) with further "
-                                   "channels (" + others + "): pick one with '" + path + ":NAME'");
+        return Status::Unsupported("decoding '" + path +
+                                   "': a luminance/chroma image (Y,RY,BY) with further "
+                                   "channels (" +
+                                   others + "): pick one with '" + path + ":NAME'");
       return DecodeExrYc(path, bytes, max_pixels);
     }
     for (auto it = header.channels().begin(); it != header.channels().end(); ++it) {
@@ -311,16 +312,37 @@ Result<DecodedImage> DecodeWithOpenCV(const std::string& path, const std::vector
       case CV_8U: img.source_type = SourceType::kUInt8; break;
       case CV_16U: img.source_type = SourceType::kUInt16; break;
       case CV_32F: img.source_type = SourceType::kFloat32; break;
-      case CV_8S: img.source_type = SourceType::kInt8; raw.convertTo(raw, CV_32F); break;
-      case CV_16S: img.source_type = SourceType::kInt16; raw.convertTo(raw, CV_32F); break;
-      case CV_32S: img.source_type = SourceType::kInt32; raw.convertTo(raw, CV_32F); break;
-      case CV_64F: img.source_type = SourceType::kFloat64; raw.convertTo(raw, CV_32F); break;
+      case CV_8S:
+        img.source_type = SourceType::kInt8;
+        raw.convertTo(raw, CV_32F);
+        break;
+      case CV_16S:
+        img.source_type = SourceType::kInt16;
+        raw.convertTo(raw, CV_32F);
+        break;
+      case CV_32S:
+        img.source_type = SourceType::kInt32;
+        raw.convertTo(raw, CV_32F);
+        break;
+      case CV_64F:
+        img.source_type = SourceType::kFloat64;
+        raw.convertTo(raw, CV_32F);
+        break;
       default: return Status::Unsupported("decoding '" + path + "': unsupported pixel depth");
     }
     switch (raw.channels()) {
-      case 1: img.pixels = raw; img.channel_names = "Y"; break;
-      case 3: cv::cvtColor(raw, img.pixels, cv::COLOR_BGR2RGB); img.channel_names = "R,G,B"; break;
-      case 4: cv::cvtColor(raw, img.pixels, cv::COLOR_BGRA2RGBA); img.channel_names = "R,G,B,A"; break;
+      case 1:
+        img.pixels = raw;
+        img.channel_names = "Y";
+        break;
+      case 3:
+        cv::cvtColor(raw, img.pixels, cv::COLOR_BGR2RGB);
+        img.channel_names = "R,G,B";
+        break;
+      case 4:
+        cv::cvtColor(raw, img.pixels, cv::COLOR_BGRA2RGBA);
+        img.channel_names = "R,G,B,A";
+        break;
       default:
         return Status::Unsupported("decoding '" + path + "': " + std::to_string(raw.channels()) +
                                    " channels (supported: 1, 3, 4)");
@@ -431,9 +453,7 @@ void ToCHWFloat(const DecodedImage& image, const Normalization& norm, float* dst
 void ToCHW(const DecodedImage& image, const Normalization& norm, DType dtype, void* dst) {
   const int depth = image.pixels.depth();
   switch (dtype) {
-    case DType::kUInt8:
-      DeinterleaveRaw<uint8_t>(image, static_cast<uint8_t*>(dst));
-      return;
+    case DType::kUInt8: DeinterleaveRaw<uint8_t>(image, static_cast<uint8_t*>(dst)); return;
     case DType::kUInt16:
       if (depth == CV_8U) DeinterleaveRaw<uint8_t>(image, static_cast<uint16_t*>(dst));
       else DeinterleaveRaw<uint16_t>(image, static_cast<uint16_t*>(dst));
@@ -452,9 +472,7 @@ void ToCHW(const DecodedImage& image, const Normalization& norm, DType dtype, vo
       for (size_t i = 0; i < n; ++i) out[i] = ToFloat16(tmp[i]);
       return;
     }
-    default:
-      ToCHWFloat(image, norm, static_cast<float*>(dst));
-      return;
+    default: ToCHWFloat(image, norm, static_cast<float*>(dst)); return;
   }
 }
 

@@ -22,7 +22,7 @@
 namespace patchstore {
 
 struct DecodedImage {
-  cv::Mat pixels;             // H x W, C channels: CV_8U, CV_16U or CV_32F
+  cv::Mat pixels;  // H x W, C channels: CV_8U, CV_16U or CV_32F
   SourceType source_type = SourceType::kUnknown;
   std::string format;         // "png", "jpeg", "tiff", "exr", ...
   std::string channel_names;  // "R,G,B", "Y", "Z", ...

@@ -40,7 +40,8 @@ bool SendMessage(int fd, const std::string& m) {
 int ReadAll(int fd, void* data, size_t n, std::chrono::steady_clock::time_point deadline) {
   auto* p = static_cast<char*>(data);
   while (n > 0) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
+                                                                            std::chrono::steady_clock::now());
     if (left.count() <= 0) return -1;
     pollfd pfd{fd, POLLIN, 0};
     int pr = ::poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left.count(), 1000)));
@@ -251,10 +252,8 @@ Result<DecodedImage> DecodePool::Decode(int slot_index, const std::string& path,
       ::waitpid(s.pid, &status, 0);
       s.pid = -1;
       Kill(&s);
-      if (WIFSIGNALED(status))
-        why = std::string("the decoder crashed (") + strsignal(WTERMSIG(status)) + ")";
-      else
-        why = "the decoder exited unexpectedly";
+      if (WIFSIGNALED(status)) why = std::string("the decoder crashed (") + strsignal(WTERMSIG(status)) + ")";
+      else why = "the decoder exited unexpectedly";
     }
     return Status::Corruption("decoding '" + path + "': " + why);
   }

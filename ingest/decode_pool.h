@@ -24,10 +24,10 @@
 namespace patchstore {
 
 struct DecodePoolOptions {
-  int slots = 1;                // child processes (one per decoder thread)
+  int slots = 1;  // child processes (one per decoder thread)
   uint64_t max_pixels = uint64_t{1} << 28;
-  double timeout_s = 60;        // per file
-  uint64_t memory_limit = 0;    // bytes of new data memory per child; 0 = 4 x max_pixels x 4 + 1 GiB
+  double timeout_s = 60;      // per file
+  uint64_t memory_limit = 0;  // bytes of new data memory per child; 0 = 4 x max_pixels x 4 + 1 GiB
 };
 
 class DecodePool {

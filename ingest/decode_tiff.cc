@@ -142,12 +142,11 @@ Result<DecodedImage> DecodeTiff(const std::string& path, const std::vector<uint8
   TIFFOpenOptionsSetErrorHandlerExtR(opts.get(), OnError, &messages);
   TIFFOpenOptionsSetWarningHandlerExtR(opts.get(), OnWarning, nullptr);
   // No single allocation of libtiff may exceed what the image itself may take.
-  TIFFOpenOptionsSetMaxSingleMemAlloc(opts.get(),
-                                      static_cast<tmsize_t>(std::min<uint64_t>(max_pixels * 8 + (1 << 20), 1ull << 40)));
-  std::unique_ptr<TIFF, void (*)(TIFF*)> tif(
-      TIFFClientOpenExt(path.c_str(), "rm", &mem, ReadProc, WriteProc, SeekProc, CloseProc, SizeProc, MapProc,
-                        UnmapProc, opts.get()),
-      TIFFClose);
+  TIFFOpenOptionsSetMaxSingleMemAlloc(opts.get(), static_cast<tmsize_t>(
+                                                      std::min<uint64_t>(max_pixels * 8 + (1 << 20), 1ull << 40)));
+  std::unique_ptr<TIFF, void (*)(TIFF*)> tif(TIFFClientOpenExt(path.c_str(), "rm", &mem, ReadProc, WriteProc, SeekProc,
+                                                               CloseProc, SizeProc, MapProc, UnmapProc, opts.get()),
+                                             TIFFClose);
   auto fail = [&](const std::string& why) {
     return Status::Corruption(what + ": " + why +
                               (messages.first_error.empty() ? "" : " (libtiff: " + messages.first_error + ")"));
@@ -178,16 +177,17 @@ Result<DecodedImage> DecodeTiff(const std::string& path, const std::vector<uint8
   uint16_t spp = 1, bps = 1, format = SAMPLEFORMAT_UINT, photometric = 0, planar = PLANARCONFIG_CONTIG;
   if (!TIFFGetField(tif.get(), TIFFTAG_IMAGEWIDTH, &width) || !TIFFGetField(tif.get(), TIFFTAG_IMAGELENGTH, &height))
     return fail("no ImageWidth/ImageLength");
-  if (width == 0 || height == 0) return fail("empty image (" + std::to_string(width) + "x" + std::to_string(height) + ")");
+  if (width == 0 || height == 0)
+    return fail("empty image (" + std::to_string(width) + "x" + std::to_string(height) + ")");
   TIFFGetFieldDefaulted(tif.get(), TIFFTAG_SAMPLESPERPIXEL, &spp);
   TIFFGetFieldDefaulted(tif.get(), TIFFTAG_BITSPERSAMPLE, &bps);
   TIFFGetFieldDefaulted(tif.get(), TIFFTAG_SAMPLEFORMAT, &format);
   TIFFGetFieldDefaulted(tif.get(), TIFFTAG_PLANARCONFIG, &planar);
   TIFFGetFieldDefaulted(tif.get(), TIFFTAG_IMAGEDEPTH, &depth);
   if (!TIFFGetField(tif.get(), TIFFTAG_PHOTOMETRIC, &photometric))
-    return Status::Unsupported(what + ": no PhotometricInterpretation (tag 262): the meaning of the samples is unknown");
-  if (depth > 1)
-    return refuse("ImageDepth (tag 32997)", std::to_string(depth), "volumetric TIFFs are not read");
+    return Status::Unsupported(what +
+                               ": no PhotometricInterpretation (tag 262): the meaning of the samples is unknown");
+  if (depth > 1) return refuse("ImageDepth (tag 32997)", std::to_string(depth), "volumetric TIFFs are not read");
   if (spp == 0) return fail("SamplesPerPixel (tag 277) is 0");
   if (planar != PLANARCONFIG_CONTIG && planar != PLANARCONFIG_SEPARATE)
     return refuse("PlanarConfiguration (tag 284)", std::to_string(planar), "not 1 (contiguous) or 2 (separate)");
@@ -195,14 +195,20 @@ Result<DecodedImage> DecodeTiff(const std::string& path, const std::vector<uint8
   // Sample type: what the record's source type and the decoded matrix are.
   SourceType source = SourceType::kUnknown;
   if (format == SAMPLEFORMAT_UINT || format == SAMPLEFORMAT_VOID) {
-    source = bps == 8 ? SourceType::kUInt8 : bps == 16 ? SourceType::kUInt16 : bps == 32 ? SourceType::kUInt32
-                                                                                          : SourceType::kUnknown;
+    source = bps == 8    ? SourceType::kUInt8
+             : bps == 16 ? SourceType::kUInt16
+             : bps == 32 ? SourceType::kUInt32
+                         : SourceType::kUnknown;
   } else if (format == SAMPLEFORMAT_INT) {
-    source = bps == 8 ? SourceType::kInt8 : bps == 16 ? SourceType::kInt16 : bps == 32 ? SourceType::kInt32
-                                                                                      : SourceType::kUnknown;
+    source = bps == 8    ? SourceType::kInt8
+             : bps == 16 ? SourceType::kInt16
+             : bps == 32 ? SourceType::kInt32
+                         : SourceType::kUnknown;
   } else if (format == SAMPLEFORMAT_IEEEFP) {
-    source = bps == 16 ? SourceType::kFloat16 : bps == 32 ? SourceType::kFloat32 : bps == 64 ? SourceType::kFloat64
-                                                                                             : SourceType::kUnknown;
+    source = bps == 16   ? SourceType::kFloat16
+             : bps == 32 ? SourceType::kFloat32
+             : bps == 64 ? SourceType::kFloat64
+                         : SourceType::kUnknown;
   } else {
     return refuse("SampleFormat (tag 339)", std::to_string(format),
                   "only unsigned (1), signed (2) integer and IEEE float (3) samples are read (complex ones are not)");
@@ -314,7 +320,8 @@ Result<DecodedImage> DecodeTiff(const std::string& path, const std::vector<uint8
     if (TIFFNumberOfStrips(tif.get()) < strips_per_plane * planes) return fail("fewer strips than the image needs");
     const tmsize_t strip_bytes = TIFFStripSize(tif.get());
     const size_t row_bytes = W * chunk_spp * es;
-    if (strip_bytes <= 0 || static_cast<uint64_t>(strip_bytes) < uint64_t{rps} * row_bytes) return fail("bad strip size");
+    if (strip_bytes <= 0 || static_cast<uint64_t>(strip_bytes) < uint64_t{rps} * row_bytes)
+      return fail("bad strip size");
     std::vector<uint8_t> buf(static_cast<size_t>(strip_bytes));
     for (size_t p = 0; p < planes; ++p)
       for (size_t s = 0; s < strips_per_plane; ++s) {

@@ -83,8 +83,7 @@ DType RecordDType(FieldEncoding e, SourceType source, const Normalization& norm)
 
 Result<uint16_t> ParseLayout(const std::string& layout, uint32_t tile_size) {
   if (layout == "rows") return uint16_t{0};
-  if (layout != "tiles")
-    return Status::InvalidArgument("ingest: --layout must be rows or tiles, got '" + layout + "'");
+  if (layout != "tiles") return Status::InvalidArgument("ingest: --layout must be rows or tiles, got '" + layout + "'");
   if (tile_size == 0) tile_size = kDefaultTileSize;
   if (!ValidTileSize(tile_size))
     return Status::InvalidArgument("ingest: --tile-size must be a multiple of 8 in " + std::to_string(kMinTileSize) +
@@ -122,7 +121,7 @@ Float16 ToFloat16(float v) {
       h.bits = sign;
       return h;
     }
-    mant |= 0x800000u;  // implicit bit
+    mant |= 0x800000u;         // implicit bit
     const int shift = 14 - e;  // 14..24
     const uint32_t half = 1u << (shift - 1);
     uint32_t m = mant >> shift;
@@ -176,7 +175,8 @@ Status CheckResumeEncoding(const StoreMeta& meta, const std::string& store, cons
       return Status::InvalidArgument(
           "ingest into '" + store + "': field '" + f.name + "' is stored as " + DTypeName(f.dtype) +
           " but this ingest's --encoding (" + FieldEncodingName(e) + " for '" + f.name + "') would store it as " +
-          DTypeName(want) + "; a store keeps the encoding of its first ingest: resume with the same --encoding "
+          DTypeName(want) +
+          "; a store keeps the encoding of its first ingest: resume with the same --encoding "
           "or ingest into a new store");
   }
   return Status::OK();

@@ -91,7 +91,6 @@ bool AllZeroAfterNorm(const RecordHeader& header, const void* payload);
 // and `tile` would write for it (its recorded source type and norm). An
 // InvalidArgument that names the store, the field, both settings and what to
 // do; OK for a new store.
-Status CheckResumeEncoding(const StoreMeta& meta, const std::string& store, const EncodingPlan& plan,
-                           uint16_t tile);
+Status CheckResumeEncoding(const StoreMeta& meta, const std::string& store, const EncodingPlan& plan, uint16_t tile);
 
 }  // namespace patchstore

@@ -51,8 +51,7 @@ std::string SafeRelativePath(const std::string& id) {
     }
     if (enc.size() > 200) {
       char buf[20];
-      std::snprintf(buf, sizeof buf, "~%016llx",
-                    static_cast<unsigned long long>(Checksum64(part.data(), part.size())));
+      std::snprintf(buf, sizeof buf, "~%016llx", static_cast<unsigned long long>(Checksum64(part.data(), part.size())));
       enc = enc.substr(0, 180) + buf;
     }
     out += (out.empty() ? "" : "/") + enc;
@@ -209,8 +208,9 @@ Status ExportExr(const TensorView& v, const std::string& channel_names, const st
     Imf::FrameBuffer fb;
     const int64_t plane = static_cast<int64_t>(H) * W;
     for (int c = 0; c < C; ++c)
-      fb.insert(names[c], Imf::Slice(Imf::FLOAT, reinterpret_cast<char*>(const_cast<float*>(v.data_as<float>() + c * plane)),
-                                     sizeof(float), sizeof(float) * W));
+      fb.insert(names[c],
+                Imf::Slice(Imf::FLOAT, reinterpret_cast<char*>(const_cast<float*>(v.data_as<float>() + c * plane)),
+                           sizeof(float), sizeof(float) * W));
     file.setFrameBuffer(fb);
     file.writePixels(H);
   } catch (const std::exception& e) {
@@ -263,8 +263,8 @@ Status ExportVolumePng(const TensorView& v, const ExportOptions& o, const fs::pa
       for (int64_t y = 0; y < H; ++y)
         for (int64_t x = 0; x < W; ++x)
           if (!std::isfinite(plane[y * W + x]))
-            img.at<cv::Vec3b>(static_cast<int>(y), static_cast<int>(x)) =
-                cv::Vec3b(kNonFiniteRgb[2], kNonFiniteRgb[1], kNonFiniteRgb[0]);
+            img.at<cv::Vec3b>(static_cast<int>(y), static_cast<int>(x)) = cv::Vec3b(kNonFiniteRgb[2], kNonFiniteRgb[1],
+                                                                                    kNonFiniteRgb[0]);
     }
     char name[32];
     std::snprintf(name, sizeof name, "%04lld.png", static_cast<long long>(s));
@@ -346,8 +346,8 @@ Result<ExportSummary> Export(const ExportOptions& o) {
             warned[f] = true;
             summary.warnings.push_back(
                 "field '" + reader->field(f).name + "' is stored normalised (" + reader->field(f).norm.ToString() +
-                "; '" + std::string(reader->id(s)) + "' holds " + G(vlo) + ".." + G(vhi) +
-                ") but --window " + G(o.window_lo) + "," + G(o.window_hi) +
+                "; '" + std::string(reader->id(s)) + "' holds " + G(vlo) + ".." + G(vhi) + ") but --window " +
+                G(o.window_lo) + "," + G(o.window_hi) +
                 " is in stored units, so the slices come out nearly flat: give the window in stored units or "
                 "--window auto");
           }

@@ -100,8 +100,7 @@ Result<Hid> EnsureGroup(hid_t file, const std::string& path, const std::string& 
     htri_t exists = H5Lexists(file, prefix.c_str(), H5P_DEFAULT);
     hid_t id = exists > 0 ? H5Gopen2(file, prefix.c_str(), H5P_DEFAULT)
                           : H5Gcreate2(file, prefix.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    if (id < 0)
-      return Status::IOError("creating group '" + prefix + "' in '" + file_path + "': " + TakeErrorStack());
+    if (id < 0) return Status::IOError("creating group '" + prefix + "' in '" + file_path + "': " + TakeErrorStack());
     g = Hid(id, H5Gclose);
   }
   return g;

@@ -100,8 +100,7 @@ Result<NumericType> MapNumericType(hid_t file_type) {
         t.mem = is_signed ? NumericType::Mem::kInt64 : NumericType::Mem::kUInt64;
         native = is_signed ? H5T_NATIVE_INT64 : H5T_NATIVE_UINT64;
         break;
-      default:
-        return Status::Unsupported("type: " + std::to_string(size * 8) + "-bit integers are not supported");
+      default: return Status::Unsupported("type: " + std::to_string(size * 8) + "-bit integers are not supported");
     }
     t.mem_size = size;
     t.describe = std::string(is_signed ? "int" : "uint") + std::to_string(size * 8);

@@ -4,13 +4,13 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cerrno>
-#include <array>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -21,8 +21,8 @@
 #include "ingest/checks.h"
 #include "ingest/encoding.h"
 #include "ingest/hdf5_internal.h"
-#include "patchstore/ingest/ingest_hdf5.h"
 #include "ingest/projection.h"
+#include "patchstore/ingest/ingest_hdf5.h"
 #include "patchstore/reader/reader.h"
 #include "patchstore/store/store.h"
 
@@ -87,7 +87,8 @@ std::vector<std::string> VirtualSourceCandidates(const std::string& vds_file, co
   const fs::path p(name);
   const std::string rel = p.is_absolute() ? p.filename().string() : name;
   if (p.is_absolute()) out.push_back(name);
-  if (const char* prefix = std::getenv("HDF5_VDS_PREFIX"); prefix && *prefix) out.push_back((fs::path(prefix) / rel).string());
+  if (const char* prefix = std::getenv("HDF5_VDS_PREFIX"); prefix && *prefix)
+    out.push_back((fs::path(prefix) / rel).string());
   out.push_back((fs::path(vds_file).parent_path() / rel).string());
   if (!p.is_absolute()) out.push_back(name);
   return out;
@@ -129,8 +130,10 @@ Status CheckVirtualSources(hid_t ds, const std::string& what, std::set<ObjectKey
     if (H5Pget_virtual_count(dcpl.get(), &count) < 0)
       return Status::Corruption("reading " + what + ": " + TakeErrorStack());
     for (size_t i = 0; i < count; ++i) {
-      const std::string file = StringFrom([&](char* b, size_t n) { return H5Pget_virtual_filename(dcpl.get(), i, b, n); });
-      const std::string dset = StringFrom([&](char* b, size_t n) { return H5Pget_virtual_dsetname(dcpl.get(), i, b, n); });
+      const std::string file = StringFrom(
+          [&](char* b, size_t n) { return H5Pget_virtual_filename(dcpl.get(), i, b, n); });
+      const std::string dset = StringFrom(
+          [&](char* b, size_t n) { return H5Pget_virtual_dsetname(dcpl.get(), i, b, n); });
       const std::string mapping = "virtual source " + std::to_string(i) + " ('" + file + "':'" + dset + "')";
       if (file.find('%') != std::string::npos || dset.find('%') != std::string::npos)
         return Status::Unsupported("reading " + what + ": " + mapping +
@@ -151,7 +154,8 @@ Status CheckVirtualSources(hid_t ds, const std::string& what, std::set<ObjectKey
           }
         }
         if (found.empty())
-          return Status::NotFound("reading " + what + ": " + mapping + ": the source file is missing (HDF5 would "
+          return Status::NotFound("reading " + what + ": " + mapping +
+                                  ": the source file is missing (HDF5 would "
                                   "read fill values in its place); refused");
         src_file = Hid(H5Fopen(found.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
         if (!src_file.valid())
@@ -160,11 +164,11 @@ Status CheckVirtualSources(hid_t ds, const std::string& what, std::set<ObjectKey
       }
       if (!src_file.valid()) return Status::Corruption("reading " + what + ": " + TakeErrorStack());
       if (!LinkPathExists(src_file.get(), dset))
-        return Status::NotFound("reading " + what + ": " + mapping + ": the source dataset is missing (HDF5 would "
+        return Status::NotFound("reading " + what + ": " + mapping +
+                                ": the source dataset is missing (HDF5 would "
                                 "read fill values in its place); refused");
       Hid src(H5Dopen2(src_file.get(), dset.c_str(), H5P_DEFAULT), H5Dclose);
-      if (!src.valid())
-        return Status::Corruption("reading " + what + ": " + mapping + ": " + TakeErrorStack());
+      if (!src.valid()) return Status::Corruption("reading " + what + ": " + mapping + ": " + TakeErrorStack());
       PS_RETURN_IF_ERROR(CheckVirtualSources(src.get(), what, chain, depth + 1));
     }
   }
@@ -196,7 +200,7 @@ struct DatasetInfo {
 // One volume to ingest (or the failure found while listing it).
 struct Item {
   size_t file = 0;
-  std::string name;  // dataset name (file stem for a per-patient file); empty for a file-level failure
+  std::string name;           // dataset name (file stem for a per-patient file); empty for a file-level failure
   bool patient_file = false;  // the --group paths name this file's datasets (one file, one volume)
   std::string id;
   Status status;
@@ -204,7 +208,7 @@ struct Item {
   std::vector<DatasetInfo> fields;  // one per group
   std::vector<Normalization> norms;
   std::vector<DType> dtypes;  // record dtype per field (RecordDType)
-  uint64_t bytes = 0;  // record payload of all fields
+  uint64_t bytes = 0;         // record payload of all fields
 };
 
 class Hdf5Ingest {
@@ -317,8 +321,10 @@ Status Hdf5Ingest::ParseOptions() {
       while (!g.field.empty() && g.field.back() == '/') g.field.pop_back();
     }
     if (!g.path.empty() && g.field.empty() && eq == std::string::npos)  // "/" or "//": nothing to name a field by
-      return Status::InvalidArgument("ingest: --group '" + spec + "' is the root group, which gives no field name; "
-                                     "name the field: --group " + spec + "=FIELD");
+      return Status::InvalidArgument("ingest: --group '" + spec +
+                                     "' is the root group, which gives no field name; "
+                                     "name the field: --group " +
+                                     spec + "=FIELD");
     if (g.path.empty() || g.field.empty())
       return Status::InvalidArgument("ingest: --group takes PATH or PATH=FIELD, got '" + spec + "'");
     for (const GroupSpec& h : groups_)
@@ -381,7 +387,9 @@ Result<Hid> Hdf5Ingest::OpenFile(size_t file) {
   if (S_ISDIR(st.st_mode)) return Status::InvalidArgument("opening HDF5 file '" + path + "': is a directory");
   if (!S_ISREG(st.st_mode))  // a FIFO would block H5Fopen forever
     return Status::InvalidArgument("opening HDF5 file '" + path + "': it is " +
-                                   (S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISSOCK(st.st_mode) ? "a socket" : "a device") +
+                                   (S_ISFIFO(st.st_mode)   ? "a FIFO"
+                                    : S_ISSOCK(st.st_mode) ? "a socket"
+                                                           : "a device") +
                                    ", not a regular file");
   Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
 #if H5_VERSION_GE(1, 10, 7)
@@ -520,7 +528,8 @@ DatasetInfo Hdf5Ingest::Inspect(hid_t ds, const std::string& what) {
   }
   H5Sget_simple_extent_dims(space.get(), info.dims.data(), nullptr);
   for (hsize_t d : info.dims)
-    if (d == 0) return fail(Status::InvalidArgument("reading " + what + ": empty (shape " + ShapeString(info.dims) + ")"));
+    if (d == 0)
+      return fail(Status::InvalidArgument("reading " + what + ": empty (shape " + ShapeString(info.dims) + ")"));
   Hid type(H5Dget_type(ds), H5Tclose);
   if (!type.valid()) return fail(Status::Corruption("reading " + what + ": " + TakeErrorStack()));
   auto nt = hdf5::MapNumericType(type.get());
@@ -612,10 +621,9 @@ void Hdf5Ingest::ScanFile(size_t file, std::vector<Item>* items) {
   }
   if (group_paths.empty()) return ScanPatientFile(file, objects, items);
   if (!dataset_paths.empty())
-    return file_failure(Status::InvalidArgument("reading '" + o_.files[file] + "': --group " + group_paths +
-                                                " name groups but " + dataset_paths +
-                                                " name datasets; a file is either layout, not both. " +
-                                                DescribeRoot(fh->get())));
+    return file_failure(Status::InvalidArgument(
+        "reading '" + o_.files[file] + "': --group " + group_paths + " name groups but " + dataset_paths +
+        " name datasets; a file is either layout, not both. " + DescribeRoot(fh->get())));
   std::vector<std::map<std::string, DatasetInfo>> found(groups_.size());
   for (size_t g = 0; g < groups_.size(); ++g) {
     const Hid* gh = &objects[g];
@@ -653,8 +661,7 @@ void Hdf5Ingest::ScanFile(size_t file, std::vector<Item>* items) {
                                             "'; refused (pass --allow-external to follow external links)");
         else if (l.type == H5L_TYPE_SOFT)
           info.status = Status::NotFound("reading " + what + ": a soft link to nothing (" + cause + ")");
-        else
-          info.status = Status::Corruption("reading " + what + ": " + cause);
+        else info.status = Status::Corruption("reading " + what + ": " + cause);
         found[g][l.name] = info;
         continue;
       }
@@ -752,13 +759,12 @@ Status Hdf5Ingest::ResolveNorms(Item* item) {
     const double maxval = SourceMaxValue(src);
     const std::string base = spec.substr(0, spec.find('+'));
     if ((base == "unit" || base == "symmetric") && maxval == 0)
-      return Status::InvalidArgument("reading " + Describe(*item, g) + ": normalisation '" +
-                                     base + "' of field '" + field + "' needs a uint8 or uint16 source, not " +
-                                     item->fields[g].type_name + " (use affine:SCALE,OFFSET)");
+      return Status::InvalidArgument("reading " + Describe(*item, g) + ": normalisation '" + base + "' of field '" +
+                                     field + "' needs a uint8 or uint16 source, not " + item->fields[g].type_name +
+                                     " (use affine:SCALE,OFFSET)");
     auto n = ParseNormalization(spec, maxval);
     Status fits = n.ok() ? CheckNormalizationFor(*n, src, spec) : n.status();
-    if (!fits.ok())
-      return fits.WithContext("reading " + Describe(*item, g) + " for field '" + field + "'");
+    if (!fits.ok()) return fits.WithContext("reading " + Describe(*item, g) + " for field '" + field + "'");
     item->norms.push_back(*n);
   }
   return Status::OK();
@@ -770,8 +776,7 @@ Status Hdf5Ingest::ResolveNorms(Item* item) {
 // Writes a slab of `ns` slices into dst (ns, H, W). The source element of
 // (slice k, row h, column w) is src[k*sk + h*sh + w*sw].
 template <typename T, typename F, typename Out>
-void ScatterSlab(const T* src, int64_t ns, int64_t H, int64_t W, int64_t sk, int64_t sh, int64_t sw, F conv,
-                 Out* dst) {
+void ScatterSlab(const T* src, int64_t ns, int64_t H, int64_t W, int64_t sk, int64_t sh, int64_t sw, F conv, Out* dst) {
   if (sw == 1) {
     for (int64_t k = 0; k < ns; ++k)
       for (int64_t h = 0; h < H; ++h) {
@@ -807,10 +812,11 @@ void ConvertSlab(const void* src, int64_t ns, int64_t H, int64_t W, int64_t sk, 
   switch (dtype) {
     case DType::kFloat16:
       if (identity)
-        ScatterSlab(s, ns, H, W, sk, sh, sw, [&](T x) { return ToFloat16(plain(x)); }, static_cast<Float16*>(dst));
+        ScatterSlab(
+            s, ns, H, W, sk, sh, sw, [&](T x) { return ToFloat16(plain(x)); }, static_cast<Float16*>(dst));
       else
-        ScatterSlab(s, ns, H, W, sk, sh, sw, [&](T x) { return ToFloat16(normalised(x)); },
-                    static_cast<Float16*>(dst));
+        ScatterSlab(
+            s, ns, H, W, sk, sh, sw, [&](T x) { return ToFloat16(normalised(x)); }, static_cast<Float16*>(dst));
       return;
     case DType::kUInt8:
     case DType::kUInt16:
@@ -818,12 +824,14 @@ void ConvertSlab(const void* src, int64_t ns, int64_t H, int64_t W, int64_t sk, 
       if constexpr (std::is_integral_v<T> && sizeof(T) <= 2) {
         // RecordDType chose a type that holds every value of T.
         if (dtype == DType::kUInt8)
-          ScatterSlab(s, ns, H, W, sk, sh, sw, [](T x) { return static_cast<uint8_t>(x); }, static_cast<uint8_t*>(dst));
+          ScatterSlab(
+              s, ns, H, W, sk, sh, sw, [](T x) { return static_cast<uint8_t>(x); }, static_cast<uint8_t*>(dst));
         else if (dtype == DType::kUInt16)
-          ScatterSlab(s, ns, H, W, sk, sh, sw, [](T x) { return static_cast<uint16_t>(x); },
-                      static_cast<uint16_t*>(dst));
+          ScatterSlab(
+              s, ns, H, W, sk, sh, sw, [](T x) { return static_cast<uint16_t>(x); }, static_cast<uint16_t*>(dst));
         else
-          ScatterSlab(s, ns, H, W, sk, sh, sw, [](T x) { return static_cast<int16_t>(x); }, static_cast<int16_t*>(dst));
+          ScatterSlab(
+              s, ns, H, W, sk, sh, sw, [](T x) { return static_cast<int16_t>(x); }, static_cast<int16_t*>(dst));
       }
       return;
     default:
@@ -860,8 +868,7 @@ Status Hdf5Ingest::ReadVolume(const VolumeSource& v, void* dst) {
       slab_.shrink_to_fit();
       slab_.resize((bytes + 7) / 8);
     }
-    if (H5Dread(v.dataset.get(), v.type.memtype.get(), memspace.get(), filespace.get(), H5P_DEFAULT, slab_.data()) <
-        0)
+    if (H5Dread(v.dataset.get(), v.type.memtype.get(), memspace.get(), filespace.get(), H5P_DEFAULT, slab_.data()) < 0)
       return Status::Corruption("reading slices [" + std::to_string(s0) + ", " + std::to_string(s0 + ns) + ") of " +
                                 v.describe + ": " + TakeErrorStack());
     // Element strides of the slab (C order over `count`).
@@ -1015,8 +1022,7 @@ Result<IngestSummary> Hdf5Ingest::Run() {
 
   // 1. List every file (metadata only).
   for (size_t f = 0; f < o_.files.size(); ++f) ScanFile(f, &items_);
-  if (items_.empty())
-    return Status::NotFound("ingest: no dataset found in the given groups of the given files");
+  if (items_.empty()) return Status::NotFound("ingest: no dataset found in the given groups of the given files");
   {
     std::map<std::string, size_t> seen;
     std::vector<std::string> clashes;  // ids two files give (--ids name, or per-patient stems)
@@ -1071,8 +1077,8 @@ Result<IngestSummary> Hdf5Ingest::Run() {
   WriterOptions wo;
   wo.kind = "volumes";
   wo.durable = o_.durable;
-  wo.initial_map_size = std::max<uint64_t>(uint64_t{1} << 30, (ec ? 0 : existing) + estimate + estimate / 8 +
-                                                                  (uint64_t{64} << 20));
+  wo.initial_map_size = std::max<uint64_t>(uint64_t{1} << 30,
+                                           (ec ? 0 : existing) + estimate + estimate / 8 + (uint64_t{64} << 20));
   PS_ASSIGN_OR_RETURN(writer_, Writer::Open(o_.store, wo));
   StoreMeta& meta = writer_->mutable_meta();
   PS_RETURN_IF_ERROR(CheckShard(&meta, o_.store, o_.shard_index, o_.shard_count));
@@ -1094,7 +1100,9 @@ Result<IngestSummary> Hdf5Ingest::Run() {
     auto n = o_.norm.find(g.field);
     const bool mask = std::find(o_.mask_fields.begin(), o_.mask_fields.end(), g.field) != o_.mask_fields.end();
     PS_RETURN_IF_ERROR(CheckResumeSetting(&meta, o_.store, "norm." + g.field,
-                                          n != o_.norm.end() ? n->second : mask ? "default (mask: binary)" : "default",
+                                          n != o_.norm.end() ? n->second
+                                          : mask             ? "default (mask: binary)"
+                                                             : "default",
                                           "--norm of field '" + g.field + "'"));
   }
   // ... and store each field in the same dtype.
@@ -1210,8 +1218,7 @@ Result<IngestSummary> Hdf5Ingest::Run() {
                              std::find(o_.mask_fields.begin(), o_.mask_fields.end(), groups_[g].field) !=
                                  o_.mask_fields.end();
       const uint64_t elements = item.shw[0] * item.shw[1] * item.shw[2];
-      const std::string what = "volume '" + item.id + "': field '" + groups_[g].field + "' (" +
-                               Describe(item, g) + ")";
+      const std::string what = "volume '" + item.id + "': field '" + groups_[g].field + "' (" + Describe(item, g) + ")";
       RecordHeader hdr = r.header;  // for the all-zero check: the payload as readers see it
       hdr.payload_bytes = elements * DTypeSize(hdr.dtype);
       r.fill = [this, src, state, last, bytes, mask_like, hdr, what](void* dst) -> Status {
@@ -1308,7 +1315,8 @@ void Hdf5Ingest::CheckSliceAxis() {
     return std::pair<uint64_t, uint64_t>(d[o[0]], d[o[1]]);
   };
   auto aspect = [](std::pair<uint64_t, uint64_t> p) {
-    return static_cast<double>(std::max(p.first, p.second)) / static_cast<double>(std::max<uint64_t>(1, std::min(p.first, p.second)));
+    return static_cast<double>(std::max(p.first, p.second)) /
+           static_cast<double>(std::max<uint64_t>(1, std::min(p.first, p.second)));
   };
   size_t count = 0;
   std::string example;
@@ -1330,8 +1338,10 @@ void Hdf5Ingest::CheckSliceAxis() {
     }
   }
   if (count)
-    Warn(std::to_string(count) + " volume(s) have slices much thinner in one direction than another slice axis "
-         "would give (" + example + "): check the layout of the data ((S,H,W) datasets need --slice-axis 0)");
+    Warn(std::to_string(count) +
+         " volume(s) have slices much thinner in one direction than another slice axis "
+         "would give (" +
+         example + "): check the layout of the data ((S,H,W) datasets need --slice-axis 0)");
 }
 
 }  // namespace

@@ -4,12 +4,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <cmath>
-#include <cstring>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -17,9 +17,9 @@
 #include "ingest/decode.h"
 #include "ingest/decode_pool.h"
 #include "ingest/encoding.h"
-#include "patchstore/ingest/ingest.h"
 #include "ingest/projection.h"
 #include "ingest/sources.h"
+#include "patchstore/ingest/ingest.h"
 #include "patchstore/store/store.h"
 
 #include "ingest/checks.h"
@@ -29,9 +29,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double Seconds(Clock::time_point since) {
-  return std::chrono::duration<double>(Clock::now() - since).count();
-}
+double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
 
 // Reusable float buffers: a fresh page costs far more to fault in than to
 // fill, so decoded samples recycle their memory.
@@ -70,7 +68,7 @@ struct FieldPlan {
   bool is_mask = false;
   std::string norm_spec;  // "" = default for the source type
   FieldEncoding encoding = FieldEncoding::kFloat32;
-  uint16_t tile = 0;      // 0: rows
+  uint16_t tile = 0;  // 0: rows
 };
 
 struct DecodedField {
@@ -120,16 +118,17 @@ DecodedSample DecodeSample(const SampleSource& src, const std::vector<FieldPlan>
       out.failed_file = file.path;
       return out;
     }
-    for (const std::string& w : img->warnings) out.warnings.push_back("sample '" + src.id + "' field '" + plans[f].name + "': " + w);
+    for (const std::string& w : img->warnings)
+      out.warnings.push_back("sample '" + src.id + "' field '" + plans[f].name + "': " + w);
     if (H < 0) {
       H = img->height();
       W = img->width();
       first_path = file.path;
     } else if (img->height() != H || img->width() != W) {
-      out.status = Status::InvalidArgument(
-          "sample '" + src.id + "': fields differ in size: '" + first_path + "' is " + std::to_string(W) + "x" +
-          std::to_string(H) + " but '" + file.path + "' is " + std::to_string(img->width()) + "x" +
-          std::to_string(img->height()));
+      out.status = Status::InvalidArgument("sample '" + src.id + "': fields differ in size: '" + first_path + "' is " +
+                                           std::to_string(W) + "x" + std::to_string(H) + " but '" + file.path +
+                                           "' is " + std::to_string(img->width()) + "x" +
+                                           std::to_string(img->height()));
       out.failed_file = file.path;
       return out;
     }
@@ -148,8 +147,8 @@ DecodedSample DecodeSample(const SampleSource& src, const std::vector<FieldPlan>
     }
     auto norm = ResolveNorm(plans[f], img->source_type);
     if (!norm.ok()) {
-      out.status = norm.status().WithContext("sample '" + src.id + "' field '" + plans[f].name + "' ('" +
-                                             file.path + "')");
+      out.status = norm.status().WithContext("sample '" + src.id + "' field '" + plans[f].name + "' ('" + file.path +
+                                             "')");
       out.failed_file = file.path;
       return out;
     }
@@ -218,7 +217,8 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
   ::setenv("CV_IO_MAX_IMAGE_PIXELS", std::to_string(o.max_pixels).c_str(), 0);
   if (o.store.empty()) return Status::InvalidArgument("ingest: no store path given");
   if (o.threads < 0)
-    return Status::InvalidArgument("ingest: threads must be 0 (all cores) or positive, got " + std::to_string(o.threads));
+    return Status::InvalidArgument("ingest: threads must be 0 (all cores) or positive, got " +
+                                   std::to_string(o.threads));
   if (!(o.decode_timeout_s > 0) || !std::isfinite(o.decode_timeout_s))
     return Status::InvalidArgument("ingest: the decode timeout must be a positive number of seconds, got " +
                                    std::to_string(o.decode_timeout_s));
@@ -240,9 +240,10 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
     StoreMeta probe;
     PS_RETURN_IF_ERROR(CheckShard(&probe, o.store, o.shard_index, o.shard_count));
   }
-  auto input_ordinals =
-      InputOrdinals(list.samples, o.shard_count, [](const SampleSource& s) -> std::string_view { return s.id; });
-  KeepShard(&list.samples, o.shard_index, o.shard_count, [](const SampleSource& s) -> std::string_view { return s.id; });
+  auto input_ordinals = InputOrdinals(list.samples, o.shard_count,
+                                      [](const SampleSource& s) -> std::string_view { return s.id; });
+  KeepShard(&list.samples, o.shard_index, o.shard_count,
+            [](const SampleSource& s) -> std::string_view { return s.id; });
   PS_ASSIGN_OR_RETURN(const EncodingPlan encoding, ParseEncodings(o.encoding));
   PS_RETURN_IF_ERROR(CheckEncodingFields(encoding, list.fields));
   PS_ASSIGN_OR_RETURN(uint16_t tile, ParseLayout(o.layout, o.tile_size));
@@ -279,7 +280,8 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
   // A resumed ingest must normalise as the first one did.
   for (const FieldPlan& p : plans)
     PS_RETURN_IF_ERROR(CheckResumeSetting(&writer->mutable_meta(), o.store, "norm." + p.name,
-                                          p.norm_spec.empty() ? "default" : p.norm_spec, "--norm of field '" + p.name + "'"));
+                                          p.norm_spec.empty() ? "default" : p.norm_spec,
+                                          "--norm of field '" + p.name + "'"));
   if (o.skip_errors) PS_RETURN_IF_ERROR(CheckReportPath(report_path));
   // ... and store its records in the same dtypes and layout; `--layout
   // tiles` without --tile-size keeps the resumed store's tile edge.
@@ -420,9 +422,9 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
             d.status = Status::InvalidArgument(
                 "sample '" + src.id + "' ('" + f.path + "'): field '" + fm.name + "' is stored as " +
                 DTypeName(fm.dtype) + " (--encoding " + FieldEncodingName(encoding.For(fm.name)) + ", " +
-                SourceTypeName(fm.source_type) + " sources) but this file is " +
-                SourceTypeName(f.meta.source_type) + ", which needs " + DTypeName(f.meta.dtype) +
-                "; give the field one bit depth, or --encoding " + fm.name + "=float32");
+                SourceTypeName(fm.source_type) + " sources) but this file is " + SourceTypeName(f.meta.source_type) +
+                ", which needs " + DTypeName(f.meta.dtype) + "; give the field one bit depth, or --encoding " +
+                fm.name + "=float32");
           } else {
             d.status = idx.status().WithContext("sample '" + src.id + "' ('" + f.path + "')");
           }
@@ -537,8 +539,9 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
   }
   report_progress();
   summary.seconds = Seconds(start);
-  if (!failure.ok()) return failure.WithContext("ingest into '" + o.store + "' stopped after " +
-                                                std::to_string(summary.samples_written) + " new samples");
+  if (!failure.ok())
+    return failure.WithContext("ingest into '" + o.store + "' stopped after " +
+                               std::to_string(summary.samples_written) + " new samples");
   if (summary.samples_failed == 0 && !writer->meta().sealed) {
     PS_RETURN_IF_ERROR(writer->Seal(OrdinalLookup(input_ordinals)));
   } else if (summary.samples_failed == 0 && summary.samples_written == 0) {

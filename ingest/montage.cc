@@ -8,8 +8,8 @@
 #include <opencv2/imgproc.hpp>
 
 #include <algorithm>
-#include <cmath>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 
@@ -109,8 +109,9 @@ Result<Setup> MakeSampler(const MontageOptions& o) {
       for (int i = 0; i < s.reader->field_count(); ++i)
         if (s.reader->field(i).is_mask) masks += (masks.empty() ? "'" : ", '") + s.reader->field(i).name + "'";
       return Status::InvalidArgument("montage of '" + o.store + "': --overlay field '" + o.overlay +
-                                     "' is not a mask (" + (masks.empty() ? "the store has no mask field" :
-                                     "mask fields: " + masks) + "); ingest it with --mask " + o.overlay);
+                                     "' is not a mask (" +
+                                     (masks.empty() ? "the store has no mask field" : "mask fields: " + masks) +
+                                     "); ingest it with --mask " + o.overlay);
     }
     so.fields.push_back(o.overlay);
   }
@@ -154,18 +155,19 @@ Status CheckMontageSize(const MontageOptions& o, int64_t values_per_window) {
   const int64_t width = cols * (tile + gap) + gap, height = rows * (tile + gap) + gap;
   if (width * height > kMaxMontagePixels)
     return Status::InvalidArgument("montage: a sheet of " + std::to_string(n) + " tiles of " + std::to_string(tile) +
-                                   " px is " + std::to_string(width) + "x" + std::to_string(height) + " pixels, more "
-                                   "than the limit of " + std::to_string(kMaxMontagePixels) +
-                                   " (2^29); use a smaller --count or --tile");
+                                   " px is " + std::to_string(width) + "x" + std::to_string(height) +
+                                   " pixels, more "
+                                   "than the limit of " +
+                                   std::to_string(kMaxMontagePixels) + " (2^29); use a smaller --count or --tile");
   // The gathered windows, float32, before they are drawn.
   const double bytes = static_cast<double>(n) * static_cast<double>(values_per_window) * static_cast<double>(ph) *
                        static_cast<double>(pw) * 4.0;
   if (bytes > static_cast<double>(kMaxMontageWindowBytes))
-    return Status::InvalidArgument("montage: " + std::to_string(n) + " windows of " + std::to_string(ph) + "x" +
-                                   std::to_string(pw) + " (" + std::to_string(values_per_window) +
-                                   " channels) need " + std::to_string(static_cast<uint64_t>(bytes / (1 << 20))) +
-                                   " MiB of float32, more than the limit of " +
-                                   std::to_string(kMaxMontageWindowBytes >> 20) + " MiB; use a smaller --count or --patch");
+    return Status::InvalidArgument(
+        "montage: " + std::to_string(n) + " windows of " + std::to_string(ph) + "x" + std::to_string(pw) + " (" +
+        std::to_string(values_per_window) + " channels) need " +
+        std::to_string(static_cast<uint64_t>(bytes / (1 << 20))) + " MiB of float32, more than the limit of " +
+        std::to_string(kMaxMontageWindowBytes >> 20) + " MiB; use a smaller --count or --patch");
   return Status::OK();
 }
 
@@ -279,19 +281,18 @@ Result<Image8> DrawBoxes(const MontageOptions& o, const std::string& id) {
   PS_ASSIGN_OR_RETURN(std::vector<Window> wins, s.sampler->ServedWindowsOfSample(o.loader, o.epoch, sample));
   if (wins.size() > static_cast<size_t>(std::max(o.count, 0))) wins.resize(static_cast<size_t>(std::max(o.count, 0)));
   for (const Window& w : wins) {
-    cv::rectangle(frame, cv::Rect(static_cast<int>(w.x), static_cast<int>(w.y), static_cast<int>(s.sampler->width()),
-                                  static_cast<int>(s.sampler->height())),
+    cv::rectangle(frame,
+                  cv::Rect(static_cast<int>(w.x), static_cast<int>(w.y), static_cast<int>(s.sampler->width()),
+                           static_cast<int>(s.sampler->height())),
                   cv::Scalar(255, 255, 0), 2);
-    Label(&frame, "y" + std::to_string(w.y) + " x" + std::to_string(w.x), static_cast<int>(w.x),
-          static_cast<int>(w.y));
+    Label(&frame, "y" + std::to_string(w.y) + " x" + std::to_string(w.x), static_cast<int>(w.x), static_cast<int>(w.y));
   }
   Image8 img = FromMat(frame);
   img.windows = wins;
   if (!s.sampler->eligible(sample)) {
-    img.warnings.push_back(s.sampler->considered(sample)
-                               ? s.sampler->SkippedReport()
-                               : "'" + id + "' is not in the ids subset: the " + LoaderKindName(o.loader) +
-                                     " never serves it");
+    img.warnings.push_back(s.sampler->considered(sample) ? s.sampler->SkippedReport()
+                                                         : "'" + id + "' is not in the ids subset: the " +
+                                                               LoaderKindName(o.loader) + " never serves it");
   }
   return img;
 }

@@ -91,8 +91,8 @@ void StoreProjector::Add(const std::vector<ProjectedRecord>& records, uint64_t c
   // summary of 3 + 48 per field + checksum 8), and its entry in the sealed
   // index (lengths, id, summary).
   const uint64_t summary = 3 + 48 * records.size() + 8;
-  uint64_t sample = (kLmdbNodeOverhead + 8 + id_bytes + 8) * kLeafFill +
-                    (kLmdbNodeOverhead + 8 + summary) * kLeafFill + 8 + id_bytes + summary;
+  uint64_t sample = (kLmdbNodeOverhead + 8 + id_bytes + 8) * kLeafFill + (kLmdbNodeOverhead + 8 + summary) * kLeafFill +
+                    8 + id_bytes + summary;
   uint64_t advised = sample;
   for (const ProjectedRecord& r : records) {
     const RecordHeader& h = r.header;
@@ -156,8 +156,7 @@ StoreProjection StoreProjector::Finish(uint64_t ram_bytes) const {
   p.advice = advice + (advice.empty() ? half.substr(half.empty() ? 0 : 1) : half);
   p.advised_bytes = advised_bytes_ + kFixedPages * PageSize();
   m << ".\n" << what_ << ": stores read from disk are served best by " << (advice.empty() ? "" : advice);
-  if (!half.empty())
-    m << (advice.empty() ? half.substr(1) : half) << " (float16 where half precision is enough)";
+  if (!half.empty()) m << (advice.empty() ? half.substr(1) : half) << " (float16 where half precision is enough)";
   m << ": " << FormatBytes(static_cast<double>(p.advised_bytes)) << " with those flags";
   p.message = m.str();
   return p;

@@ -42,16 +42,16 @@ inline constexpr double kPageCacheShare = 0.5;
 // One record of a sample as the ingest will write it.
 struct ProjectedRecord {
   std::string field;
-  RecordHeader header;        // layout, rank, shape, dtype and tile as written
+  RecordHeader header;  // layout, rank, shape, dtype and tile as written
   bool is_mask = false;
-  uint32_t mask_blocks = 0;   // block edge of its mask block counts (0: none)
+  uint32_t mask_blocks = 0;  // block edge of its mask block counts (0: none)
 };
 
 struct StoreProjection {
   uint64_t samples = 0;
-  uint64_t bytes = 0;          // projected data.mdb bytes with the chosen layout and encoding
-  uint64_t ram_bytes = 0;      // this machine's RAM (or PATCHSTORE_ASSUME_RAM_BYTES)
-  bool fits = true;            // bytes <= kPageCacheShare * ram_bytes
+  uint64_t bytes = 0;      // projected data.mdb bytes with the chosen layout and encoding
+  uint64_t ram_bytes = 0;  // this machine's RAM (or PATCHSTORE_ASSUME_RAM_BYTES)
+  bool fits = true;        // bytes <= kPageCacheShare * ram_bytes
   // When the store does not fit and its layout or encoding is not the one
   // for stores read from disk: the flags that are ("--layout tiles
   // --encoding compact --encoding depth=float16"), else "".
@@ -91,9 +91,9 @@ class StoreProjector {
   bool frames_;
   uint64_t samples_ = 0;
   uint64_t bytes_ = 0, advised_bytes_ = 0;
-  bool any_rows_ = false;                     // an image record in rows
-  bool any_wider_than_compact_ = false;       // a record wider than its compact dtype
-  std::vector<std::string> half_fields_;      // float32 fields compact keeps in float32
+  bool any_rows_ = false;                 // an image record in rows
+  bool any_wider_than_compact_ = false;   // a record wider than its compact dtype
+  std::vector<std::string> half_fields_;  // float32 fields compact keeps in float32
 };
 
 // "1.5 GiB".

@@ -136,7 +136,7 @@ struct Template {
   std::string field;
   std::string pattern;  // without the ":CHANNEL" suffix
   std::string channel;
-  std::vector<std::string> names;  // placeholder names in order of appearance
+  std::vector<std::string> names;     // placeholder names in order of appearance
   std::vector<std::string> literals;  // literals[i] precedes names[i]; one extra at the end
 };
 
@@ -203,8 +203,10 @@ Result<SourceList> FindByTemplates(const std::string& root,
   for (size_t i = 1; i < ts.size(); ++i)
     for (const std::string& n : ts[i].names)
       if (!first_names.count(n))
-        return Status::InvalidArgument("field '" + ts[i].field + "': placeholder '{" + n + "}' does not appear in "
-                                       "the template of field '" + first.field + "'");
+        return Status::InvalidArgument("field '" + ts[i].field + "': placeholder '{" + n +
+                                       "}' does not appear in "
+                                       "the template of field '" +
+                                       first.field + "'");
   // Build the matcher: literals escaped, the first occurrence of a name
   // captures one path component (no '/'), later ones must repeat it.
   std::string re = "^";

@@ -23,7 +23,8 @@ void ParallelBlocks(int64_t n, int num_threads, Fn&& fn) {
   }
   std::vector<std::thread> pool;
   pool.reserve(static_cast<size_t>(threads - 1));
-  for (int t = 1; t < threads; ++t) pool.emplace_back([&fn, n, t, threads] { fn(n * t / threads, n * (t + 1) / threads); });
+  for (int t = 1; t < threads; ++t)
+    pool.emplace_back([&fn, n, t, threads] { fn(n * t / threads, n * (t + 1) / threads); });
   fn(0, n / threads);
   for (auto& th : pool) th.join();
 }

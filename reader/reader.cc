@@ -63,8 +63,7 @@ bool FieldDiffers(const FieldMeta& a, const FieldMeta& b, std::string* what, std
     *vb = std::move(y);
     return true;
   };
-  return differ("name", a.name, b.name) ||
-         differ("channels", std::to_string(a.channels), std::to_string(b.channels)) ||
+  return differ("name", a.name, b.name) || differ("channels", std::to_string(a.channels), std::to_string(b.channels)) ||
          differ("layout", LayoutText(a), LayoutText(b)) ||
          differ("mask", a.is_mask ? "a mask" : "not a mask", b.is_mask ? "a mask" : "not a mask") ||
          differ("dtype", DTypeName(a.dtype), DTypeName(b.dtype)) ||
@@ -81,16 +80,18 @@ Status CompareSetMember(const StoreMeta& model, const std::string& model_path, c
   if (m.kind != model.kind)
     return fail("store '" + path + "' holds " + m.kind + ", store '" + model_path + "' holds " + model.kind);
   for (const FieldMeta& f : model.fields)
-    if (m.FieldIndex(f.name) < 0) return fail("store '" + path + "' has no field '" + f.name + "' (store '" + model_path + "' has)");
+    if (m.FieldIndex(f.name) < 0)
+      return fail("store '" + path + "' has no field '" + f.name + "' (store '" + model_path + "' has)");
   for (const FieldMeta& f : m.fields)
-    if (model.FieldIndex(f.name) < 0) return fail("store '" + path + "' has a field '" + f.name + "' that store '" + model_path + "' has not");
+    if (model.FieldIndex(f.name) < 0)
+      return fail("store '" + path + "' has a field '" + f.name + "' that store '" + model_path + "' has not");
   for (size_t i = 0; i < m.fields.size(); ++i) {
     const FieldMeta& mine = m.fields[i];
     const FieldMeta& theirs = model.fields[i];
     std::string what, va, vb;
     if (mine.name != theirs.name)
-      return fail("store '" + path + "' has field '" + mine.name + "' at position " + std::to_string(i) +
-                  ", store '" + model_path + "' field '" + theirs.name + "'");
+      return fail("store '" + path + "' has field '" + mine.name + "' at position " + std::to_string(i) + ", store '" +
+                  model_path + "' field '" + theirs.name + "'");
     if (FieldDiffers(mine, theirs, &what, &va, &vb))
       return fail("store '" + path + "' field '" + mine.name + "': " + what + " " + va + ", store '" + model_path +
                   "' has " + vb);
@@ -121,8 +122,8 @@ Result<std::shared_ptr<Reader>> Reader::OpenSet(const std::vector<std::string>& 
   const Opened& first = opened.front();
   for (const Opened& o : opened) {
     if ((o.count == 0) != (first.count == 0))
-      return Status::InvalidArgument("opening a set of stores: '" + (o.count ? o.path : first.path) +
-                                     "' is a shard (" + std::to_string(o.count ? o.index : first.index) + "/" +
+      return Status::InvalidArgument("opening a set of stores: '" + (o.count ? o.path : first.path) + "' is a shard (" +
+                                     std::to_string(o.count ? o.index : first.index) + "/" +
                                      std::to_string(o.count ? o.count : first.count) + ") but '" +
                                      (o.count ? first.path : o.path) + "' is not (ingested without --shard)");
     if (o.count != first.count)
@@ -136,8 +137,7 @@ Result<std::shared_ptr<Reader>> Reader::OpenSet(const std::vector<std::string>& 
     for (const Opened& o : opened) {
       if (by_index[o.index] != nullptr)
         return Status::InvalidArgument("opening a shard set: '" + by_index[o.index]->path + "' and '" + o.path +
-                                       "' are both shard " + std::to_string(o.index) + "/" +
-                                       std::to_string(o.count));
+                                       "' are both shard " + std::to_string(o.index) + "/" + std::to_string(o.count));
       by_index[o.index] = &o;
     }
     std::string missing;
@@ -148,8 +148,8 @@ Result<std::shared_ptr<Reader>> Reader::OpenSet(const std::vector<std::string>& 
         if (n_missing <= 10) missing += (missing.empty() ? "" : ", ") + std::to_string(i);
       }
     if (n_missing && !options.partial_set)
-      return Status::InvalidArgument("opening a shard set of " + std::to_string(first.count) + " shards: " +
-                                     std::to_string(opened.size()) + " found (first: '" + first.path +
+      return Status::InvalidArgument("opening a shard set of " + std::to_string(first.count) +
+                                     " shards: " + std::to_string(opened.size()) + " found (first: '" + first.path +
                                      "'), shard" + (n_missing > 1 ? "s " : " ") + missing +
                                      (n_missing > 10 ? ", ..." : "") + " missing");
     std::vector<Opened> sorted;
@@ -193,8 +193,9 @@ Result<std::shared_ptr<Reader>> Reader::OpenSet(const std::vector<std::string>& 
   r->meta_ = &r->set_meta_;
   r->owner_ = holder;
   r->BuildFieldTables();
-  r->path_ = r->stores_.size() == 1 ? r->stores_[0].path
-                                    : r->stores_[0].path + " (+" + std::to_string(r->stores_.size() - 1) + " more stores)";
+  r->path_ = r->stores_.size() == 1
+                 ? r->stores_[0].path
+                 : r->stores_[0].path + " (+" + std::to_string(r->stores_.size() - 1) + " more stores)";
   PS_RETURN_IF_ERROR(r->Index());
   if (r->stores_.size() > 1) PS_RETURN_IF_ERROR(r->OrderByInput());
   // Ids are unique across the set: build the lookup table now and name
@@ -210,9 +211,9 @@ Result<std::shared_ptr<Reader>> Reader::OpenSet(const std::vector<std::string>& 
         uint64_t li = 0, lj = 0;
         const StoreRef& a = r->Locate(std::min(i, j), &li);
         const StoreRef& b = r->Locate(std::max(i, j), &lj);
-        return Status::InvalidArgument("opening a set of stores: sample id '" + std::string(r->ids_[i]) +
-                                       "' is in '" + a.path + "' (sample #" + std::to_string(li) + ") and in '" +
-                                       b.path + "' (sample #" + std::to_string(lj) +
+        return Status::InvalidArgument("opening a set of stores: sample id '" + std::string(r->ids_[i]) + "' is in '" +
+                                       a.path + "' (sample #" + std::to_string(li) + ") and in '" + b.path +
+                                       "' (sample #" + std::to_string(lj) +
                                        "); every id must be in one store of a set");
       }
     }
@@ -415,8 +416,7 @@ Status Reader::IndexStore(size_t store) {
     // with one request instead of a walk over scattered B-tree pages.
     snapshot_->Advise(Access::kWillNeed, sealed->data(), sealed->size());
     auto entries = DecodeSealedIndex(sealed->data(), sealed->size());
-    if (!entries.ok())
-      return entries.status().WithContext("opening store '" + path_ + "' (run `patchstore verify`)");
+    if (!entries.ok()) return entries.status().WithContext("opening store '" + path_ + "' (run `patchstore verify`)");
     if (entries->size() != n)
       return Status::Corruption("opening store '" + path_ + "': the sealed index lists " +
                                 std::to_string(entries->size()) + " samples, the store " + std::to_string(n));
@@ -540,27 +540,26 @@ Result<RecordHeader> Reader::CheckedHeader(uint64_t sample, int field, const uin
                                                         DTypeName(fm.dtype) + " (run `patchstore verify`)"));
   if (h->layout != fm.layout || h->rank != 3 || (fm.layout == Layout::kCHW && h->shape[0] != fm.channels))
     return UnlessChangedAt(sample, Status::Corruption("reading " + Describe(sample, field) +
-                                                        ": record shape or layout disagrees with the store metadata"));
+                                                      ": record shape or layout disagrees with the store metadata"));
   if (h->tile != fm.tile)
-    return UnlessChangedAt(sample, Status::Corruption("reading " + Describe(sample, field) + ": the record is " +
-                                                        (h->tile ? std::to_string(h->tile) + "-pixel tiles"
-                                                                 : std::string("rows")) +
-                                                        " but the field is stored in " +
-                                                        (fm.tile ? std::to_string(fm.tile) + "-pixel tiles"
-                                                                 : std::string("rows")) +
-                                                        " (run `patchstore verify`)"));
+    return UnlessChangedAt(sample, Status::Corruption(
+                                       "reading " + Describe(sample, field) + ": the record is " +
+                                       (h->tile ? std::to_string(h->tile) + "-pixel tiles" : std::string("rows")) +
+                                       " but the field is stored in " +
+                                       (fm.tile ? std::to_string(fm.tile) + "-pixel tiles" : std::string("rows")) +
+                                       " (run `patchstore verify`)"));
   // Raw-source records are normalised on read with the field's table: the
   // record must say the same normalisation, or its values would be wrong.
   if (StoresRawSource(h->dtype) && !(h->norm == fm.norm))
     return UnlessChangedAt(sample, Status::Corruption("reading " + Describe(sample, field) +
-                                                        ": the record's normalisation disagrees with its field's "
-                                                        "(run `patchstore verify`)"));
+                                                      ": the record's normalisation disagrees with its field's "
+                                                      "(run `patchstore verify`)"));
   const RecordSummary& sum = summaries_[slot];
   if (sum.dtype != h->dtype || sum.layout != h->layout || sum.rank != h->rank || sum.shape != h->shape ||
       sum.tile != h->tile)
     return UnlessChangedAt(sample, Status::Corruption("reading " + Describe(sample, field) +
-                                                        ": the record disagrees with the store's sample index (run "
-                                                        "`patchstore verify`)"));
+                                                      ": the record disagrees with the store's sample index (run "
+                                                      "`patchstore verify`)"));
   if (verified_ && verified_[slot].load(std::memory_order_acquire) == 0) {
     Status st = VerifyRecordBody(*h, ref.data);
     if (!st.ok()) return UnlessChangedAt(sample, st.WithContext("reading " + Describe(sample, field)));
@@ -601,8 +600,8 @@ void UntileWindow(const uint8_t* payload, size_t es, const TileGrid& g, int64_t 
       uint8_t* d = dst + static_cast<size_t>((c * h + r) * w) * es;
       for (int64_t xx = x; xx < x + w;) {
         const int64_t n = std::min(T - xx % T, x + w - xx);
-        std::memcpy(d + static_cast<size_t>(xx - x) * es, payload + static_cast<size_t>(g.ElementOffset(c, yy, xx)) * es,
-                    static_cast<size_t>(n) * es);
+        std::memcpy(d + static_cast<size_t>(xx - x) * es,
+                    payload + static_cast<size_t>(g.ElementOffset(c, yy, xx)) * es, static_cast<size_t>(n) * es);
         xx += n;
       }
     }
@@ -672,8 +671,17 @@ Result<WindowSource> Reader::Window(uint64_t sample, int field, int64_t y, int64
   if (y < 0 || x < 0 || y > H - h || x > W - w)
     return Status::OutOfRange("patch " + window() + " of " + Describe(sample, field) + ": outside the " +
                               std::to_string(H) + "x" + std::to_string(W) + " record");
-  return WindowSource{data + kRecordHeaderSize, hd.dtype, field_table(field), static_cast<int64_t>(hd.shape[0]),
-                      H, W, hd.tile, y, x, h, w};
+  return WindowSource{data + kRecordHeaderSize,
+                      hd.dtype,
+                      field_table(field),
+                      static_cast<int64_t>(hd.shape[0]),
+                      H,
+                      W,
+                      hd.tile,
+                      y,
+                      x,
+                      h,
+                      w};
 }
 
 Result<TensorView> Reader::Patch(uint64_t sample, int field, int64_t y, int64_t x, int64_t h, int64_t w) const {
@@ -750,7 +758,8 @@ void CopyWindowAs(const TensorView& v, float* dst, bool stream = false) {
     if (++ar == h) ar = 0, ++ac;
   }
   thread_local std::vector<float> stage;
-  if (stream && !std::is_same_v<T, float> && stage.size() < static_cast<size_t>(w)) stage.resize(static_cast<size_t>(w));
+  if (stream && !std::is_same_v<T, float> && stage.size() < static_cast<size_t>(w))
+    stage.resize(static_cast<size_t>(w));
   for (int64_t c = 0; c < C; ++c)
     for (int64_t r = 0; r < h; ++r) {
       if (ac < C) {
@@ -948,7 +957,8 @@ TensorView AsFloat32(const TensorView& v) {
 
 int64_t StreamThresholdBytes() {
   static const int64_t bytes = [] {
-    if (const char* e = std::getenv("PATCHSTORE_STREAM_BYTES"); e && *e) return static_cast<int64_t>(std::strtoll(e, nullptr, 10));
+    if (const char* e = std::getenv("PATCHSTORE_STREAM_BYTES"); e && *e)
+      return static_cast<int64_t>(std::strtoll(e, nullptr, 10));
     // sysfs as lscpu reads it ("32768K"); in virtual machines sysconf's
     // figure from cpuid can be the host's.
     if (std::FILE* f = std::fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r")) {
@@ -1010,8 +1020,8 @@ Status Reader::CopyPatches(const std::vector<PatchRequest>& requests, int64_t h,
     PS_ASSIGN_OR_RETURN(WindowSource s, Window(r.sample, r.field, r.y, r.x, h, w));
     if (C < 0) C = s.C;
     if (s.C != C)
-      return Status::InvalidArgument("batch of patches mixes " + std::to_string(C) + " and " +
-                                     std::to_string(s.C) + " channels (" + Describe(r.sample, r.field) + ")");
+      return Status::InvalidArgument("batch of patches mixes " + std::to_string(C) + " and " + std::to_string(s.C) +
+                                     " channels (" + Describe(r.sample, r.field) + ")");
     wins.push_back(s);
   }
   // Out of the page cache every row (or tile row) is a page fault: ask for
@@ -1173,7 +1183,8 @@ void Reader::Prefetch(uint64_t sample, int field) const {
   if (sample >= ids_.size() || field < 0 || field >= field_count()) return;
   auto ref = Ref(sample, field);
   uint64_t local = 0;
-  if (ref.ok() && ref->data != nullptr) Locate(sample, &local).snapshot->Advise(Access::kWillNeed, ref->data, ref->size);
+  if (ref.ok() && ref->data != nullptr)
+    Locate(sample, &local).snapshot->Advise(Access::kWillNeed, ref->data, ref->size);
 }
 
 bool Reader::RecordResident(uint64_t sample, int field) const {
@@ -1218,8 +1229,7 @@ void Reader::WindowRanges(uint64_t sample, int field, int64_t y, int64_t x, int6
   for (const auto& r : WindowByteRanges(src)) {
     if (!out->empty() && static_cast<const uint8_t*>(out->back().first) + out->back().second == r.first)
       out->back().second += r.second;
-    else
-      out->push_back(r);
+    else out->push_back(r);
   }
 }
 
@@ -1249,8 +1259,7 @@ void Reader::PrefetchBytes(const void* data, size_t size) const {
 }
 
 Status Reader::Verify(uint64_t sample, int field) const {
-  if (sample >= ids_.size() || field < 0 || field >= field_count())
-    return Status::OutOfRange("verify: no such record");
+  if (sample >= ids_.size() || field < 0 || field >= field_count()) return Status::OutOfRange("verify: no such record");
   PS_ASSIGN_OR_RETURN(RecordRef ref, Ref(sample, field));
   if (ref.data == nullptr) return Status::Corruption("verifying " + Describe(sample, field) + ": record missing");
   auto h = ParseRecordHeader(ref.data, ref.size);

@@ -1,8 +1,8 @@
 #include "patchstore/reader/sampler.h"
 
+#include "patchstore/reader/transform.h"
 #include "reader/parallel.h"
 #include "reader/sampling_policy.h"
-#include "patchstore/reader/transform.h"
 
 #include <algorithm>
 #include <cmath>
@@ -57,18 +57,20 @@ Status SamplerOptions::Validate() const {
   if (fields.empty()) return Status::InvalidArgument("no fields given");
   constexpr int64_t kMaxSide = int64_t{1} << 31;
   if (patch_h < 0 || patch_w < 0 || !(height() >= 1 && height() < kMaxSide && width() >= 1 && width() < kMaxSide))
-    return bad("patch_size", "must be P or (h, w) with sides in [1, 2**31), got " +
-                                 (patch_h || patch_w ? "(" + std::to_string(patch_h) + ", " + std::to_string(patch_w) + ")"
-                                                     : std::to_string(patch_size)));
+    return bad("patch_size",
+               "must be P or (h, w) with sides in [1, 2**31), got " +
+                   (patch_h || patch_w ? "(" + std::to_string(patch_h) + ", " + std::to_string(patch_w) + ")"
+                                       : std::to_string(patch_size)));
   if (rot90 && height() != width())
-    return Status::InvalidArgument(
-        SamplerOptionSpelling("rot90") + " needs a square window (a quarter turn of a " + std::to_string(height()) +
-        "x" + std::to_string(width()) + " window is " + std::to_string(width()) + "x" + std::to_string(height()) +
-        ", and a batch has one shape); use flip, or a square patch_size");
-  if (patches_per_sample < 1) return bad("patches_per_sample", "must be positive, got " + std::to_string(patches_per_sample));
+    return Status::InvalidArgument(SamplerOptionSpelling("rot90") + " needs a square window (a quarter turn of a " +
+                                   std::to_string(height()) + "x" + std::to_string(width()) + " window is " +
+                                   std::to_string(width()) + "x" + std::to_string(height()) +
+                                   ", and a batch has one shape); use flip, or a square patch_size");
+  if (patches_per_sample < 1)
+    return bad("patches_per_sample", "must be positive, got " + std::to_string(patches_per_sample));
   if (!(min_valid > 0))
-    return bad("min_valid", "must be positive (pixels >= 1, or a fraction of the window < 1), got " +
-                                FormatNumber(min_valid));
+    return bad("min_valid",
+               "must be positive (pixels >= 1, or a fraction of the window < 1), got " + FormatNumber(min_valid));
   // A count above the window's pixel count can never be met (and inf or
   // 1e30 would overflow the integer threshold): refuse it.
   const int64_t h = height(), w = width();
@@ -84,8 +86,8 @@ Status SamplerOptions::Validate() const {
   if (num_threads < 1 || num_threads > 4096)
     return bad("num_threads", "must be in [1, 4096] (Python 0: all cores), got " + std::to_string(num_threads));
   if (prefetch_next && (prefetch_batches < 1 || prefetch_batches > 64))
-    return bad("prefetch_batches", "must be a number of batches in 1..64 (False or 0: off), got " +
-                                       std::to_string(prefetch_batches));
+    return bad("prefetch_batches",
+               "must be a number of batches in 1..64 (False or 0: off), got " + std::to_string(prefetch_batches));
   if (index_cache_bytes == 0) return bad("index_cache_bytes", "must be positive, got 0");
   if (order == SampleOrder::kLocality && locality_budget_bytes == 0)
     return Status::InvalidArgument(SamplerOptionSpelling("order") + " 'locality' needs " +
@@ -127,8 +129,8 @@ Result<std::unique_ptr<PatchSampler>> PatchSampler::Create(std::shared_ptr<const
   s->options_ = o;
   const std::string where = "creating a sampler on '" + reader->path() + "'";
   if (reader->meta().kind != "frames")
-    return Status::InvalidArgument(where + ": PatchSampler reads image stores (this one holds " +
-                                   reader->meta().kind + ")");
+    return Status::InvalidArgument(where + ": PatchSampler reads image stores (this one holds " + reader->meta().kind +
+                                   ")");
   PS_RETURN_IF_ERROR(o.Validate().WithContext(where));
   for (const std::string& f : o.fields) {
     auto fi = reader->FieldIndex(f);
@@ -195,7 +197,8 @@ Result<std::unique_ptr<PatchSampler>> PatchSampler::Create(std::shared_ptr<const
       }
     }
     if (H >= (int64_t{1} << 31) || W >= (int64_t{1} << 31))
-      return Status::InvalidArgument(where + ": " + reader->Describe(i, s->fields_[0]) + " is larger than 2^31 pixels "
+      return Status::InvalidArgument(where + ": " + reader->Describe(i, s->fields_[0]) +
+                                     " is larger than 2^31 pixels "
                                      "on a side");
     if (H < ph || W < pw) ok = false;
     if (ok && s->mask_field_ >= 0) {
@@ -341,10 +344,10 @@ Result<std::shared_ptr<const PatchSampler::SampleSets>> PatchSampler::ListsForDr
   // memory, build the lists; out of memory, count candidates' mask pixels:
   // a few tile rows of a tiled mask, but a page per row of a row-major
   // one, whose whole mask is then cheaper to read once (one sequential read).
-  const bool build =
-      options_.mask_index == MaskIndex::kBuild ||
-      (options_.mask_index == MaskIndex::kAuto && reader_->MaskBlockEdge(sample, mask_field_) == 0 &&
-       (reader_->summary(sample, mask_field_).tile == 0 || reader_->RecordResident(sample, mask_field_)));
+  const bool build = options_.mask_index == MaskIndex::kBuild ||
+                     (options_.mask_index == MaskIndex::kAuto && reader_->MaskBlockEdge(sample, mask_field_) == 0 &&
+                      (reader_->summary(sample, mask_field_).tile == 0 ||
+                       reader_->RecordResident(sample, mask_field_)));
   if (!build) return std::shared_ptr<const SampleSets>();
   return Sets(sample);
 }
@@ -357,8 +360,7 @@ Result<bool> PatchSampler::WindowQualifies(uint64_t sample, int64_t y, int64_t x
   return CountNonZero(src) >= threshold_;
 }
 
-Status PatchSampler::DrawMany(const std::vector<std::pair<uint64_t, uint64_t>>& draws,
-                              std::vector<Window>* out) const {
+Status PatchSampler::DrawMany(const std::vector<std::pair<uint64_t, uint64_t>>& draws, std::vector<Window>* out) const {
   const size_t n = draws.size();
   out->assign(n, Window{});
   // Working vectors, kept per thread: a one-window Draw (WindowAt, a
@@ -547,9 +549,7 @@ Result<Window> PatchSampler::WindowAt(uint64_t epoch, uint64_t p, int j) const {
   return Draw(d.first, d.second);
 }
 
-bool PatchSampler::eligible(uint64_t sample) const {
-  return sample < is_eligible_.size() && is_eligible_[sample];
-}
+bool PatchSampler::eligible(uint64_t sample) const { return sample < is_eligible_.size() && is_eligible_[sample]; }
 
 Result<Window> PatchSampler::WindowOfSample(uint64_t epoch, uint64_t sample, int j) const {
   if (!eligible(sample))
@@ -652,7 +652,8 @@ Status PatchSampler::Gather(uint64_t epoch, uint64_t first, int64_t n, const std
     // Lists of samples visited for the first time need their whole mask:
     // start reading all of them before drawing any.
     std::vector<uint64_t> visit;
-    for (uint64_t p = first / k; p <= (first + static_cast<uint64_t>(n) - 1) / k; ++p) visit.push_back(SampleAt(epoch, p));
+    for (uint64_t p = first / k; p <= (first + static_cast<uint64_t>(n) - 1) / k; ++p)
+      visit.push_back(SampleAt(epoch, p));
     PrefetchMasks(visit);
   }
   std::vector<std::pair<uint64_t, uint64_t>> draws(static_cast<size_t>(n));
@@ -691,7 +692,8 @@ Status PatchSampler::GatherWindows(const std::vector<Window>& wins, const std::v
   // non-temporal stores (CopyWindow's `stream`), as memcpy does for copies
   // that size.
   int64_t out_bytes = 0;
-  for (size_t f = 0; f < fields_.size(); ++f) out_bytes += n * channels_[f] * ph * pw * static_cast<int64_t>(sizeof(float));
+  for (size_t f = 0; f < fields_.size(); ++f)
+    out_bytes += n * channels_[f] * ph * pw * static_cast<int64_t>(sizeof(float));
   const bool stream = out_bytes > StreamThresholdBytes();
   auto work = [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i)

@@ -92,15 +92,14 @@ Result<std::shared_ptr<const WindowPolicy>> MakeWindowPolicy(const SamplerOption
   const std::string named = std::string("policy '") + SamplingPolicyName(p) + "'";
   switch (p) {
     case SamplingPolicy::kUniform:
-      if (!o.require.empty())
-        return Status::InvalidArgument(at + named + " takes no require='" + o.require + "'");
-      if (o.positive_fraction >= 0)
-        return Status::InvalidArgument(at + "positive_fraction needs require=<mask field>");
+      if (!o.require.empty()) return Status::InvalidArgument(at + named + " takes no require='" + o.require + "'");
+      if (o.positive_fraction >= 0) return Status::InvalidArgument(at + "positive_fraction needs require=<mask field>");
       return std::shared_ptr<const WindowPolicy>(std::make_shared<UniformPolicy>());
     case SamplingPolicy::kMinValid:
       if (o.require.empty()) return Status::InvalidArgument(at + named + " needs require=<mask field>");
       if (o.positive_fraction >= 0)
-        return Status::InvalidArgument(at + named + " takes no positive_fraction (policy "
+        return Status::InvalidArgument(at + named +
+                                       " takes no positive_fraction (policy "
                                        "'positive_fraction' does)");
       return std::shared_ptr<const WindowPolicy>(std::make_shared<MinValidPolicy>());
     case SamplingPolicy::kPositiveFraction:
@@ -108,8 +107,7 @@ Result<std::shared_ptr<const WindowPolicy>> MakeWindowPolicy(const SamplerOption
       if (!(o.positive_fraction >= 0 && o.positive_fraction <= 1))
         return Status::InvalidArgument(at + named + " needs positive_fraction in [0, 1]");
       return std::shared_ptr<const WindowPolicy>(std::make_shared<PositiveFractionPolicy>(o.positive_fraction));
-    case SamplingPolicy::kAuto:
-      break;
+    case SamplingPolicy::kAuto: break;
   }
   return Status::InvalidArgument(at + "unknown sampling policy " + std::to_string(static_cast<int>(p)));
 }

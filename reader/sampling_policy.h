@@ -59,7 +59,6 @@ class WindowPolicy {
 // The policy of `options` (kAuto resolved: ResolveSamplingPolicy), or
 // InvalidArgument naming `where` when the options do not fit it (e.g.
 // positive_fraction without require).
-Result<std::shared_ptr<const WindowPolicy>> MakeWindowPolicy(const SamplerOptions& options,
-                                                            const std::string& where);
+Result<std::shared_ptr<const WindowPolicy>> MakeWindowPolicy(const SamplerOptions& options, const std::string& where);
 
 }  // namespace patchstore

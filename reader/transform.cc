@@ -27,14 +27,46 @@ PlaneMap MapPlane(int64_t h, int64_t w, int64_t row_stride, Transform t) {
   int64_t r0 = 0, ri = 0, rj = 0, c0 = 0, ci = 0, cj = 0;
   PlaneMap m;
   switch (t.rot & 3) {
-    case 0: ri = 1; cj = 1; m.oh = h; m.ow = w; break;                       // (i, j)
-    case 1: rj = 1; c0 = w - 1; ci = -1; m.oh = w; m.ow = h; break;          // (j, w-1-i)
-    case 2: r0 = h - 1; ri = -1; c0 = w - 1; cj = -1; m.oh = h; m.ow = w; break;  // (h-1-i, w-1-j)
-    default: r0 = h - 1; rj = -1; ci = 1; m.oh = w; m.ow = h; break;         // (h-1-j, i)
+    case 0:
+      ri = 1;
+      cj = 1;
+      m.oh = h;
+      m.ow = w;
+      break;  // (i, j)
+    case 1:
+      rj = 1;
+      c0 = w - 1;
+      ci = -1;
+      m.oh = w;
+      m.ow = h;
+      break;  // (j, w-1-i)
+    case 2:
+      r0 = h - 1;
+      ri = -1;
+      c0 = w - 1;
+      cj = -1;
+      m.oh = h;
+      m.ow = w;
+      break;  // (h-1-i, w-1-j)
+    default:
+      r0 = h - 1;
+      rj = -1;
+      ci = 1;
+      m.oh = w;
+      m.ow = h;
+      break;  // (h-1-j, i)
   }
   // Flips act on the window before the rotation: r -> h-1-r.
-  if (t.flip_v()) { r0 = h - 1 - r0; ri = -ri; rj = -rj; }
-  if (t.flip_h()) { c0 = w - 1 - c0; ci = -ci; cj = -cj; }
+  if (t.flip_v()) {
+    r0 = h - 1 - r0;
+    ri = -ri;
+    rj = -rj;
+  }
+  if (t.flip_h()) {
+    c0 = w - 1 - c0;
+    ci = -ci;
+    cj = -cj;
+  }
   m.origin = r0 * row_stride + c0;
   m.si = ri * row_stride + ci;
   m.sj = rj * row_stride + cj;
@@ -98,8 +130,7 @@ inline void TransposeTile(const float* base, const PlaneMap& m, int64_t i0, int6
       _mm_storeu_ps(d + 3 * m.ow, r3);
     }
     for (; j < jn; ++j)
-      for (int64_t k = 0; k < 4; ++k)
-        dst[(i0 + i + k) * m.ow + j0 + j] = base[(i0 + i + k) * m.si + (j0 + j) * m.sj];
+      for (int64_t k = 0; k < 4; ++k) dst[(i0 + i + k) * m.ow + j0 + j] = base[(i0 + i + k) * m.si + (j0 + j) * m.sj];
   }
 #endif
   for (; i < in; ++i) {
@@ -167,7 +198,7 @@ void CopyTransformed(const T* plane, int64_t row_stride, int64_t y, int64_t x, i
 }
 
 // One instantiation per element type of store/dtype.h.
-#define PATCHSTORE_COPY_TRANSFORMED_(e, code, T, name, fmt)                                                      \
+#define PATCHSTORE_COPY_TRANSFORMED_(e, code, T, name, fmt)                                                  \
   template void CopyTransformed<T>(const T*, int64_t, int64_t, int64_t, int64_t, int64_t, Transform, float*, \
                                    const ValueTable*);
 PATCHSTORE_FOR_EACH_DTYPE(PATCHSTORE_COPY_TRANSFORMED_)

@@ -34,7 +34,8 @@ Status CheckMaskBlocks(const std::vector<RecordRef>& refs,
   auto mh = ParseRecordHeader(m.data, m.size);
   if (!mh.ok()) return Status::Corruption("mask block counts of a damaged mask record");
   auto want = MaskBlocksHeader(*mh, b);
-  if (!want.ok()) return Status::Corruption("mask block counts of a mask that cannot have them: " + want.status().message());
+  if (!want.ok())
+    return Status::Corruption("mask block counts of a mask that cannot have them: " + want.status().message());
   if (h.shape != want->shape || h.dtype != want->dtype || h.rank != want->rank || h.tile != 0)
     return Status::Corruption("mask block counts' shape disagrees with the mask");
   std::vector<uint32_t> expect(want->payload_bytes / sizeof(uint32_t));
@@ -77,8 +78,9 @@ Result<VerifyReport> VerifyStore(const std::string& path, const std::function<vo
       if (!have_id[i]) continue;
       auto [it, added] = first.emplace(ids[i], i);
       if (!added)
-        report.problems.push_back({ids[i], "", "duplicate id: samples #" + std::to_string(it->second) + " and #" +
-                                                   std::to_string(i) + " have it (lookups by id find one of them)"});
+        report.problems.push_back({ids[i], "",
+                                   "duplicate id: samples #" + std::to_string(it->second) + " and #" +
+                                       std::to_string(i) + " have it (lookups by id find one of them)"});
     }
   }
   report.samples = ids.size();
@@ -92,7 +94,8 @@ Result<VerifyReport> VerifyStore(const std::string& path, const std::function<vo
   auto field_name = [&](uint16_t f) -> std::string {
     if (f < nf) return meta.fields[f].name;
     if (f >= kAuxFieldBase && static_cast<size_t>(f - kAuxFieldBase) < nf)
-      return meta.fields[f - kAuxFieldBase].name + (meta.fields[f - kAuxFieldBase].mask_blocks ? " (block counts)" : " (index)");
+      return meta.fields[f - kAuxFieldBase].name +
+             (meta.fields[f - kAuxFieldBase].mask_blocks ? " (block counts)" : " (index)");
     return "#" + std::to_string(f);
   };
   auto sample_name = [&](uint64_t s) { return s < ids.size() && have_id[s] ? ids[s] : "#" + std::to_string(s); };
@@ -114,8 +117,9 @@ Result<VerifyReport> VerifyStore(const std::string& path, const std::function<vo
     for (size_t i = 0; i < ids.size(); ++i)
       if (!have_sum[i]) report.problems.push_back({sample_name(i), "", "sample index entry missing or damaged"});
   } else {
-    report.problems.push_back({"", "", "store format " + std::to_string(meta.format_version) +
-                                           " has no sample index: run `patchstore upgrade " + path + "`"});
+    report.problems.push_back({"", "",
+                               "store format " + std::to_string(meta.format_version) +
+                                   " has no sample index: run `patchstore upgrade " + path + "`"});
   }
   // The sealed index (sealed stores): the same ids and summaries in one value.
   if (meta.sealed && snap->has_index()) {
@@ -127,8 +131,9 @@ Result<VerifyReport> VerifyStore(const std::string& path, const std::function<vo
       if (!entries.ok()) {
         report.problems.push_back({"", "", "sealed index: " + entries.status().message()});
       } else if (entries->size() != ids.size()) {
-        report.problems.push_back({"", "", "sealed index lists " + std::to_string(entries->size()) + " samples, the store " +
-                                               std::to_string(ids.size())});
+        report.problems.push_back({"", "",
+                                   "sealed index lists " + std::to_string(entries->size()) + " samples, the store " +
+                                       std::to_string(ids.size())});
       } else {
         for (size_t i = 0; i < ids.size(); ++i) {
           const auto& e = (*entries)[i];
@@ -138,7 +143,9 @@ Result<VerifyReport> VerifyStore(const std::string& path, const std::function<vo
             sum->fields.resize(nf);
             for (size_t f = 0; f < nf && same; ++f) same = sum->fields[f] == sums[i].fields[f];
           }
-          if (!same) report.problems.push_back({sample_name(i), "", "the sealed index disagrees with the sample's id or index entry"});
+          if (!same)
+            report.problems.push_back(
+                {sample_name(i), "", "the sealed index disagrees with the sample's id or index entry"});
         }
       }
     }
@@ -155,7 +162,7 @@ Result<VerifyReport> VerifyStore(const std::string& path, const std::function<vo
     refs.push_back({s, f, data, size});
     return Status::OK();
   });
-  const uint64_t total = refs.size();  // data records and their auxiliary ones
+  const uint64_t total = refs.size();                         // data records and their auxiliary ones
   std::map<std::pair<uint64_t, uint16_t>, size_t> record_at;  // (sample, field) -> refs index
   for (size_t i = 0; i < refs.size(); ++i) record_at.emplace(std::make_pair(refs[i].sample, refs[i].field), i);
   constexpr uint64_t kReadAhead = uint64_t{64} << 20;
@@ -191,9 +198,11 @@ Result<VerifyReport> VerifyStore(const std::string& path, const std::function<vo
               : "stale mask block counts: the metadata lacks the field's mask_blocks (an older patchstore appended "
                 "to the store and rewrote it, or an upgrade by a patchstore that did not mark its progress was "
                 "interrupted); run `patchstore upgrade` to rewrite them");
-    else if (rst.ok() && h->layout != (f >= kAuxFieldBase ? (blocks ? Layout::kBlocks : Layout::kSAT) : meta.fields[f].layout))
+    else if (rst.ok() &&
+             h->layout != (f >= kAuxFieldBase ? (blocks ? Layout::kBlocks : Layout::kSAT) : meta.fields[f].layout))
       rst = Status::Corruption("record layout disagrees with the field");
-    if (rst.ok() && blocks != 0) rst = CheckMaskBlocks(refs, record_at, s, static_cast<uint16_t>(f - kAuxFieldBase), blocks, *h, data);
+    if (rst.ok() && blocks != 0)
+      rst = CheckMaskBlocks(refs, record_at, s, static_cast<uint16_t>(f - kAuxFieldBase), blocks, *h, data);
     // A record holds its field's dtype (summed-area tables: uint32); the valid
     // count below is computed for that dtype (SummarizeRecord dispatches with
     // VisitDType).
@@ -214,7 +223,8 @@ Result<VerifyReport> VerifyStore(const std::string& path, const std::function<vo
     }
     if (rst.ok() && f < nf && StoresRawSource(h->dtype) && !(h->norm == meta.fields[f].norm))
       rst = Status::Corruption("the record's normalisation " + h->norm.ToString() + " disagrees with its field's " +
-                               meta.fields[f].norm.ToString() + " (reads refuse it: raw values are normalised with "
+                               meta.fields[f].norm.ToString() +
+                               " (reads refuse it: raw values are normalised with "
                                "the field's table)");
     if (rst.ok() && f < nf && have_sum[s]) {
       if (!(SummarizeRecord(*h, data, meta.fields[f].is_mask) == sums[s].fields[f]))

@@ -59,7 +59,8 @@ Status CheckSlice(const Reader& reader, uint64_t sample, int field, const Volume
 void PrefetchStack(const Reader& reader, const VolumeRef& v, int64_t slice, int64_t context) {
   const int64_t lo = std::max<int64_t>(slice - context, 0), hi = std::min(slice + context, v.S - 1);
   const int64_t plane = v.H * v.W;
-  reader.PrefetchBytes(v.data + lo * plane * static_cast<int64_t>(v.es()), static_cast<size_t>((hi - lo + 1) * plane) * v.es());
+  reader.PrefetchBytes(v.data + lo * plane * static_cast<int64_t>(v.es()),
+                       static_cast<size_t>((hi - lo + 1) * plane) * v.es());
 }
 
 // Copies the (2c+1) planes, clamping slice indices to the volume; `t` is
@@ -74,10 +75,8 @@ void CopyStack(const VolumeRef& v, int64_t slice, int64_t context, const SliceTr
     VisitDType(v.dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
       const T* src = reinterpret_cast<const T*>(v.data) + s * plane;
-      if (identity)
-        ConvertRun(src, plane, dst + d * plane, v.lut);  // a memcpy for float32
-      else
-        CopyTransformed(src, v.W, t.y, t.x, h, w, k, dst + d * h * w, v.lut);
+      if (identity) ConvertRun(src, plane, dst + d * plane, v.lut);  // a memcpy for float32
+      else CopyTransformed(src, v.W, t.y, t.x, h, w, k, dst + d * h * w, v.lut);
     });
   }
 }
@@ -111,9 +110,9 @@ VolumeSelection SelectVolumesGivingItems(const Reader& reader, const SliceIndex&
     if (sel.skipped.size() > 4) continue;
     if (sel.skipped.size() > 1) sel.skipped_text += ", ";
     sel.skipped_text += "'" + std::string(reader.id(index.sample(v))) + "' (" +
-                        (index.depth(v) == 0 ? std::string("no slice")
-                                             : std::to_string(index.height(v)) + "x" +
-                                                   std::to_string(index.width(v)) + " slices") +
+                        (index.depth(v) == 0
+                             ? std::string("no slice")
+                             : std::to_string(index.height(v)) + "x" + std::to_string(index.width(v)) + " slices") +
                         ")";
   }
   if (sel.skipped.size() > 4) sel.skipped_text += ", ...";
@@ -137,8 +136,8 @@ Result<SliceIndex> SliceIndex::Build(const Reader& reader, const std::vector<uin
       return Status::OutOfRange("indexing slices of '" + reader.path() + "': sample index " + std::to_string(s) +
                                 " out of range [0, " + std::to_string(reader.size()) + ")");
     if (seen[s])
-      return Status::InvalidArgument("indexing slices of '" + reader.path() + "': sample " +
-                                     reader.Describe(s, -1) + " listed twice");
+      return Status::InvalidArgument("indexing slices of '" + reader.path() + "': sample " + reader.Describe(s, -1) +
+                                     " listed twice");
     seen[s] = true;
     std::array<uint64_t, 4> shape{};
     for (int f = 0; f < reader.field_count(); ++f) {
@@ -196,15 +195,13 @@ Status SliceTransform::Check(int64_t H, int64_t W) const {
                                      ") without a size (height and width are 0)");
     return Status::OK();
   }
-  if (height <= 0 || width <= 0)
-    return Status::InvalidArgument(crop() + ": height and width must both be positive");
+  if (height <= 0 || width <= 0) return Status::InvalidArgument(crop() + ": height and width must both be positive");
   if (y < 0 || x < 0 || y > H - height || x > W - width)
     return Status::OutOfRange(crop() + " is outside the " + std::to_string(H) + "x" + std::to_string(W) + " slice");
   return Status::OK();
 }
 
-Status TransformPlane(const float* src, int64_t H, int64_t W, int64_t row_stride, const SliceTransform& t,
-                      float* dst) {
+Status TransformPlane(const float* src, int64_t H, int64_t W, int64_t row_stride, const SliceTransform& t, float* dst) {
   PS_RETURN_IF_ERROR(t.Check(H, W));
   const int64_t h = t.height ? t.height : H, w = t.width ? t.width : W;
   CopyTransformed(src, row_stride, t.y, t.x, h, w, t.transform(), dst);
@@ -284,8 +281,8 @@ Status CopySliceStacks(const Reader& reader, const std::vector<SliceStackRequest
   return Status::OK();
 }
 
-SliceTransform DrawSliceTransform(uint64_t seed, uint64_t epoch, uint64_t index, int64_t H, int64_t W,
-                                  int64_t crop_h, int64_t crop_w, SliceFlip flip, bool rot90) {
+SliceTransform DrawSliceTransform(uint64_t seed, uint64_t epoch, uint64_t index, int64_t H, int64_t W, int64_t crop_h,
+                                  int64_t crop_w, SliceFlip flip, bool rot90) {
   constexpr uint64_t kSliceTag = 0x534C4943;  // "SLIC"
   // Uniform in [0, n) on the high 32 bits (n < 2^32), as the sequence was pinned.
   auto Below32 = [](uint64_t h, uint64_t n) { return static_cast<int64_t>(splitmix::Below32(h, n)); };

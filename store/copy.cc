@@ -69,9 +69,7 @@ struct Owner {
     }
     return have_pid && !boot.empty();
   }
-  std::string Describe() const {
-    return "pid " + std::to_string(pid) + (host.empty() ? "" : " on " + host);
-  }
+  std::string Describe() const { return "pid " + std::to_string(pid) + (host.empty() ? "" : " on " + host); }
 };
 
 std::string Canonical(const std::string& p) {
@@ -157,7 +155,8 @@ std::vector<StagingLeftover> CleanStagingFolders(const std::string& dst) {
     const int fd = ::open(marker.c_str(), O_RDWR | O_CLOEXEC);
     if (fd < 0) {
       l.note = errno == ENOENT ? "no staging marker (left by an older patchstore, or a copy starting now); remove it "
-                                 "with 'rm -r' when no copy to '" + dst + "' runs"
+                                 "with 'rm -r' when no copy to '" +
+                                     dst + "' runs"
                                : std::string("its staging marker cannot be opened: ") + std::strerror(errno);
       out.push_back(std::move(l));
       continue;
@@ -177,7 +176,8 @@ std::vector<StagingLeftover> CleanStagingFolders(const std::string& dst) {
     const bool parsed = o.Parse(ReadSmallFile(marker));
     if (!parsed) {
       l.note = "its staging marker is empty (a copy starting now, or one killed as it started); remove it with "
-               "'rm -r' when no copy to '" + dst + "' runs";
+               "'rm -r' when no copy to '" +
+               dst + "' runs";
     } else if (o.host != my_host) {
       l.note = "written by " + o.Describe() + ", another host: remove it with 'rm -r' when no copy runs there";
     } else if (o.boot == my_boot && !o.start.empty() && StartTime(o.pid) == o.start) {
@@ -186,8 +186,8 @@ std::vector<StagingLeftover> CleanStagingFolders(const std::string& dst) {
     } else {
       fs::remove_all(c, ec);
       l.removed = !ec;
-      l.note = ec ? "left by an interrupted copy (" + o.Describe() + ", no longer running); removing it failed: " +
-                        ec.message()
+      l.note = ec ? "left by an interrupted copy (" + o.Describe() +
+                        ", no longer running); removing it failed: " + ec.message()
                   : "left by an interrupted copy (" + o.Describe() + ", no longer running)";
     }
     ::close(fd);  // after the removal: the lock guards it

@@ -17,7 +17,10 @@ namespace {
 constexpr uint8_t kMagic[4] = {'P', 'S', 'R', '1'};
 constexpr size_t kHeaderChecksumOffset = kRecordHeaderSize - 8;
 
-void PutU16(uint8_t* p, uint16_t v) { p[0] = v & 0xff; p[1] = v >> 8; }
+void PutU16(uint8_t* p, uint16_t v) {
+  p[0] = v & 0xff;
+  p[1] = v >> 8;
+}
 void PutU64(uint8_t* p, uint64_t v) {
   for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
 }
@@ -89,16 +92,19 @@ std::string ShowSource(double x) {
   return t;
 }
 
-
 }  // namespace
 
 bool IsIntegerSource(SourceType t) {
   switch (t) {
-    case SourceType::kUInt8: case SourceType::kInt8: case SourceType::kUInt16: case SourceType::kInt16:
-    case SourceType::kUInt32: case SourceType::kInt32: case SourceType::kUInt64: case SourceType::kInt64:
-      return true;
-    default:
-      return false;
+    case SourceType::kUInt8:
+    case SourceType::kInt8:
+    case SourceType::kUInt16:
+    case SourceType::kInt16:
+    case SourceType::kUInt32:
+    case SourceType::kInt32:
+    case SourceType::kUInt64:
+    case SourceType::kInt64: return true;
+    default: return false;
   }
 }
 
@@ -144,13 +150,9 @@ float Normalization::Apply(double x) const {
   float v;
   switch (kind) {
     case NormKind::kNone: v = static_cast<float>(x); break;
-    case NormKind::kSymmetric:
-      v = static_cast<float>(x) / static_cast<float>(scale) * 2.0f - 1.0f;
-      break;
+    case NormKind::kSymmetric: v = static_cast<float>(x) / static_cast<float>(scale) * 2.0f - 1.0f; break;
     case NormKind::kUnit: v = static_cast<float>(x) / static_cast<float>(scale); break;
-    case NormKind::kAffine:
-      v = static_cast<float>(x) * static_cast<float>(scale) + static_cast<float>(offset);
-      break;
+    case NormKind::kAffine: v = static_cast<float>(x) * static_cast<float>(scale) + static_cast<float>(offset); break;
     case NormKind::kBinary: v = x != 0 ? 1.0f : 0.0f; break;
     case NormKind::kRange: {
       // (x - mid) / half: exact at lo (-half / half), mid (0) and hi.
@@ -333,8 +335,7 @@ Result<RecordHeader> ParseRecordHeader(const void* data, size_t size) {
 
 Status VerifyRecordBody(const RecordHeader& h, const void* record_data) {
   const auto* body = static_cast<const uint8_t*>(record_data) + kRecordHeaderSize;
-  if (Checksum64(body, h.body_bytes) != h.body_checksum)
-    return Status::Corruption("record checksum mismatch");
+  if (Checksum64(body, h.body_bytes) != h.body_checksum) return Status::Corruption("record checksum mismatch");
   for (uint64_t i = h.payload_bytes; i < h.body_bytes; ++i)
     if (body[i] != 0) return Status::Corruption("record padding is not zero");
   return Status::OK();
@@ -546,7 +547,8 @@ uint64_t RecordSummary::payload_bytes() const {
   if (!present || rank == 0) return 0;
   uint64_t n = DTypeSize(dtype);
   if (tile != 0 && rank == 3) {
-    const TileGrid g{static_cast<int64_t>(shape[0]), static_cast<int64_t>(shape[1]), static_cast<int64_t>(shape[2]), tile};
+    const TileGrid g{static_cast<int64_t>(shape[0]), static_cast<int64_t>(shape[1]), static_cast<int64_t>(shape[2]),
+                     tile};
     return n * static_cast<uint64_t>(g.elements());
   }
   for (int i = 0; i < rank; ++i) n *= shape[i];
@@ -555,8 +557,7 @@ uint64_t RecordSummary::payload_bytes() const {
 
 bool RecordSummary::operator==(const RecordSummary& o) const {
   return present == o.present && dtype == o.dtype && layout == o.layout && rank == o.rank && shape == o.shape &&
-         tile == o.tile &&
-         has_valid_count == o.has_valid_count && valid_count == o.valid_count;
+         tile == o.tile && has_valid_count == o.has_valid_count && valid_count == o.valid_count;
 }
 
 RecordSummary SummaryOf(const RecordHeader& h) {
@@ -746,7 +747,8 @@ Result<SampleSummary> DecodeSampleSummary(uint64_t sample, const void* data, siz
   const size_t n = GetU16(p + 1);
   const size_t body = 3 + n * kSummaryEntrySize;
   if (size != body + 8) return Status::Corruption("sample summary has the wrong length");
-  if (GetU64(p + body) != SummaryChecksum(sample, p, body)) return Status::Corruption("sample summary checksum mismatch");
+  if (GetU64(p + body) != SummaryChecksum(sample, p, body))
+    return Status::Corruption("sample summary checksum mismatch");
   SampleSummary s;
   s.fields.resize(n);
   for (size_t i = 0; i < n; ++i) {
@@ -856,8 +858,7 @@ Result<StoreMeta> StoreMeta::Decode(std::string_view text) {
         (line > 0 && text[line - 1] != '\n'))
       return Status::Corruption("store metadata: missing checksum line");
     char hex[17];
-    std::snprintf(hex, sizeof hex, "%016llx",
-                  static_cast<unsigned long long>(Checksum64(text.data(), line)));
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(Checksum64(text.data(), line)));
     if (text.substr(line + 9, 16) != std::string_view(hex, 16))
       return Status::Corruption("store metadata: checksum mismatch");
     text = text.substr(0, line);
@@ -999,7 +1000,8 @@ Status ShardOfStore(const StoreMeta& meta, uint32_t* index, uint32_t* count) {
     return Status::OK();
   }
   Status st = ParseShardSpec(it->second, index, count);
-  if (!st.ok()) return Status::Corruption("store metadata: bad attr." + std::string(kShardAttribute) + " (" + st.message() + ")");
+  if (!st.ok())
+    return Status::Corruption("store metadata: bad attr." + std::string(kShardAttribute) + " (" + st.message() + ")");
   return Status::OK();
 }
 
@@ -1089,8 +1091,7 @@ Result<Normalization> ParseNormalization(std::string_view spec, double maxval) {
                                    "range:LO,HI, optionally +clamp:LO,HI)");
   }
   if (!clamp.empty()) {
-    if (clamp.rfind("clamp:", 0) != 0 || !two(clamp.substr(6), &n.clamp_lo, &n.clamp_hi) ||
-        !(n.clamp_lo <= n.clamp_hi))
+    if (clamp.rfind("clamp:", 0) != 0 || !two(clamp.substr(6), &n.clamp_lo, &n.clamp_hi) || !(n.clamp_lo <= n.clamp_hi))
       return Status::InvalidArgument("clamp must read 'clamp:LO,HI' with LO <= HI, got '" + std::string(spec) + "'");
     n.clamp = true;
   }
@@ -1104,17 +1105,50 @@ namespace {
 // The extremes of a source type's finite values.
 void SourceExtremes(SourceType t, double* lo, double* hi) {
   switch (t) {
-    case SourceType::kUInt8: *lo = 0; *hi = 255; return;
-    case SourceType::kInt8: *lo = -128; *hi = 127; return;
-    case SourceType::kUInt16: *lo = 0; *hi = 65535; return;
-    case SourceType::kInt16: *lo = -32768; *hi = 32767; return;
-    case SourceType::kUInt32: *lo = 0; *hi = 4294967295.0; return;
-    case SourceType::kInt32: *lo = -2147483648.0; *hi = 2147483647.0; return;
-    case SourceType::kUInt64: *lo = 0; *hi = 18446744073709551615.0; return;
-    case SourceType::kInt64: *lo = -9223372036854775808.0; *hi = 9223372036854775807.0; return;
-    case SourceType::kFloat16: *lo = -65504; *hi = 65504; return;
-    case SourceType::kFloat32: *lo = -std::numeric_limits<float>::max(); *hi = std::numeric_limits<float>::max(); return;
-    default: *lo = -std::numeric_limits<double>::max(); *hi = std::numeric_limits<double>::max(); return;
+    case SourceType::kUInt8:
+      *lo = 0;
+      *hi = 255;
+      return;
+    case SourceType::kInt8:
+      *lo = -128;
+      *hi = 127;
+      return;
+    case SourceType::kUInt16:
+      *lo = 0;
+      *hi = 65535;
+      return;
+    case SourceType::kInt16:
+      *lo = -32768;
+      *hi = 32767;
+      return;
+    case SourceType::kUInt32:
+      *lo = 0;
+      *hi = 4294967295.0;
+      return;
+    case SourceType::kInt32:
+      *lo = -2147483648.0;
+      *hi = 2147483647.0;
+      return;
+    case SourceType::kUInt64:
+      *lo = 0;
+      *hi = 18446744073709551615.0;
+      return;
+    case SourceType::kInt64:
+      *lo = -9223372036854775808.0;
+      *hi = 9223372036854775807.0;
+      return;
+    case SourceType::kFloat16:
+      *lo = -65504;
+      *hi = 65504;
+      return;
+    case SourceType::kFloat32:
+      *lo = -std::numeric_limits<float>::max();
+      *hi = std::numeric_limits<float>::max();
+      return;
+    default:
+      *lo = -std::numeric_limits<double>::max();
+      *hi = std::numeric_limits<double>::max();
+      return;
   }
 }
 
@@ -1124,9 +1158,11 @@ Status CheckNormalizationOn(const Normalization& n, double lo, double hi, bool e
                             const std::string& values, bool check_finite) {
   if (n.kind == NormKind::kNone && !n.clamp) return Status::OK();
   if (n.kind == NormKind::kBinary) return Status::OK();  // two values by design
-  Normalization open = n;  // the transform before its clamp
+  Normalization open = n;                                // the transform before its clamp
   open.clamp = false;
-  auto inside = [&](float u) { return !n.clamp || (u >= static_cast<float>(n.clamp_lo) && u <= static_cast<float>(n.clamp_hi)); };
+  auto inside = [&](float u) {
+    return !n.clamp || (u >= static_cast<float>(n.clamp_lo) && u <= static_cast<float>(n.clamp_hi));
+  };
   auto bad = [&](const std::string& what) {
     return Status::InvalidArgument("normalisation '" + std::string(spec) + "' " + what);
   };

@@ -14,10 +14,10 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <map>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 
 namespace patchstore {
 
@@ -80,8 +80,8 @@ Status CheckFileSize(MDB_env* env, const std::string& path) {
   if (::stat(data.c_str(), &sb) != 0) return Status::FromErrno("stat '" + data + "'", errno);
   const uint64_t need = (static_cast<uint64_t>(info.me_last_pgno) + 1) * st.ms_psize;
   if (static_cast<uint64_t>(sb.st_size) < need)
-    return Status::Corruption("opening store '" + path + "': data.mdb is truncated (" +
-                              std::to_string(sb.st_size) + " bytes, LMDB needs " + std::to_string(need) + ")");
+    return Status::Corruption("opening store '" + path + "': data.mdb is truncated (" + std::to_string(sb.st_size) +
+                              " bytes, LMDB needs " + std::to_string(need) + ")");
   return Status::OK();
 }
 
@@ -179,21 +179,24 @@ Status CheckStoreFile(const std::string& dir, const char* name, bool must_exist)
   if (::stat(file.c_str(), &sb) != 0) {
     const int err = errno;
     if (err == ENOENT && !must_exist) return Status::OK();
-    if (err == ENOENT) return Status::NotFound("opening store '" + dir + "': no " + name + " (not a patchstore store?)");
+    if (err == ENOENT)
+      return Status::NotFound("opening store '" + dir + "': no " + name + " (not a patchstore store?)");
     if (err == EACCES)
       return Status::IOError("opening store '" + dir + "': permission denied reading the directory (cannot see " +
                              name + ")");
     return Status::FromErrno("opening store '" + dir + "': " + name, err);
   }
   if (!S_ISREG(sb.st_mode)) {
-    const char* what = S_ISFIFO(sb.st_mode) ? "a FIFO" : S_ISDIR(sb.st_mode) ? "a directory"
-                       : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "a device" : S_ISSOCK(sb.st_mode) ? "a socket"
-                                                                                      : "not a regular file";
-    return Status::IOError("opening store '" + dir + "': " + name + " is " + what +
-                           ", not a regular file; refused");
+    const char* what = S_ISFIFO(sb.st_mode)                         ? "a FIFO"
+                       : S_ISDIR(sb.st_mode)                        ? "a directory"
+                       : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "a device"
+                       : S_ISSOCK(sb.st_mode)                       ? "a socket"
+                                                                    : "not a regular file";
+    return Status::IOError("opening store '" + dir + "': " + name + " is " + what + ", not a regular file; refused");
   }
   if (sb.st_size == 0 && must_exist && std::string(name) == "data.mdb")
-    return Status::Corruption("opening store '" + dir + "': data.mdb is empty (0 bytes): truncated, or no ingest "
+    return Status::Corruption("opening store '" + dir +
+                              "': data.mdb is empty (0 bytes): truncated, or no ingest "
                               "has written to it yet");
   return Status::OK();
 }
@@ -344,7 +347,8 @@ Result<std::shared_ptr<Snapshot>> Snapshot::Open(const std::string& path, const 
   std::error_code ec;
   if (!std::filesystem::is_directory(path, ec)) {
     if (std::filesystem::exists(path, ec))
-      return Status::InvalidArgument("opening store '" + path + "': not a directory (a store is a directory "
+      return Status::InvalidArgument("opening store '" + path +
+                                     "': not a directory (a store is a directory "
                                      "holding data.mdb)");
     return Status::NotFound("opening store '" + path + "': no such directory");
   }
@@ -384,8 +388,8 @@ Result<std::shared_ptr<Snapshot>> Snapshot::Open(const std::string& path, const 
     }
     snap->txn_ = read_txn;
     if (rc == MDB_READERS_FULL)
-      return Status::IOError("opening store '" + path + "': LMDB reader table full (" +
-                             std::to_string(kMaxReaders) + " slots); too many concurrent readers");
+      return Status::IOError("opening store '" + path + "': LMDB reader table full (" + std::to_string(kMaxReaders) +
+                             " slots); too many concurrent readers");
     if (rc != 0) return LmdbError("starting read transaction on", path, rc);
     {
       // An environment in which no ingest has committed yet (the writer was
@@ -393,8 +397,8 @@ Result<std::shared_ptr<Snapshot>> Snapshot::Open(const std::string& path, const 
       // databases at all: that is an empty store, not a damaged one.
       MDB_stat main_stat;
       MDB_dbi main_dbi;
-      if (mdb_dbi_open(static_cast<MDB_txn*>(snap->txn_), nullptr, 0, &main_dbi) == 0 && mdb_stat(static_cast<MDB_txn*>(snap->txn_), main_dbi, &main_stat) == 0 &&
-          main_stat.ms_entries == 0) {
+      if (mdb_dbi_open(static_cast<MDB_txn*>(snap->txn_), nullptr, 0, &main_dbi) == 0 &&
+          mdb_stat(static_cast<MDB_txn*>(snap->txn_), main_dbi, &main_stat) == 0 && main_stat.ms_entries == 0) {
         if (probing) {  // not sealed: read it with the lock table
           probing = no_lock = false;
           continue;
@@ -419,8 +423,8 @@ Result<std::shared_ptr<Snapshot>> Snapshot::Open(const std::string& path, const 
       } else if (irc != MDB_NOTFOUND) {
         return LmdbError("opening database 'index' of", path, irc);
       } else if (snap->meta_.format_version >= 2) {
-        return Status::Corruption("opening store '" + path + "': format " +
-                                  std::to_string(snap->meta_.format_version) + " store without its 'index' database");
+        return Status::Corruption("opening store '" + path + "': format " + std::to_string(snap->meta_.format_version) +
+                                  " store without its 'index' database");
       }
     }
     if (probing && !snap->meta_.sealed) {
@@ -462,9 +466,11 @@ Status Snapshot::CheckUnchanged() const {
   if (mdb_env_info(env_->raw(), &info) != 0) return Status::OK();
   const size_t mine = mdb_txn_id(static_cast<MDB_txn*>(txn_));
   if (info.me_last_txnid == mine) return Status::OK();
-  return Status::IOError("reading store '" + path() + "': the store changed since this reader opened it (another "
-                         "process wrote to it after it was sealed; transaction " + std::to_string(mine) + " -> " +
-                         std::to_string(info.me_last_txnid) + "); its pages may be reused: reopen the store");
+  return Status::IOError("reading store '" + path() +
+                         "': the store changed since this reader opened it (another "
+                         "process wrote to it after it was sealed; transaction " +
+                         std::to_string(mine) + " -> " + std::to_string(info.me_last_txnid) +
+                         "); its pages may be reused: reopen the store");
 }
 
 const std::string& Snapshot::path() const { return env_->path(); }
@@ -476,15 +482,15 @@ Snapshot::~Snapshot() {
 
 Status Snapshot::ForEachId(const std::function<Status(uint64_t, std::string_view)>& visit) const {
   if (empty_) return Status::OK();
-  return WalkByIndex(static_cast<MDB_txn*>(txn_), env_->ids_dbi, "ids", path(), [&](uint64_t idx, const MDB_val& v) -> Status {
-    auto id = DecodeIdValue(idx, v.mv_data, v.mv_size);
-    if (!id.ok()) return id.status().WithContext("reading ids of '" + path() + "'");
-    return visit(idx, *id);
-  });
+  return WalkByIndex(static_cast<MDB_txn*>(txn_), env_->ids_dbi, "ids", path(),
+                     [&](uint64_t idx, const MDB_val& v) -> Status {
+                       auto id = DecodeIdValue(idx, v.mv_data, v.mv_size);
+                       if (!id.ok()) return id.status().WithContext("reading ids of '" + path() + "'");
+                       return visit(idx, *id);
+                     });
 }
 
-Status Snapshot::ForEachRecord(
-    const std::function<Status(uint64_t, uint16_t, const uint8_t*, size_t)>& visit) const {
+Status Snapshot::ForEachRecord(const std::function<Status(uint64_t, uint16_t, const uint8_t*, size_t)>& visit) const {
   if (empty_) return Status::OK();
   MDB_cursor* cur = nullptr;
   int rc = mdb_cursor_open(static_cast<MDB_txn*>(txn_), env_->records_dbi, &cur);
@@ -543,12 +549,14 @@ Result<std::string_view> Snapshot::SealedIndex() const {
 Status Snapshot::ForEachSummary(const std::function<Status(uint64_t, const SampleSummary&)>& visit) const {
   if (empty_) return Status::OK();
   if (!has_index_) return Status::NotFound("store '" + path() + "' has no sample index (format 1)");
-  return WalkByIndex(static_cast<MDB_txn*>(txn_), env_->index_dbi, "the sample index", path(), [&](uint64_t idx, const MDB_val& v) -> Status {
-    auto sum = DecodeSampleSummary(idx, v.mv_data, v.mv_size);
-    if (!sum.ok())
-      return sum.status().WithContext("reading the sample index of '" + path() + "' at sample #" + std::to_string(idx));
-    return visit(idx, *sum);
-  });
+  return WalkByIndex(static_cast<MDB_txn*>(txn_), env_->index_dbi, "the sample index", path(),
+                     [&](uint64_t idx, const MDB_val& v) -> Status {
+                       auto sum = DecodeSampleSummary(idx, v.mv_data, v.mv_size);
+                       if (!sum.ok())
+                         return sum.status().WithContext("reading the sample index of '" + path() + "' at sample #" +
+                                                         std::to_string(idx));
+                       return visit(idx, *sum);
+                     });
 }
 
 void Snapshot::Advise(Access access, const void* data, size_t size) const {
@@ -630,7 +638,8 @@ std::vector<std::pair<uintptr_t, uintptr_t>> PlanWillNeed(const std::vector<std:
       hi = runs[j++].second;
     resident.resize((hi - lo) / page);
     if (!residency(lo, hi, resident.data())) {
-      out.insert(out.end(), runs.begin() + static_cast<std::ptrdiff_t>(i), runs.begin() + static_cast<std::ptrdiff_t>(j));
+      out.insert(out.end(), runs.begin() + static_cast<std::ptrdiff_t>(i),
+                 runs.begin() + static_cast<std::ptrdiff_t>(j));
     } else {
       for (size_t k = i; k < j; ++k)
         for (uintptr_t a = runs[k].first; a < runs[k].second; a += page)
@@ -755,8 +764,7 @@ Result<std::unique_ptr<Writer>> Writer::Open(const std::string& path, const Writ
     rc = mdb_cursor_open(txn, env->ids_dbi, &cur);
     MDB_val k, v;
     uint64_t n = 0;
-    for (rc = rc ? rc : mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
-         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    for (rc = rc ? rc : mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
       uint64_t idx = 0;
       if (!DecodeIndexKey(k.mv_data, k.mv_size, &idx)) {
         st = Status::Corruption("opening store '" + path + "' for writing: malformed id key");
@@ -802,14 +810,13 @@ Result<uint16_t> Writer::EnsureField(const FieldMeta& field) {
     if (f.layout != field.layout)
       return Status::InvalidArgument("field '" + field.name + "' has another layout in the store");
     if (f.dtype != field.dtype)
-      return Status::InvalidArgument("field '" + field.name + "' holds " + DTypeName(f.dtype) +
-                                     " in the store but " + DTypeName(field.dtype) + " here");
+      return Status::InvalidArgument("field '" + field.name + "' holds " + DTypeName(f.dtype) + " in the store but " +
+                                     DTypeName(field.dtype) + " here");
     if (f.tile != field.tile)
-      return Status::InvalidArgument("field '" + field.name + "' is stored " +
-                                     (f.tile ? "in " + std::to_string(f.tile) + "-pixel tiles" : std::string("in rows")) +
-                                     " in the store but " +
-                                     (field.tile ? "in " + std::to_string(field.tile) + "-pixel tiles" : std::string("in rows")) +
-                                     " here");
+      return Status::InvalidArgument(
+          "field '" + field.name + "' is stored " +
+          (f.tile ? "in " + std::to_string(f.tile) + "-pixel tiles" : std::string("in rows")) + " in the store but " +
+          (field.tile ? "in " + std::to_string(field.tile) + "-pixel tiles" : std::string("in rows")) + " here");
     return static_cast<uint16_t>(i);
   }
   if (field.name.empty()) return Status::InvalidArgument("empty field name");
@@ -818,10 +825,8 @@ Result<uint16_t> Writer::EnsureField(const FieldMeta& field) {
   // sampler decides most candidate windows without reading the mask
   // (FORMAT.md "Mask block counts"). Fields of older stores keep none.
   FieldMeta added = field;
-  if (!(added.is_mask && added.channels == 1 && added.layout == Layout::kCHW && !added.has_sat))
-    added.mask_blocks = 0;
-  else if (added.mask_blocks == 0)
-    added.mask_blocks = static_cast<uint16_t>(kDefaultMaskBlock);
+  if (!(added.is_mask && added.channels == 1 && added.layout == Layout::kCHW && !added.has_sat)) added.mask_blocks = 0;
+  else if (added.mask_blocks == 0) added.mask_blocks = static_cast<uint16_t>(kDefaultMaskBlock);
   else if (!ValidMaskBlock(added.mask_blocks))
     return Status::InvalidArgument("field '" + field.name + "': mask block edge must be in 8..4096, got " +
                                    std::to_string(added.mask_blocks));
@@ -908,7 +913,6 @@ Status PutMaskBlocks(WriteTxn& t, MDB_dbi dbi, uint64_t index, uint16_t field, c
   return Status::OK();
 }
 
-
 }  // namespace
 
 Status Writer::TryWrite(const std::vector<SampleInput>& samples, bool* map_full) {
@@ -967,14 +971,12 @@ Status Writer::WriteSamples(WriteTxn& t, const std::vector<SampleInput>& samples
       if (!st.ok()) return st.WithContext("writing sample '" + s.id + "'");
       if (r.field < meta_.fields.size() && h.dtype != meta_.fields[r.field].dtype)
         return Status::InvalidArgument("writing sample '" + s.id + "' to '" + path + "': field '" +
-                                            meta_.fields[r.field].name + "' holds " +
-                                            DTypeName(meta_.fields[r.field].dtype) + ", the record " +
-                                            DTypeName(h.dtype));
+                                       meta_.fields[r.field].name + "' holds " +
+                                       DTypeName(meta_.fields[r.field].dtype) + ", the record " + DTypeName(h.dtype));
       if (r.field < meta_.fields.size() && h.tile != meta_.fields[r.field].tile)
-        return Status::InvalidArgument("writing sample '" + s.id + "' to '" + path + "': field '" +
-                                            meta_.fields[r.field].name + "' has tile size " +
-                                            std::to_string(meta_.fields[r.field].tile) + ", the record " +
-                                            std::to_string(h.tile));
+        return Status::InvalidArgument(
+            "writing sample '" + s.id + "' to '" + path + "': field '" + meta_.fields[r.field].name +
+            "' has tile size " + std::to_string(meta_.fields[r.field].tile) + ", the record " + std::to_string(h.tile));
       auto rkey = RecordKey(index, r.field);
       MDB_val rk = Val(rkey.data(), rkey.size());
       MDB_val rv{h.record_bytes(), nullptr};
@@ -1108,7 +1110,7 @@ Status Writer::WriteBatch(const std::vector<SampleInput>& samples) {
 Status Writer::CommitMeta() { return WriteBatch({}); }
 
 Result<std::vector<std::string>> Writer::AddMaskBlocks(const AddMaskBlocksProgress& progress, uint64_t batch,
-                                                      const std::vector<std::string>& rewrite) {
+                                                       const std::vector<std::string>& rewrite) {
   std::vector<uint16_t> fields;
   std::vector<std::string> names;
   for (size_t f = 0; f < meta_.fields.size(); ++f) {
@@ -1149,9 +1151,8 @@ Result<std::vector<std::string>> Writer::AddMaskBlocks(const AddMaskBlocksProgre
     if (hi == n || lo == 0) meta_ = std::move(next);
     lo = hi;
     if (progress && !progress(lo, n) && lo < n)
-      return Status::Aborted("adding mask block counts to '" + env_->path() + "': stopped after " +
-                             std::to_string(lo) + " of " + std::to_string(n) +
-                             " samples; run `patchstore upgrade` again to finish");
+      return Status::Aborted("adding mask block counts to '" + env_->path() + "': stopped after " + std::to_string(lo) +
+                             " of " + std::to_string(n) + " samples; run `patchstore upgrade` again to finish");
   } while (lo < n);
   return names;
 }
@@ -1292,11 +1293,12 @@ Result<std::vector<std::string>> AddMaskBlocks(const std::string& path, const Ad
 Status CopyStoreCompact(const std::string& src, const std::string& dst_dir) {
   std::error_code ec;
   bool empty = std::filesystem::is_directory(dst_dir, ec);
-  for (auto it = std::filesystem::directory_iterator(dst_dir, ec); empty && !ec && it != std::filesystem::directory_iterator();
-       it.increment(ec))
+  for (auto it = std::filesystem::directory_iterator(dst_dir, ec);
+       empty && !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
     empty = it->path().filename() == kStagingMarker;  // a staging folder's own marker (store/copy.h)
   if (!empty || ec)
-    return Status::InvalidArgument("copying '" + src + "' to '" + dst_dir + "': the destination must be an empty directory");
+    return Status::InvalidArgument("copying '" + src + "' to '" + dst_dir +
+                                   "': the destination must be an empty directory");
   // Validates the source as readers do (a store, its format, its size).
   PS_ASSIGN_OR_RETURN(auto snap, Snapshot::Open(src));
   auto env = OpenReadEnv(src, snap->no_lock());
@@ -1312,10 +1314,10 @@ Status CopyStoreCompact(const std::string& src, const std::string& dst_dir) {
 
 const char* NetworkFilesystemName(long f_type) {
   switch (static_cast<unsigned long>(f_type) & 0xffffffffUL) {
-    case 0x6969UL: return "NFS";           // NFS_SUPER_MAGIC
-    case 0xFF534D42UL: return "SMB";       // CIFS_SUPER_MAGIC
-    case 0xFE534D42UL: return "SMB";       // SMB2_SUPER_MAGIC
-    case 0x517BUL: return "SMB";           // SMB_SUPER_MAGIC
+    case 0x6969UL: return "NFS";      // NFS_SUPER_MAGIC
+    case 0xFF534D42UL: return "SMB";  // CIFS_SUPER_MAGIC
+    case 0xFE534D42UL: return "SMB";  // SMB2_SUPER_MAGIC
+    case 0x517BUL: return "SMB";      // SMB_SUPER_MAGIC
     default: return nullptr;
   }
 }

@@ -22,8 +22,7 @@ TempDir::~TempDir() {
   // Make read-only test folders writable again so they can be removed.
   for (auto it = std::filesystem::recursive_directory_iterator(path_, ec);
        !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec))
-    std::filesystem::permissions(it->path(), std::filesystem::perms::owner_all,
-                                 std::filesystem::perm_options::add, ec);
+    std::filesystem::permissions(it->path(), std::filesystem::perms::owner_all, std::filesystem::perm_options::add, ec);
   std::filesystem::permissions(path_, std::filesystem::perms::owner_all, std::filesystem::perm_options::add, ec);
   std::filesystem::remove_all(path_, ec);
 }
@@ -104,8 +103,7 @@ Result<std::vector<uint8_t>> Payload(const StoreSpec& spec, uint64_t s, int f, c
 
 // The summed-area tables of record (s, f): (P, H+1, W+1) counts of the
 // valid (non-zero, not NaN) values above and left of each entry.
-std::vector<uint32_t> SummedAreaTables(const StoreSpec& spec, uint64_t s, int f,
-                                       const std::array<int64_t, 3>& shape) {
+std::vector<uint32_t> SummedAreaTables(const StoreSpec& spec, uint64_t s, int f, const std::array<int64_t, 3>& shape) {
   const int64_t P = shape[0], H = shape[1], W = shape[2];
   std::vector<uint32_t> sat(static_cast<size_t>(P * (H + 1) * (W + 1)), 0);
   for (int64_t p = 0; p < P; ++p)
@@ -157,9 +155,9 @@ Status WriteStore(const std::string& path, const StoreSpec& spec) {
       si.id = spec.ids[s];
       for (size_t f = 0; f < spec.fields.size(); ++f) {
         const StoreField& field = spec.fields[f];
-        const std::array<int64_t, 3> shape =
-            spec.shape ? spec.shape(s, static_cast<int>(f))
-                       : std::array<int64_t, 3>{volumes ? spec.depth : field.channels, spec.height, spec.width};
+        const std::array<int64_t, 3> shape = spec.shape ? spec.shape(s, static_cast<int>(f))
+                                                        : std::array<int64_t, 3>{volumes ? spec.depth : field.channels,
+                                                                                 spec.height, spec.width};
         PS_ASSIGN_OR_RETURN(std::vector<uint8_t> payload, Payload(spec, s, static_cast<int>(f), shape));
         data.push_back(std::move(payload));
         RecordInput r;

@@ -53,11 +53,11 @@ struct StoreField {
   StoreField(std::string name_, int channels_ = 1, bool mask_ = false)  // NOLINT(google-explicit-constructor)
       : name(std::move(name_)), channels(channels_), mask(mask_) {}
   std::string name;
-  int channels = 1;        // C of an image field; volume fields have 1
-  bool mask = false;       // is_mask (the writer gives 1-channel masks block counts)
+  int channels = 1;   // C of an image field; volume fields have 1
+  bool mask = false;  // is_mask (the writer gives 1-channel masks block counts)
   DType dtype = DType::kFloat32;
-  uint16_t tile = 0;       // 0: rows; else the tile edge of every record
-  Normalization norm;      // of the field and its records (readers apply it to raw dtypes)
+  uint16_t tile = 0;   // 0: rows; else the tile edge of every record
+  Normalization norm;  // of the field and its records (readers apply it to raw dtypes)
   SourceType source_type = SourceType::kFloat32;
   uint16_t mask_blocks = 0;  // a mask's block edge (0: the writer's default)
   // Summed-area tables stored beside each record (has_sat, as format-1
@@ -93,13 +93,11 @@ struct StoreSpec {
   int64_t depth = 0;  // volumes: slices per record
   // (planes, H, W) of the record of sample s, field f; null: the above.
   std::function<std::array<int64_t, 3>(uint64_t s, int f)> shape;
-  StoreValueFn value = [](uint64_t s, int f, int64_t p, int64_t y, int64_t x) {
-    return SyntheticValue(s, f, p, y, x);
-  };
+  StoreValueFn value = [](uint64_t s, int f, int64_t p, int64_t y, int64_t x) { return SyntheticValue(s, f, p, y, x); };
   std::map<std::string, std::string> attributes;  // set in the metadata (StoreMeta::attributes)
-  bool seal = true;      // mark finished; false: commit the metadata and leave it open
-  Writer::OrdinalOf ordinal;  // given to Seal (a shard's input order)
-  uint64_t batch = 4;    // samples per write transaction
+  bool seal = true;                               // mark finished; false: commit the metadata and leave it open
+  Writer::OrdinalOf ordinal;                      // given to Seal (a shard's input order)
+  uint64_t batch = 4;                             // samples per write transaction
   uint64_t initial_map_size = uint64_t{1} << 30;
 };
 

@@ -53,9 +53,7 @@ inline bool FormatIs(const char* format, const char* codes) {
   return format[0] != '\0' && format[1] == '\0' && std::strchr(codes, format[0]) != nullptr;
 }
 
-inline std::string TypeName(const py::handle& obj) {
-  return std::string(py::str(py::type::of(obj).attr("__name__")));
-}
+inline std::string TypeName(const py::handle& obj) { return std::string(py::str(py::type::of(obj).attr("__name__"))); }
 
 inline std::string ShapeString(const std::vector<int64_t>& shape) {
   std::string s = "(";
@@ -87,8 +85,7 @@ inline std::unique_ptr<BufferHold> WritableBuffer(const py::handle& obj, const s
   if (have != shape)
     throw py::value_error(context + ": " + what + " has shape " + ShapeString(have) + ", expected " +
                           ShapeString(shape));
-  if (!PyBuffer_IsContiguous(&v, 'C'))
-    throw py::value_error(context + ": " + what + " must be C-contiguous");
+  if (!PyBuffer_IsContiguous(&v, 'C')) throw py::value_error(context + ": " + what + " must be C-contiguous");
   return b;
 }
 
@@ -100,8 +97,7 @@ inline void CheckDisjoint(const std::vector<std::pair<std::string, const BufferH
       const Py_buffer& a = const_cast<BufferHold*>(bufs[i].second)->view();
       const Py_buffer& b = const_cast<BufferHold*>(bufs[j].second)->view();
       const auto a0 = reinterpret_cast<uintptr_t>(a.buf), b0 = reinterpret_cast<uintptr_t>(b.buf);
-      if (a.len > 0 && b.len > 0 && a0 < b0 + static_cast<uintptr_t>(b.len) &&
-          b0 < a0 + static_cast<uintptr_t>(a.len))
+      if (a.len > 0 && b.len > 0 && a0 < b0 + static_cast<uintptr_t>(b.len) && b0 < a0 + static_cast<uintptr_t>(a.len))
         throw py::value_error(context + ": " + bufs[i].first + " and " + bufs[j].first + " share memory");
     }
 }

@@ -294,8 +294,8 @@ py::tuple Montage(const std::string& store, int count, const py::object& sampler
 // RenderVolumeMontage: (height, width, bytearray of RGB bytes, (lo, hi) window used, items shown, warning).
 py::tuple VolumeMontage(const std::string& store, int count, const std::string& field, const std::string& overlay,
                         const std::vector<std::string>& ids, int64_t crop_h, int64_t crop_w, int64_t context,
-                        const std::string& flip, bool rot90, uint64_t seed, uint64_t epoch, bool has_window,
-                        double lo, double hi, int tile, bool labels) {
+                        const std::string& flip, bool rot90, uint64_t seed, uint64_t epoch, bool has_window, double lo,
+                        double hi, int tile, bool labels) {
   patchstore::VolumeMontageOptions o;
   o.store = store;
   o.count = count;
@@ -331,9 +331,8 @@ py::tuple VolumeMontage(const std::string& store, int count, const std::string& 
 }  // namespace
 
 PYBIND11_MODULE(_ingest, m) {
-  m.doc() =
-      "patchstore._ingest: compiled image and HDF5 volume ingest and export. Use patchstore.ingest_images /\n"
-      "patchstore.ingest_hdf5 / patchstore.export.";
+  m.doc() = "patchstore._ingest: compiled image and HDF5 volume ingest and export. Use patchstore.ingest_images /\n"
+            "patchstore.ingest_hdf5 / patchstore.export.";
 
   py::class_<Progress>(m, "Progress", "Progress of an ingest or export: done of total items, plus bytes.")
       .def_readonly("done", &Progress::done)
@@ -370,7 +369,8 @@ PYBIND11_MODULE(_ingest, m) {
   BindField(io, io_fields, "mask_fields", &IO::mask_fields, "fields stored as {0,1}");
   BindField(io, io_fields, "norm", &IO::norm, "{field: normalisation spec}");
   BindField(io, io_fields, "layout", &IO::layout, "\"rows\" | \"tiles\" (--layout)");
-  BindField(io, io_fields, "tile_size", &IO::tile_size, "tile edge for layout tiles (--tile-size); 0: the default (a resumed store's own)");
+  BindField(io, io_fields, "tile_size", &IO::tile_size,
+            "tile edge for layout tiles (--tile-size); 0: the default (a resumed store's own)");
   BindField(io, io_fields, "encoding", &IO::encoding, "--encoding specs: [\"compact\", \"depth=float16\", ...]");
   BindField(io, io_fields, "threads", &IO::threads, "decoder threads; 0 = all cores");
   BindField(io, io_fields, "skip_errors", &IO::skip_errors, "--on-error skip");
@@ -421,8 +421,7 @@ PYBIND11_MODULE(_ingest, m) {
         py::arg("cancel") = nullptr,
         "patchstore::IngestImages with the GIL released. Returns the IngestSummary as a dict.\n"
         "cancel: a CancelFlag polled between samples (RuntimeError once set: committed samples stay).");
-  m.def("ingest_hdf5", &IngestHdf5, py::arg("options"), py::arg("progress") = py::none(),
-        py::arg("cancel") = nullptr,
+  m.def("ingest_hdf5", &IngestHdf5, py::arg("options"), py::arg("progress") = py::none(), py::arg("cancel") = nullptr,
         "patchstore::IngestHdf5 with the GIL released. Returns the IngestSummary as a dict.\n"
         "cancel: a CancelFlag polled between volumes (RuntimeError once set: committed volumes stay).\n"
         "NotFound (a missing group or dataset) raises KeyError.");
@@ -438,14 +437,13 @@ PYBIND11_MODULE(_ingest, m) {
         "patchstore::RenderVolumeMontage with the GIL released: (height, width, RGB bytearray, (lo, hi), items, "
         "warning).");
   m.def("render_montage", &Montage, py::arg("store"), py::arg("count"), py::arg("sampler"), py::arg("field"),
-        py::arg("overlay"), py::arg("require_overlay"), py::arg("epoch"), py::arg("has_window"),
-        py::arg("window_lo"), py::arg("window_hi"), py::arg("tile"), py::arg("loader") = "sampler",
-        py::arg("with_windows") = false,
+        py::arg("overlay"), py::arg("require_overlay"), py::arg("epoch"), py::arg("has_window"), py::arg("window_lo"),
+        py::arg("window_hi"), py::arg("tile"), py::arg("loader") = "sampler", py::arg("with_windows") = false,
         "patchstore::RenderMontage with the GIL released: (height, width, bytearray of RGB bytes), and with\n"
         "with_windows also the windows shown as (sample, y, x, flip, rot, positive) tuples and the warnings.");
-  m.def("export", &Export, py::arg("store"), py::arg("outdir"), py::arg("ids"), py::arg("fields"),
-        py::arg("format"), py::arg("has_window"), py::arg("window_lo"), py::arg("window_hi"),
-        py::arg("progress"), py::arg("axis_order") = "", py::arg("window_auto") = false,
+  m.def("export", &Export, py::arg("store"), py::arg("outdir"), py::arg("ids"), py::arg("fields"), py::arg("format"),
+        py::arg("has_window"), py::arg("window_lo"), py::arg("window_hi"), py::arg("progress"),
+        py::arg("axis_order") = "", py::arg("window_auto") = false,
         "patchstore::Export with the GIL released. Returns the ExportSummary as a dict.");
   m.def(
       "safe_relative_path", [](const py::bytes& id) { return py::bytes(patchstore::SafeRelativePath(id)); },

@@ -26,12 +26,12 @@
 #include <thread>
 #include <vector>
 
+#include "buffer_py.h"
 #include "patchstore/reader/reader.h"
 #include "patchstore/reader/verify.h"
 #include "patchstore/reader/volume.h"
 #include "patchstore/store/copy.h"
 #include "patchstore/store/format.h"
-#include "buffer_py.h"
 #include "sampler_py.h"
 #include "status_py.h"
 #include "view_py.h"
@@ -88,8 +88,8 @@ int FieldOf(const Reader& r, const std::string& name) { return Unwrap(r.FieldInd
 
 uint64_t SampleOf(const Reader& r, int64_t sample) {
   if (sample < 0 || static_cast<uint64_t>(sample) >= r.size())
-    throw py::index_error("sample index " + std::to_string(sample) + " out of range [0, " +
-                          std::to_string(r.size()) + ") in '" + r.path() + "'");
+    throw py::index_error("sample index " + std::to_string(sample) + " out of range [0, " + std::to_string(r.size()) +
+                          ") in '" + r.path() + "'");
   return static_cast<uint64_t>(sample);
 }
 
@@ -136,9 +136,8 @@ py::dict SummaryInfo(const patchstore::RecordSummary& h) {
 }
 
 // Copies `n` windows of field `field` into `out` (see the docstring below).
-void CopyPatches(const Reader& r, const py::object& samples_obj, const std::string& field,
-                 const py::object& ys_obj, const py::object& xs_obj, int64_t h, int64_t w,
-                 const py::object& out, int num_threads) {
+void CopyPatches(const Reader& r, const py::object& samples_obj, const std::string& field, const py::object& ys_obj,
+                 const py::object& xs_obj, int64_t h, int64_t w, const py::object& out, int num_threads) {
   const int f = FieldOf(r, field);
   const std::vector<int64_t> samples = Int64s(samples_obj, "ids");
   const std::vector<int64_t> ys = Int64s(ys_obj, "ys");
@@ -170,17 +169,16 @@ void CopyPatches(const Reader& r, const py::object& samples_obj, const std::stri
     throw py::value_error("read_patches on '" + r.path() + "': out must be C-contiguous");
   const int64_t want = static_cast<int64_t>(n) * channels * h * w;
   const int64_t have = static_cast<int64_t>(v.len / 4);
-  std::string want_shape = "(" + std::to_string(n) + "," + std::to_string(channels) + "," + std::to_string(h) +
-                           "," + std::to_string(w) + ")";
+  std::string want_shape = "(" + std::to_string(n) + "," + std::to_string(channels) + "," + std::to_string(h) + "," +
+                           std::to_string(w) + ")";
   if (have != want)
     throw py::value_error("read_patches on '" + r.path() + "' field '" + field + "': out holds " +
                           std::to_string(have) + " floats, " + want_shape + " needs " + std::to_string(want));
-  if (v.ndim == 4 && (v.shape[0] != static_cast<Py_ssize_t>(n) || v.shape[1] != channels || v.shape[2] != h ||
-                      v.shape[3] != w))
+  if (v.ndim == 4 &&
+      (v.shape[0] != static_cast<Py_ssize_t>(n) || v.shape[1] != channels || v.shape[2] != h || v.shape[3] != w))
     throw py::value_error("read_patches on '" + r.path() + "' field '" + field + "': out has shape (" +
                           std::to_string(v.shape[0]) + "," + std::to_string(v.shape[1]) + "," +
-                          std::to_string(v.shape[2]) + "," + std::to_string(v.shape[3]) + "), expected " +
-                          want_shape);
+                          std::to_string(v.shape[2]) + "," + std::to_string(v.shape[3]) + "), expected " + want_shape);
   if (num_threads <= 0) num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   float* dst = static_cast<float*>(v.buf);
   Status st;
@@ -194,9 +192,8 @@ void CopyPatches(const Reader& r, const py::object& samples_obj, const std::stri
 }  // namespace
 
 PYBIND11_MODULE(_patchstore, m) {
-  m.doc() =
-      "patchstore._patchstore: the compiled reader behind the patchstore package.\n\n"
-      "Use the Python API (patchstore.open, patchstore.Store); this module is an implementation detail.";
+  m.doc() = "patchstore._patchstore: the compiled reader behind the patchstore package.\n\n"
+            "Use the Python API (patchstore.open, patchstore.Store); this module is an implementation detail.";
   // The version of the C++ build (VERSION at the source root); patchstore.__version__.
   m.attr("__version__") = patchstore::ToolVersion();
 
@@ -209,7 +206,7 @@ PYBIND11_MODULE(_patchstore, m) {
       PyExc_OSError, nullptr);
   if (corrupt == nullptr) throw py::error_already_set();
   m.add_object("CorruptRecordError", py::handle(corrupt));  // add_object takes its own reference
-  patchstore_py::CorruptRecordErrorSlot() = corrupt;          // and the slot keeps ours
+  patchstore_py::CorruptRecordErrorSlot() = corrupt;        // and the slot keeps ours
 
   py::class_<View>(m, "View", py::buffer_protocol(),
                    "A read-only view into the store's memory map (buffer protocol), of the record's dtype\n"
@@ -217,8 +214,9 @@ PYBIND11_MODULE(_patchstore, m) {
                    "Holds the LMDB read transaction: the memory stays valid while this object lives.\n"
                    "Wrap it with numpy.asarray(view) (no copy).")
       .def_buffer([](View& self) { return patchstore_py::BufferInfo(self); })
-      .def_property_readonly("dtype", [](const View& self) { return patchstore::DTypeName(self.v.dtype); },
-                             "The element type: 'float32', 'uint8', ... (what numpy.asarray(view).dtype is).")
+      .def_property_readonly(
+          "dtype", [](const View& self) { return patchstore::DTypeName(self.v.dtype); },
+          "The element type: 'float32', 'uint8', ... (what numpy.asarray(view).dtype is).")
       .def_property_readonly("shape", [](const View& self) { return Shape(self.v); })
       .def_property_readonly("strides",
                              [](const View& self) {
@@ -226,8 +224,7 @@ PYBIND11_MODULE(_patchstore, m) {
                                for (int i = 0; i < self.v.rank; ++i) t[i] = py::int_(self.v.strides[i]);
                                return t;
                              })
-      .def_property_readonly("address",
-                             [](const View& self) { return reinterpret_cast<uintptr_t>(self.v.data); })
+      .def_property_readonly("address", [](const View& self) { return reinterpret_cast<uintptr_t>(self.v.data); })
       .def("__repr__", [](const View& self) {
         std::string s = std::string("<patchstore View ") + patchstore::DTypeName(self.v.dtype) + " (";
         for (int i = 0; i < self.v.rank; ++i) s += (i ? "," : "") + std::to_string(self.v.shape[i]);
@@ -267,26 +264,29 @@ PYBIND11_MODULE(_patchstore, m) {
             }
             return Unwrap(std::move(r), Where::kFiles);
           },
-          py::arg("paths"), py::arg("verify_checksums") = false, py::arg("no_lock") = false,
-          py::arg("partial") = false,
+          py::arg("paths"), py::arg("verify_checksums") = false, py::arg("no_lock") = false, py::arg("partial") = false,
           "Opens several stores (a shard set) as one (patchstore::Reader::OpenSet).")
       .def("store_count", &Reader::store_count)
-      .def("store_path", [](const Reader& r, size_t s) {
-        if (s >= r.store_count()) throw py::index_error("no store #" + std::to_string(s));
-        return r.store_path(s);
-      })
-      .def("store_begin", [](const Reader& r, size_t s) {
-        if (s > r.store_count()) throw py::index_error("no store #" + std::to_string(s));
-        return r.store_begin(s);
-      })
-      .def("store_of", [](const Reader& r, uint64_t sample) {
-        if (sample >= r.size()) throw py::index_error("sample index out of range");
-        return r.StoreOf(sample);
-      })
-      .def("local_index", [](const Reader& r, uint64_t sample) {
-        if (sample >= r.size()) throw py::index_error("sample index out of range");
-        return r.LocalIndex(sample);
-      })
+      .def("store_path",
+           [](const Reader& r, size_t s) {
+             if (s >= r.store_count()) throw py::index_error("no store #" + std::to_string(s));
+             return r.store_path(s);
+           })
+      .def("store_begin",
+           [](const Reader& r, size_t s) {
+             if (s > r.store_count()) throw py::index_error("no store #" + std::to_string(s));
+             return r.store_begin(s);
+           })
+      .def("store_of",
+           [](const Reader& r, uint64_t sample) {
+             if (sample >= r.size()) throw py::index_error("sample index out of range");
+             return r.StoreOf(sample);
+           })
+      .def("local_index",
+           [](const Reader& r, uint64_t sample) {
+             if (sample >= r.size()) throw py::index_error("sample index out of range");
+             return r.LocalIndex(sample);
+           })
       .def_property_readonly("input_ordered", &Reader::input_ordered)
       .def_property_readonly("path", &Reader::path)
       .def_property_readonly("sealed", &Reader::sealed)
@@ -327,7 +327,10 @@ PYBIND11_MODULE(_patchstore, m) {
               buf.clear();
             };
             auto u64 = [&](uint64_t v) { buf.append(reinterpret_cast<const char*>(&v), sizeof v); };
-            auto str = [&](std::string_view s) { u64(s.size()); buf.append(s.data(), s.size()); };
+            auto str = [&](std::string_view s) {
+              u64(s.size());
+              buf.append(s.data(), s.size());
+            };
             py::gil_scoped_release nogil;
             str(r.meta().kind);
             const int nf = r.field_count();
@@ -359,11 +362,10 @@ PYBIND11_MODULE(_patchstore, m) {
           "logical shape and mask valid count. Equal for a re-laid-out or re-encoded copy (same ids, same "
           "shapes); different for another store or another subset of samples. Pixels are not hashed.")
       .def(
-          "find", [](const Reader& r, const py::bytes& id) { return Unwrap(r.Find(std::string(id))); },
-          py::arg("id"), "The index of sample `id` (bytes). KeyError when absent.")
+          "find", [](const Reader& r, const py::bytes& id) { return Unwrap(r.Find(std::string(id))); }, py::arg("id"),
+          "The index of sample `id` (bytes). KeyError when absent.")
       .def(
-          "field_index", [](const Reader& r, const std::string& name) { return FieldOf(r, name); },
-          py::arg("name"))
+          "field_index", [](const Reader& r, const std::string& name) { return FieldOf(r, name); }, py::arg("name"))
       .def(
           "fields",
           [](const Reader& r) {
@@ -407,8 +409,9 @@ PYBIND11_MODULE(_patchstore, m) {
           py::arg("sample"), "Views of every field of one sample, in field order.")
       .def(
           "patch",
-          [](const Reader& r, int64_t sample, const std::string& field, int64_t y, int64_t x, int64_t h,
-             int64_t w) { return View{patchstore::AsFloat32(Unwrap(r.Patch(SampleOf(r, sample), FieldOf(r, field), y, x, h, w)))}; },
+          [](const Reader& r, int64_t sample, const std::string& field, int64_t y, int64_t x, int64_t h, int64_t w) {
+            return View{patchstore::AsFloat32(Unwrap(r.Patch(SampleOf(r, sample), FieldOf(r, field), y, x, h, w)))};
+          },
           py::arg("sample"), py::arg("field"), py::arg("y"), py::arg("x"), py::arg("h"), py::arg("w"),
           "A View of the (C,h,w) window at (y, x): float32 normalised values; no copy for float32 row records,\n"
           "a copy for tiled or compact ones.")
@@ -422,8 +425,7 @@ PYBIND11_MODULE(_patchstore, m) {
       .def(
           "slice_stack",
           [](const Reader& r, int64_t sample, const std::string& field, int64_t slice, int64_t context) {
-            return View{
-                Unwrap(patchstore::SliceStack(r, SampleOf(r, sample), FieldOf(r, field), slice, context))};
+            return View{Unwrap(patchstore::SliceStack(r, SampleOf(r, sample), FieldOf(r, field), slice, context))};
           },
           py::arg("sample"), py::arg("field"), py::arg("slice"), py::arg("context") = 0,
           "patchstore::SliceStack: slices slice-context..slice+context as a (2c+1,H,W) View; zero-copy inside\n"
@@ -468,7 +470,8 @@ PYBIND11_MODULE(_patchstore, m) {
         d["records"] = r->records;
         d["bytes"] = r->bytes;
         py::list problems;
-        for (const patchstore::VerifyProblem& p : r->problems) problems.append(py::make_tuple(p.id, p.field, p.message));
+        for (const patchstore::VerifyProblem& p : r->problems)
+          problems.append(py::make_tuple(p.id, p.field, p.message));
         d["problems"] = problems;
         return d;
       },

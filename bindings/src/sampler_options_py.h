@@ -114,8 +114,7 @@ py::object Get(const T& v) {
 }
 
 // The members the Python layer converts into besides the table's rows.
-#define PATCHSTORE_SAMPLER_OPTION_PARTS(X) \
-  X(fields) X(patch_h) X(patch_w) X(samples) X(prefetch_next)
+#define PATCHSTORE_SAMPLER_OPTION_PARTS(X) X(fields) X(patch_h) X(patch_w) X(samples) X(prefetch_next)
 
 // Sets the option called `name` (a Python keyword of the table, or a part);
 // false for an unknown name.
@@ -171,15 +170,15 @@ inline void BindSamplerOptions(py::module_& m) {
           return o;
         }),
         "Default options, with the given ones set.");
-#define PATCHSTORE_BIND_ROW(mem, pyname, cli, doc)                                                            \
-  c.def_property(                                                                                           \
-      pyname, [](const SamplerOptions& o) { return sampler_options_detail::Get(o.mem); },                   \
+#define PATCHSTORE_BIND_ROW(mem, pyname, cli, doc)                                        \
+  c.def_property(                                                                         \
+      pyname, [](const SamplerOptions& o) { return sampler_options_detail::Get(o.mem); }, \
       [](SamplerOptions& o, py::handle v) { sampler_options_detail::Set(&o.mem, v, #mem); }, doc);
   PATCHSTORE_SAMPLER_OPTIONS(PATCHSTORE_BIND_ROW)
 #undef PATCHSTORE_BIND_ROW
-#define PATCHSTORE_BIND_PART(mem)                                                                            \
-  c.def_property(                                                                                           \
-      #mem, [](const SamplerOptions& o) { return sampler_options_detail::Get(o.mem); },                     \
+#define PATCHSTORE_BIND_PART(mem)                                                       \
+  c.def_property(                                                                       \
+      #mem, [](const SamplerOptions& o) { return sampler_options_detail::Get(o.mem); }, \
       [](SamplerOptions& o, py::handle v) { sampler_options_detail::Set(&o.mem, v, #mem); });
   PATCHSTORE_SAMPLER_OPTION_PARTS(PATCHSTORE_BIND_PART)
 #undef PATCHSTORE_BIND_PART

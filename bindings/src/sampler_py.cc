@@ -92,8 +92,8 @@ Targets TakeTargets(const PySampler& ps, const py::sequence& outs, const py::obj
   std::vector<std::pair<std::string, const BufferHold*>> named;
   for (size_t f = 0; f < o.fields.size(); ++f) {
     const std::string what = "out['" + o.fields[f] + "']";
-    t.holds.push_back(WritableBuffer(outs[f], {n, channels[f], o.height(), o.width()}, "f", 4, "float32",
-                                     what, context));
+    t.holds.push_back(
+        WritableBuffer(outs[f], {n, channels[f], o.height(), o.width()}, "f", 4, "float32", what, context));
     t.outs.push_back(static_cast<float*>(t.holds.back()->view().buf));
     named.emplace_back(what, t.holds.back().get());
   }
@@ -139,8 +139,7 @@ std::vector<Window> LoadWindows(const PySampler& ps, const py::object& obj, cons
 }
 
 // Windows [first, first + n) of `epoch` into the targets (Gather, checked).
-Status GatherRange(const PySampler& ps, uint64_t epoch, uint64_t first, int64_t n, const Targets& t,
-                   int64_t offset) {
+Status GatherRange(const PySampler& ps, uint64_t epoch, uint64_t first, int64_t n, const Targets& t, int64_t offset) {
   const auto& channels = ps.s->channels();
   const int64_t hw = ps.s->height() * ps.s->width();
   std::vector<float*> shifted(t.outs.size());
@@ -200,8 +199,7 @@ void BindSampler(py::module_& m) {
   m.def("shuffle", &ShuffleInPlace, py::arg("values"), py::arg("seed"), py::arg("epoch"), py::arg("salt"),
         "Shuffles a writable int64 vector in place: Fisher-Yates keyed by (seed, epoch, salt) with the\n"
         "samplers' counter-based generator (reader/transform.h splitmix::Shuffle).");
-  m.def("locality_order", &LocalityOrderOf, py::arg("item_bytes"), py::arg("budget"), py::arg("seed"),
-        py::arg("epoch"),
+  m.def("locality_order", &LocalityOrderOf, py::arg("item_bytes"), py::arg("budget"), py::arg("seed"), py::arg("epoch"),
         "The locality-aware epoch order (reader/order.h LocalityOrder) of items in storage order with the\n"
         "given record bytes: a permutation of range(n) as uint64 bytes. ValueError for a budget of 0.");
   m.attr("DEFAULT_PREFETCH_BATCHES") = patchstore::kDefaultPrefetchBatches;
@@ -320,11 +318,10 @@ void BindSampler(py::module_& m) {
               const uint64_t per = ps.s->windows_per_epoch();
               uint64_t epoch = ps.epoch, cursor = ps.cursor;
               int64_t done = 0;
-              if (n > 0 && per == 0)
-                st = Status::OutOfRange(context + ": no sample has an admissible window");
+              if (n > 0 && per == 0) st = Status::OutOfRange(context + ": no sample has an admissible window");
               while (st.ok() && done < n) {
-                const int64_t take =
-                    static_cast<int64_t>(std::min<uint64_t>(static_cast<uint64_t>(n - done), per - cursor));
+                const int64_t take = static_cast<int64_t>(
+                    std::min<uint64_t>(static_cast<uint64_t>(n - done), per - cursor));
                 st = GatherRange(ps, epoch, cursor, take, t, done);
                 done += take;
                 cursor += static_cast<uint64_t>(take);
@@ -438,8 +435,8 @@ void BindSampler(py::module_& m) {
              const py::object& first_j_obj) {
             const std::string context = ps.Context("windows_of_samples");
             BufferHold b;
-            if (!b.Get(samples_obj.ptr(), PyBUF_ND | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) ||
-                b.view().itemsize != 8 || !FormatIs(b.view().format, "qlQL") || b.view().ndim != 1)
+            if (!b.Get(samples_obj.ptr(), PyBUF_ND | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) || b.view().itemsize != 8 ||
+                !FormatIs(b.view().format, "qlQL") || b.view().ndim != 1)
               throw py::value_error(context + ": samples must be a contiguous 1-D int64 buffer");
             const int64_t B = static_cast<int64_t>(b.view().shape[0]);
             const int k = ps.s->options().patches_per_sample;
@@ -452,9 +449,8 @@ void BindSampler(py::module_& m) {
             std::vector<int64_t> first_j(static_cast<size_t>(B), 0);
             if (!first_j_obj.is_none()) {
               BufferHold jb;
-              if (!jb.Get(first_j_obj.ptr(), PyBUF_ND | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) ||
-                  jb.view().itemsize != 8 || !FormatIs(jb.view().format, "qlQL") || jb.view().ndim != 1 ||
-                  jb.view().shape[0] != B)
+              if (!jb.Get(first_j_obj.ptr(), PyBUF_ND | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) || jb.view().itemsize != 8 ||
+                  !FormatIs(jb.view().format, "qlQL") || jb.view().ndim != 1 || jb.view().shape[0] != B)
                 throw py::value_error(context + ": first_j must be a contiguous 1-D int64 buffer like samples");
               std::memcpy(first_j.data(), jb.view().buf, static_cast<size_t>(B) * 8);
               for (int64_t j : first_j)

@@ -59,9 +59,7 @@ inline PyObject* CorruptRecordErrorType() {
   using patchstore::Code;
   PyObject* type = PyExc_RuntimeError;
   switch (st.code()) {
-    case Code::kNotFound:
-      type = where == Where::kFiles ? PyExc_FileNotFoundError : PyExc_KeyError;
-      break;
+    case Code::kNotFound: type = where == Where::kFiles ? PyExc_FileNotFoundError : PyExc_KeyError; break;
     case Code::kOutOfRange: type = PyExc_IndexError; break;
     case Code::kInvalidArgument:
     case Code::kUnsupported: type = PyExc_ValueError; break;

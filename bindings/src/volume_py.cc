@@ -103,8 +103,8 @@ std::unique_ptr<PySliceIndex> BuildIndex(const std::shared_ptr<Reader>& reader, 
 
 uint64_t VolumeOf(const PySliceIndex& p, int64_t v) {
   if (v < 0 || static_cast<uint64_t>(v) >= p.ix.volume_count())
-    throw py::index_error("volume " + std::to_string(v) + " out of range [0, " +
-                          std::to_string(p.ix.volume_count()) + ") of the slice index of '" + p.path + "'");
+    throw py::index_error("volume " + std::to_string(v) + " out of range [0, " + std::to_string(p.ix.volume_count()) +
+                          ") of the slice index of '" + p.path + "'");
   return static_cast<uint64_t>(v);
 }
 
@@ -119,8 +119,8 @@ void Lookup(const PySliceIndex& p, const py::object& indices, const py::object& 
   const SliceIndex& ix = p.ix;
   for (int64_t k = 0; k < n; ++k)
     if (idx[k] < 0 || static_cast<uint64_t>(idx[k]) >= ix.size())
-      throw py::index_error("slice index " + std::to_string(idx[k]) + " out of range [0, " +
-                            std::to_string(ix.size()) + ") in '" + p.path + "'");
+      throw py::index_error("slice index " + std::to_string(idx[k]) + " out of range [0, " + std::to_string(ix.size()) +
+                            ") in '" + p.path + "'");
   // Two array reads per item: not worth releasing the GIL for.
   for (int64_t k = 0; k < n; ++k) {
     const patchstore::SliceRef r = ix[static_cast<uint64_t>(idx[k])];
@@ -210,8 +210,8 @@ patchstore::SliceFlip FlipOf(const std::string& flip, const std::string& ctx) {
 
 // out[k] = DrawSliceTransform(seed, epoch, indices[k], heights[k], widths[k], ...) as a transform row.
 void DrawTransforms(uint64_t seed, uint64_t epoch, const py::object& indices_obj, const py::object& heights_obj,
-                    const py::object& widths_obj, int64_t crop_h, int64_t crop_w, const std::string& flip,
-                    bool rot90, const py::object& out) {
+                    const py::object& widths_obj, int64_t crop_h, int64_t crop_w, const std::string& flip, bool rot90,
+                    const py::object& out) {
   const std::string ctx = "drawing slice transforms";
   BufferHold ib, hb, wb;
   int64_t n = 0, nh = 0, nw = 0;
@@ -241,8 +241,7 @@ void DrawTransforms(uint64_t seed, uint64_t epoch, const py::object& indices_obj
 }
 
 py::tuple TransformTuple(const SliceTransform& t) {
-  return py::make_tuple(t.y, t.x, t.height, t.width, static_cast<int>(t.flip_v), static_cast<int>(t.flip_h),
-                        t.rot90);
+  return py::make_tuple(t.y, t.x, t.height, t.width, static_cast<int>(t.flip_v), static_cast<int>(t.flip_h), t.rot90);
 }
 
 // DrawSliceTransform for one item, as a (y, x, height, width, flip_v, flip_h,
@@ -260,8 +259,8 @@ py::tuple DrawTransform(uint64_t seed, uint64_t epoch, int64_t index, int64_t H,
 
 // DrawSliceItem: (sample, slice, out_h, out_w, (y, x, height, width, flip_v,
 // flip_h, rot90)) of flat item `index` (0 <= index < len).
-py::tuple DrawItem(const PySliceIndex& p, uint64_t seed, uint64_t epoch, int64_t index, int64_t crop_h,
-                   int64_t crop_w, const std::string& flip, bool rot90) {
+py::tuple DrawItem(const PySliceIndex& p, uint64_t seed, uint64_t epoch, int64_t index, int64_t crop_h, int64_t crop_w,
+                   const std::string& flip, bool rot90) {
   patchstore::SliceSampling s;
   s.seed = seed;
   s.crop_h = crop_h;
@@ -328,13 +327,12 @@ void BindVolumes(py::module_& m) {
            "IndexError (nothing written) when an index is outside [0, len).");
 
   m.def("draw_slice_transforms", &DrawTransforms, py::arg("seed"), py::arg("epoch"), py::arg("indices"),
-        py::arg("heights"), py::arg("widths"), py::arg("crop_h"), py::arg("crop_w"), py::arg("flip"),
-        py::arg("rot90"), py::arg("out"),
+        py::arg("heights"), py::arg("widths"), py::arg("crop_h"), py::arg("crop_w"), py::arg("flip"), py::arg("rot90"),
+        py::arg("out"),
         "patchstore::DrawSliceTransform for each flat item index: SliceDataset's crop/flip/turn draws.\n"
         "indices, heights, widths: 1-D int64; flip '' | 'both' | 'independent'; out: int64 (n, 7) rows.");
-  m.def("draw_slice_transform", &DrawTransform, py::arg("seed"), py::arg("epoch"), py::arg("index"),
-        py::arg("height"), py::arg("width"), py::arg("crop_h"), py::arg("crop_w"), py::arg("flip"),
-        py::arg("rot90"),
+  m.def("draw_slice_transform", &DrawTransform, py::arg("seed"), py::arg("epoch"), py::arg("index"), py::arg("height"),
+        py::arg("width"), py::arg("crop_h"), py::arg("crop_w"), py::arg("flip"), py::arg("rot90"),
         "patchstore::DrawSliceTransform for one item of an height x width plane: a (y, x, height, width,\n"
         "flip_v, flip_h, rot90) tuple of ints.");
   m.def("copy_slice_stacks", &CopySliceStacks, py::arg("reader"), py::arg("refs"), py::arg("transforms"),

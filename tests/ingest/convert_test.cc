@@ -15,8 +15,8 @@
 
 #include "encoding_test_util.h"
 #include "hdf5_test_util.h"
-#include "patchstore/ingest/convert.h"
 #include "ingest/encoding.h"
+#include "patchstore/ingest/convert.h"
 #include "patchstore/ingest/ingest_hdf5.h"
 #include "patchstore/reader/reader.h"
 #include "test_util.h"
@@ -100,8 +100,8 @@ void ExpectSameStore(const std::string& got_path, const std::string& ref_path,
       const bool rounded = std::find(half.begin(), half.end(), name) != half.end();
       for (size_t i = 0; i < a.size(); ++i) {
         const float want = rounded ? ToFloat32(ToFloat16(b[i])) : b[i];
-        ASSERT_TRUE(SameBits(a[i], want)) << "sample " << g.id(s) << " field " << name << " element " << i << ": "
-                                          << a[i] << " vs " << want;
+        ASSERT_TRUE(SameBits(a[i], want))
+            << "sample " << g.id(s) << " field " << name << " element " << i << ": " << a[i] << " vs " << want;
       }
       const RecordSummary &sg = g.summary(s, f), &sr = r.summary(s, f);
       EXPECT_EQ(sg.has_valid_count, sr.has_valid_count);
@@ -170,7 +170,8 @@ TEST(Convert, FramesBetweenRowsTilesFloat32AndCompactReadTheSame) {
           auto a = (*got)->snapshot()->GetRecord(s, static_cast<uint16_t>(f));
           auto b = (*want)->snapshot()->GetRecord(s, static_cast<uint16_t>(f));
           ASSERT_TRUE(a.ok() && b.ok());
-          EXPECT_TRUE(*a == *b) << "record bytes of sample " << s << " field " << (*want)->field(f).name << " " << DTypeName((*want)->field(f).dtype);
+          EXPECT_TRUE(*a == *b) << "record bytes of sample " << s << " field " << (*want)->field(f).name << " "
+                                << DTypeName((*want)->field(f).dtype);
         }
       }
       EXPECT_TRUE(Leftovers(dir.path()).empty());
@@ -186,8 +187,10 @@ TEST(Convert, CompactDtypesFollowTheSources) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   auto c = Reader::Open(dir / "c.ps");
   ASSERT_TRUE(c.ok());
-  const std::map<std::string, DType> want = {{"rgb8", DType::kUInt8}, {"rgb16", DType::kUInt16},
-                                             {"mask", DType::kUInt8}, {"depth", DType::kFloat32},
+  const std::map<std::string, DType> want = {{"rgb8", DType::kUInt8},
+                                             {"rgb16", DType::kUInt16},
+                                             {"mask", DType::kUInt8},
+                                             {"depth", DType::kFloat32},
                                              {"zh", DType::kFloat16}};
   for (const FieldMeta& f : (*c)->meta().fields) {
     EXPECT_EQ(f.dtype, want.at(f.name)) << f.name;
@@ -413,11 +416,11 @@ TEST(Convert, OptionsAreCheckedBeforeAnythingIsWritten) {
     std::vector<std::string> encoding;
     std::string says;
   };
-  for (const Bad& b : {Bad{"", 32, {}, "--tile-size 32 is for --layout tiles"},
-                       Bad{"tiles", 12, {}, "--tile-size must be a multiple of 8"},
-                       Bad{"", 0, {"nope=compact"}, "--encoding names field 'nope'"},
-                       Bad{"", 0, {"float16"}, "float16 loses precision"},
-                       Bad{"diagonal", 0, {}, "--layout must be rows or tiles"}}) {
+  for (const Bad& b :
+       {Bad{"", 32, {}, "--tile-size 32 is for --layout tiles"},
+        Bad{"tiles", 12, {}, "--tile-size must be a multiple of 8"},
+        Bad{"", 0, {"nope=compact"}, "--encoding names field 'nope'"},
+        Bad{"", 0, {"float16"}, "float16 loses precision"}, Bad{"diagonal", 0, {}, "--layout must be rows or tiles"}}) {
     auto r = Copy(dir / "s.ps", dir / "d.ps", b.layout, b.encoding, b.tile);
     ASSERT_FALSE(r.ok()) << b.says;
     EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
@@ -454,8 +457,7 @@ TEST(Convert, TheCommandLineConvertsAndRefuses) {
   EXPECT_NE(out.find("copied '" + (dir / "src.ps") + "' to '" + (dir / "t.ps") + "': 2 samples"), std::string::npos)
       << out;
   ExpectSameStore(dir / "t.ps", dir / "src.ps");
-  EXPECT_EQ(testing::RunCommand(cli + " copy " + (dir / "src.ps") + " " + (dir / "c.ps") + " --encoding compact",
-                                &out),
+  EXPECT_EQ(testing::RunCommand(cli + " copy " + (dir / "src.ps") + " " + (dir / "c.ps") + " --encoding compact", &out),
             1)
       << out;
   EXPECT_NE(out.find("patchstore: error: copy '" + (dir / "src.ps") + "': sample 'f/0': field 'rgb8'"),

@@ -3,8 +3,8 @@
 // sample, and a resumed ingest ends with the same content as a clean run.
 #include <gtest/gtest.h>
 
-#include <signal.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -53,21 +53,23 @@ std::map<std::string, std::vector<std::string>> RawContent(const std::string& st
   auto snap = Snapshot::Open(store);
   EXPECT_TRUE(snap.ok()) << snap.status().ToString();
   if (!snap.ok()) return out;
-  EXPECT_TRUE((*snap)->ForEachId([&](uint64_t i, std::string_view id) {
-    for (uint16_t f = 0; f < (*snap)->meta().fields.size(); ++f) {
-      auto rec = (*snap)->GetRecord(i, f);
-      EXPECT_TRUE(rec.ok()) << rec.status().ToString();
-      out[std::string(id)].push_back(rec.ok() ? std::string(*rec) : "");
-    }
-    return Status::OK();
-  }).ok());
+  EXPECT_TRUE((*snap)
+                  ->ForEachId([&](uint64_t i, std::string_view id) {
+                    for (uint16_t f = 0; f < (*snap)->meta().fields.size(); ++f) {
+                      auto rec = (*snap)->GetRecord(i, f);
+                      EXPECT_TRUE(rec.ok()) << rec.status().ToString();
+                      out[std::string(id)].push_back(rec.ok() ? std::string(*rec) : "");
+                    }
+                    return Status::OK();
+                  })
+                  .ok());
   return out;
 }
 
 // Like StartIngest below, with any extra arguments.
 pid_t StartIngestWith(const std::string& manifest, const std::string& store, const std::vector<std::string>& extra) {
-  std::vector<std::string> args = {PATCHSTORE_CLI, "-q", "ingest", "images", store, "--manifest", manifest,
-                                   "--commit-every", "2", "--threads", "2"};
+  std::vector<std::string> args = {PATCHSTORE_CLI,   "-q", "ingest",    "images", store, "--manifest", manifest,
+                                   "--commit-every", "2",  "--threads", "2"};
   args.insert(args.end(), extra.begin(), extra.end());
   pid_t pid = fork();
   if (pid == 0) {

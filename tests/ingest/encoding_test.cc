@@ -33,16 +33,16 @@ namespace patchstore {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::TempDir;
 using testing::MakeFrames;
 using testing::Options;
+using testing::TempDir;
 
 // ---------------------------------------------------------------------------
 // Raw records through the store API.
 
 struct RawRecord {
   RecordHeader header;
-  std::vector<uint8_t> rows;  // payload, untiled to row-major when tiled
+  std::vector<uint8_t> rows;     // payload, untiled to row-major when tiled
   std::vector<uint8_t> payload;  // as stored
 };
 
@@ -52,10 +52,12 @@ std::map<std::string, std::map<std::string, RawRecord>> ReadRaw(const std::strin
   EXPECT_TRUE(snap.ok()) << snap.status().ToString();
   if (!snap.ok()) return out;
   std::map<uint64_t, std::string> ids;
-  EXPECT_TRUE((*snap)->ForEachId([&](uint64_t i, std::string_view id) {
-    ids[i] = std::string(id);
-    return Status::OK();
-  }).ok());
+  EXPECT_TRUE((*snap)
+                  ->ForEachId([&](uint64_t i, std::string_view id) {
+                    ids[i] = std::string(id);
+                    return Status::OK();
+                  })
+                  .ok());
   const StoreMeta& meta = (*snap)->meta();
   for (const auto& [i, id] : ids)
     for (size_t f = 0; f < meta.fields.size(); ++f) {
@@ -86,14 +88,18 @@ std::map<std::string, std::vector<RecordSummary>> Summaries(const std::string& s
   auto snap = Snapshot::Open(store);
   EXPECT_TRUE(snap.ok());
   std::map<uint64_t, std::string> ids;
-  EXPECT_TRUE((*snap)->ForEachId([&](uint64_t i, std::string_view id) {
-    ids[i] = std::string(id);
-    return Status::OK();
-  }).ok());
-  EXPECT_TRUE((*snap)->ForEachSummary([&](uint64_t i, const SampleSummary& s) {
-    out[ids[i]] = s.fields;
-    return Status::OK();
-  }).ok());
+  EXPECT_TRUE((*snap)
+                  ->ForEachId([&](uint64_t i, std::string_view id) {
+                    ids[i] = std::string(id);
+                    return Status::OK();
+                  })
+                  .ok());
+  EXPECT_TRUE((*snap)
+                  ->ForEachSummary([&](uint64_t i, const SampleSummary& s) {
+                    out[ids[i]] = s.fields;
+                    return Status::OK();
+                  })
+                  .ok());
   return out;
 }
 
@@ -254,8 +260,10 @@ TEST_F(ImageEncodingTest, CompactHoldsTheSourceValuesAndConvertsToTheFloat32Reco
     auto r = IngestImages(o);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     const auto got = ReadRaw(o.store);
-    const std::map<std::string, DType> want = {{"rgb8", DType::kUInt8},     {"rgb16", DType::kUInt16},
-                                               {"mask", DType::kUInt8},     {"depth", DType::kFloat32},
+    const std::map<std::string, DType> want = {{"rgb8", DType::kUInt8},
+                                               {"rgb16", DType::kUInt16},
+                                               {"mask", DType::kUInt8},
+                                               {"depth", DType::kFloat32},
                                                {"zh", DType::kFloat16}};
     StoreMeta meta;
     for (const auto& [field, dtype] : want) {

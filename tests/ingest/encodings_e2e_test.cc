@@ -49,8 +49,8 @@ void CompareStores(const std::string& got_path, const std::string& ref_path, con
       std::vector<std::array<int64_t, 4>> windows = {{0, 0, H, W}, {H - 1, W - 1, 1, 1}};
       for (int k = 0; k < 12; ++k) {
         const int64_t wh = 1 + rng() % H, ww = 1 + rng() % W;
-        windows.push_back({static_cast<int64_t>(rng() % (H - wh + 1)), static_cast<int64_t>(rng() % (W - ww + 1)), wh,
-                           ww});
+        windows.push_back(
+            {static_cast<int64_t>(rng() % (H - wh + 1)), static_cast<int64_t>(rng() % (W - ww + 1)), wh, ww});
       }
       const bool half = std::find(c.half_fields.begin(), c.half_fields.end(), name) != c.half_fields.end();
       for (const auto& [y, x, wh, ww] : windows) {

@@ -62,8 +62,9 @@ TEST(ExrDecode, UintAbove2To24IsReadAndReported) {
     ASSERT_EQ(img->pixels.ptr<float>(0)[i * 2 + 1], static_cast<float>(shade[i])) << i;
   }
   ASSERT_EQ(img->warnings.size(), 1u);
-  EXPECT_EQ(img->warnings[0], "'" + path + "': uint32 values up to 4000000007 exceed 2^24 = 16777216 and are "
-                              "rounded to the nearest float32 (e.g. 16777217 is stored as 16777216)");
+  EXPECT_EQ(img->warnings[0], "'" + path +
+                                  "': uint32 values up to 4000000007 exceed 2^24 = 16777216 and are "
+                                  "rounded to the nearest float32 (e.g. 16777217 is stored as 16777216)");
   // One channel chosen: the same note for it alone.
   auto one = DecodeFile(path, "id", kLimit);
   ASSERT_TRUE(one.ok()) << one.status().ToString();

@@ -204,8 +204,8 @@ TEST_F(Hdf5IngestTest, AnyNumericTypeBecomesFloat32) {
   auto i64 = RandomValues<int64_t>(n, 24, -9e18, 9e18);
   auto u64 = RandomValues<uint64_t>(n, 25, 0, 1.8e19);
   auto f64 = RandomValues<double>(n, 26, -1e6, 1e6);
-  f64[0] = 1e300;   // overflows float32: +inf, as NumPy's astype
-  f64[1] = 0.1;     // rounds to nearest
+  f64[0] = 1e300;  // overflows float32: +inf, as NumPy's astype
+  f64[1] = 0.1;    // rounds to nearest
   f64[2] = std::numeric_limits<double>::quiet_NaN();
   std::vector<int8_t> flags(n);
   for (size_t i = 0; i < n; ++i) flags[i] = (i * 7) % 3 == 0;
@@ -357,8 +357,8 @@ TEST_F(Hdf5IngestTest, ShapeRankAndTypeErrorsNameTheDataset) {
   // Volumes in name order: rank, shape, text.
   EXPECT_TRUE(Contains(r->errors[0], "reading dataset 'rank' in group 'MR' of '" + file + "': rank 2 (shape 20x3)"))
       << r->errors[0];
-  EXPECT_TRUE(Contains(r->errors[1], "dataset 'shape' in group 'CT' of '" + file +
-                                         "': shape 4x5x2 differs from 4x5x3 in group 'MR'"))
+  EXPECT_TRUE(Contains(r->errors[1],
+                       "dataset 'shape' in group 'CT' of '" + file + "': shape 4x5x2 differs from 4x5x3 in group 'MR'"))
       << r->errors[1];
   EXPECT_TRUE(Contains(r->errors[2], "dataset 'text' in group 'MR'")) << r->errors[2];
   EXPECT_TRUE(Contains(r->errors[2], "type string is not numeric")) << r->errors[2];
@@ -456,8 +456,7 @@ TEST_F(Hdf5IngestTest, ExternalLinksRefusedUnlessAllowed) {
     ASSERT_TRUE(other.Write("MR/p1", H5T_STD_I16LE, H5T_NATIVE_INT16, V(d), x.data()));
     H5Out f(dir_ / "main.h5");
     ASSERT_TRUE(f.Group("MR"));
-    ASSERT_GE(H5Lcreate_external((dir_ / "other.h5").c_str(), "/MR/p1", f.id(), "/MR/p1", H5P_DEFAULT, H5P_DEFAULT),
-              0);
+    ASSERT_GE(H5Lcreate_external((dir_ / "other.h5").c_str(), "/MR/p1", f.id(), "/MR/p1", H5P_DEFAULT, H5P_DEFAULT), 0);
     ASSERT_TRUE(f.Write("CT/p1", H5T_STD_I16LE, H5T_NATIVE_INT16, V(d), x.data()));
     // A group that is itself an external link.
     ASSERT_GE(H5Lcreate_external((dir_ / "other.h5").c_str(), "/MR", f.id(), "/EXT", H5P_DEFAULT, H5P_DEFAULT), 0);
@@ -864,8 +863,9 @@ TEST_F(Hdf5IngestTest, FileOfNeitherLayoutListsItsRoot) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
   std::string m = r.status().message();
-  EXPECT_TRUE(Contains(m, "reading '" + (dir_ / "both.h5") + "': --group 'MR' name groups but 'CT', 'MASK' name "
-                          "datasets; a file is either layout, not both"))
+  EXPECT_TRUE(Contains(m, "reading '" + (dir_ / "both.h5") +
+                              "': --group 'MR' name groups but 'CT', 'MASK' name "
+                              "datasets; a file is either layout, not both"))
       << m;
   EXPECT_TRUE(Contains(m, "The file holds at its root: dataset 'CT' (int16 6x2x3), dataset 'MASK' (int16 6x2x3), "
                           "group 'MR' (1 members)."))
@@ -877,9 +877,10 @@ TEST_F(Hdf5IngestTest, FileOfNeitherLayoutListsItsRoot) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::kNotFound);
   m = r.status().message();
-  EXPECT_TRUE(Contains(m, "opening group 'MR' in '" + (dir_ / "other.h5") + "': no such group or dataset. The file "
-                          "holds at its root: dataset 'image' (int16 6x2x3), dataset 'label' (int16 6x6), group "
-                          "'meta' (0 members). Accepted layouts"))
+  EXPECT_TRUE(Contains(m, "opening group 'MR' in '" + (dir_ / "other.h5") +
+                              "': no such group or dataset. The file "
+                              "holds at its root: dataset 'image' (int16 6x2x3), dataset 'label' (int16 6x6), group "
+                              "'meta' (0 members). Accepted layouts"))
       << m;
   // --on-error skip: the good file is ingested, the two others reported with
   // an empty id and their causes; the store stays unsealed.
@@ -922,8 +923,11 @@ TEST_F(Hdf5IngestTest, PerPatientErrorsNameTheDataset) {
   r = IngestHdf5(o);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::kAlreadyExists);
-  EXPECT_TRUE(Contains(r.status().message(), "reading per-patient file '" + (dir_ / "x/a.h5") + "': id 'a' is "
-                                                 "already used by '" + (dir_ / "a.h5") + "' (a per-patient file's id "
+  EXPECT_TRUE(Contains(r.status().message(), "reading per-patient file '" + (dir_ / "x/a.h5") +
+                                                 "': id 'a' is "
+                                                 "already used by '" +
+                                                 (dir_ / "a.h5") +
+                                                 "' (a per-patient file's id "
                                                  "is its file stem: rename one of the files)"))
       << r.status().message();
 }
@@ -944,9 +948,9 @@ TEST_F(Hdf5IngestTest, StrictIdsRefusesIdsTwoFilesGiveBeforeWriting) {
   auto r = IngestHdf5(o);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
-  EXPECT_EQ(r.status().message(),
-            "ingest: --strict-ids: 1 id(s) given by two files ('shared' in '" + (dir_ / "site1.h5") + "' and '" +
-                (dir_ / "site2.h5") + "'): the same patient twice, or two patients under one id; nothing was "
+  EXPECT_EQ(r.status().message(), "ingest: --strict-ids: 1 id(s) given by two files ('shared' in '" +
+                                      (dir_ / "site1.h5") + "' and '" + (dir_ / "site2.h5") +
+                                      "'): the same patient twice, or two patients under one id; nothing was "
                                       "written (use --ids stem to prefix ids with the file name)");
   EXPECT_FALSE(fs::exists(dir_ / "strict.ps"));
   // Without --strict-ids, skip mode: the clash is one failure, the rest written.
@@ -965,8 +969,7 @@ TEST_F(Hdf5IngestTest, EmptyShardIsRefused) {
   a.Write(dir_ / "p.h5", {3, 4, 2}, 6);
   const std::string cli = PATCHSTORE_CLI;
   std::string out;
-  EXPECT_EQ(RunCommand(cli + " -q ingest hdf5 " + (dir_ / "p.h5") + " " + (dir_ / "h.ps") +
-                           " --group MR --shard ''",
+  EXPECT_EQ(RunCommand(cli + " -q ingest hdf5 " + (dir_ / "p.h5") + " " + (dir_ / "h.ps") + " --group MR --shard ''",
                        &out),
             2)
       << out;
@@ -1013,8 +1016,7 @@ TEST_F(Hdf5IngestTest, CommandLine) {
   // Usage errors: 2.
   EXPECT_EQ(RunCommand(cli + " ingest hdf5 " + (dir_ / "seed.h5") + " --group MR", &out), 2) << out;
   EXPECT_EQ(RunCommand(cli + " ingest hdf5 " + (dir_ / "seed.h5") + " " + store, &out), 2) << out;
-  EXPECT_EQ(RunCommand(cli + " ingest hdf5 " + (dir_ / "seed.h5") + " x.ps --group MR --slice-axis 5", &out), 2)
-      << out;
+  EXPECT_EQ(RunCommand(cli + " ingest hdf5 " + (dir_ / "seed.h5") + " x.ps --group MR --slice-axis 5", &out), 2) << out;
   EXPECT_EQ(RunCommand(cli + " ingest hdf5 " + (dir_ / "seed.h5") + " x.ps --group MR --norm MR", &out), 2) << out;
   // Failures: 1, with the dataset named.
   EXPECT_EQ(RunCommand(cli + " -q ingest hdf5 " + (dir_ / "seed.h5") + " " + (dir_ / "e.ps") +

@@ -85,9 +85,10 @@ inline size_t SourceIndex(const std::array<hsize_t, 3>& dims, int axis, uint64_t
 // with every value mapped by `expect`. Returns a description of the first
 // mismatch, or "".
 template <typename T>
-std::string CompareVolume(const Reader& r, const std::string& id, const std::string& field, const std::vector<T>& src,
-                          std::array<hsize_t, 3> dims, int axis,
-                          const std::function<float(T)>& expect = [](T x) { return static_cast<float>(x); }) {
+std::string CompareVolume(
+    const Reader& r, const std::string& id, const std::string& field, const std::vector<T>& src,
+    std::array<hsize_t, 3> dims, int axis,
+    const std::function<float(T)>& expect = [](T x) { return static_cast<float>(x); }) {
   auto s = r.Find(id);
   if (!s.ok()) return s.status().ToString();
   auto f = r.FieldIndex(field);

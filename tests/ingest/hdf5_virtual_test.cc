@@ -46,9 +46,7 @@ class Hdf5VirtualTest : public ::testing::Test {
   void SetUp() override { x_ = RandomValues<int16_t>(kD0 * kD1 * kD2, 7, -100, 100); }
 
   // Writes MR/p1 (plain) into `f`.
-  void WriteMr(H5Out& f) {
-    ASSERT_TRUE(f.Write("MR/p1", H5T_STD_I16LE, H5T_NATIVE_INT16, {kD0, kD1, kD2}, x_.data()));
-  }
+  void WriteMr(H5Out& f) { ASSERT_TRUE(f.Write("MR/p1", H5T_STD_I16LE, H5T_NATIVE_INT16, {kD0, kD1, kD2}, x_.data())); }
 
   Result<IngestSummary> Ingest(const std::string& file, const std::string& store) {
     Hdf5IngestOptions o;

@@ -5,8 +5,8 @@
 #include <ImfHeader.h>
 #include <ImfInputFile.h>
 #include <ImfOutputFile.h>
-#include <ImfTiledOutputFile.h>
 #include <ImfTileDescriptionAttribute.h>
+#include <ImfTiledOutputFile.h>
 #include <half.h>
 
 #include <opencv2/core.hpp>
@@ -51,8 +51,8 @@ void WriteExr(const std::string& path, const std::vector<std::string>& names, co
     if (type == Imf::HALF) {
       halves[c].resize(static_cast<size_t>(H) * W);
       for (int i = 0; i < H * W; ++i) halves[c][i] = half(planes[c].ptr<float>()[i]);
-      fb.insert(names[c], Imf::Slice(Imf::HALF, reinterpret_cast<char*>(halves[c].data()), sizeof(half),
-                                     sizeof(half) * W));
+      fb.insert(names[c],
+                Imf::Slice(Imf::HALF, reinterpret_cast<char*>(halves[c].data()), sizeof(half), sizeof(half) * W));
     } else {
       fb.insert(names[c], Imf::Slice(Imf::FLOAT, reinterpret_cast<char*>(const_cast<float*>(planes[c].ptr<float>())),
                                      sizeof(float), sizeof(float) * W));
@@ -153,7 +153,7 @@ TEST_F(ImageIngest, PngRoundTripsArePixelIdentical) {
   struct Case {
     const char* name;
     int type;
-  } cases[] = {{"g8", CV_8UC1}, {"rgb8", CV_8UC3}, {"rgba8", CV_8UC4},
+  } cases[] = {{"g8", CV_8UC1},   {"rgb8", CV_8UC3},   {"rgba8", CV_8UC4},
                {"g16", CV_16UC1}, {"rgb16", CV_16UC3}, {"rgba16", CV_16UC4}};
   std::string manifest = "id";
   for (auto& c : cases) manifest += std::string(",") + c.name;

@@ -12,8 +12,8 @@
 
 #include "encoding_test_util.h"
 #include "hdf5_test_util.h"
-#include "patchstore/ingest/ingest_hdf5.h"
 #include "ingest/projection.h"
+#include "patchstore/ingest/ingest_hdf5.h"
 #include "test_util.h"
 
 namespace patchstore {

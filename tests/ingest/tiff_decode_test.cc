@@ -29,7 +29,7 @@ struct TiffSpec {
   uint16_t planar = PLANARCONFIG_CONTIG, compression = COMPRESSION_NONE, predictor = 0;
   uint32_t tile = 0;  // 0: strips
   uint32_t rows_per_strip = 0;
-  std::vector<uint16_t> extras;  // ExtraSamples types
+  std::vector<uint16_t> extras;    // ExtraSamples types
   std::vector<uint16_t> colormap;  // palette: 3 * 2^bps entries (R..., G..., B...)
   int pages = 1;
 };
@@ -50,7 +50,8 @@ void WriteTiff(const std::string& path, const TiffSpec& s, const std::vector<uin
     TIFFSetField(t, TIFFTAG_PLANARCONFIG, s.planar);
     TIFFSetField(t, TIFFTAG_COMPRESSION, s.compression);
     if (s.predictor) TIFFSetField(t, TIFFTAG_PREDICTOR, s.predictor);
-    if (!s.extras.empty()) TIFFSetField(t, TIFFTAG_EXTRASAMPLES, static_cast<uint16_t>(s.extras.size()), s.extras.data());
+    if (!s.extras.empty())
+      TIFFSetField(t, TIFFTAG_EXTRASAMPLES, static_cast<uint16_t>(s.extras.size()), s.extras.data());
     if (!s.colormap.empty()) {
       const size_t n = size_t{1} << s.bps;
       TIFFSetField(t, TIFFTAG_COLORMAP, s.colormap.data(), s.colormap.data() + n, s.colormap.data() + 2 * n);
@@ -176,7 +177,8 @@ TEST(TiffDecode, Float32WithFloatingPointPredictorIsBitExact) {
   s.predictor = PREDICTOR_FLOATINGPOINT;
   s.rows_per_strip = 4;
   std::vector<float> v(size_t{s.w} * s.h);
-  for (size_t i = 0; i < v.size(); ++i) v[i] = std::ldexp(static_cast<float>(i % 97) - 48.25f, static_cast<int>(i % 11) - 5);
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = std::ldexp(static_cast<float>(i % 97) - 48.25f, static_cast<int>(i % 11) - 5);
   v[3] = std::numeric_limits<float>::quiet_NaN();
   v[4] = -std::numeric_limits<float>::infinity();
   v[5] = std::numeric_limits<float>::denorm_min() * 3;
@@ -253,8 +255,7 @@ TEST(TiffDecode, PaletteIsExpandedThroughItsColourMap) {
   EXPECT_EQ(img->source_type, SourceType::kUInt16);
   ASSERT_EQ(img->pixels.type(), CV_16UC3);
   for (size_t i = 0; i < idx.size(); ++i)
-    for (int c = 0; c < 3; ++c)
-      ASSERT_EQ(img->pixels.ptr<uint16_t>(0)[i * 3 + c], s.colormap[c * 256 + idx[i]]) << i;
+    for (int c = 0; c < 3; ++c) ASSERT_EQ(img->pixels.ptr<uint16_t>(0)[i * 3 + c], s.colormap[c * 256 + idx[i]]) << i;
 }
 
 void ExpectRefused(const std::string& path, const std::vector<std::string>& words) {

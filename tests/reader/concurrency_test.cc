@@ -11,9 +11,9 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <new>
 #include <chrono>
 #include <cstdlib>
+#include <new>
 #include <random>
 #include <thread>
 
@@ -52,7 +52,13 @@ int ReaderSlots(const std::string& path) {
     return -1;
   }
   int lines = 0;
-  mdb_reader_list(env, [](const char*, void* ctx) -> int { ++*static_cast<int*>(ctx); return 0; }, &lines);
+  mdb_reader_list(
+      env,
+      [](const char*, void* ctx) -> int {
+        ++*static_cast<int*>(ctx);
+        return 0;
+      },
+      &lines);
   mdb_env_close(env);
   return lines - 1;  // the first line is a header (or "(no active readers)")
 }
@@ -144,8 +150,8 @@ TEST(Concurrency, KilledReadersDoNotExhaustTheReaderTableOrLeakFds) {
   EXPECT_EQ(OpenFds(), fds_before);
   // Opening cleared the stale slots of the killed readers.
   EXPECT_LE(ReaderSlots(path), 1);
-  std::printf("[ readers ] %d SIGKILLed readers: no 'readers full', %d fds before and after, %d slots in use\n",
-              cycles, fds_before, ReaderSlots(path));
+  std::printf("[ readers ] %d SIGKILLed readers: no 'readers full', %d fds before and after, %d slots in use\n", cycles,
+              fds_before, ReaderSlots(path));
 }
 
 TEST(Concurrency, LiveStoreReadWhileIngestWritesAndGrowsTheMap) {

@@ -31,8 +31,7 @@ size_t HeaderOffset(const std::string& bytes, float first) {
   std::string needle(reinterpret_cast<const char*>(&first), 4);
   size_t at = bytes.find(needle);
   while (at != std::string::npos) {
-    if (at >= kRecordHeaderSize && bytes.compare(at - kRecordHeaderSize, 4, "PSR1") == 0)
-      return at - kRecordHeaderSize;
+    if (at >= kRecordHeaderSize && bytes.compare(at - kRecordHeaderSize, 4, "PSR1") == 0) return at - kRecordHeaderSize;
     at = bytes.find(needle, at + 1);
   }
   return std::string::npos;
@@ -54,8 +53,7 @@ TEST(Damage, EveryHeaderBitFlipInTheFileIsRejectedAndReported) {
       ++flips;
       auto report = VerifyStore(path);
       ASSERT_TRUE(report.ok());
-      if (!report->ok() && report->problems[0].id == "s/1" && report->problems[0].field == "depth")
-        ++caught_by_verify;
+      if (!report->ok() && report->problems[0].id == "s/1" && report->problems[0].field == "depth") ++caught_by_verify;
       auto r = Reader::Open(path);
       ASSERT_TRUE(r.ok()) << r.status().ToString();  // one bad record does not hide the others
       if (!(*r)->Get(1, 1).ok()) ++caught_by_read;
@@ -63,8 +61,8 @@ TEST(Damage, EveryHeaderBitFlipInTheFileIsRejectedAndReported) {
     }
   EXPECT_EQ(caught_by_verify, flips);
   EXPECT_EQ(caught_by_read, flips);
-  std::printf("[ damage ] %d header bit flips: %d reported by verify, %d refused on read\n", flips,
-              caught_by_verify, caught_by_read);
+  std::printf("[ damage ] %d header bit flips: %d reported by verify, %d refused on read\n", flips, caught_by_verify,
+              caught_by_read);
 }
 
 TEST(Damage, PayloadFlipsAreReportedByVerify) {
@@ -111,8 +109,9 @@ TEST(Damage, MetadataThatDisagreesWithRecordsIsRefused) {
 TEST(Damage, IdsOfAnyBytesAreStoredAndListedFaithfully) {
   TempDir dir;
   const std::string path = dir / "s.ps";
-  std::vector<std::string> ids = {"../x", "/abs/path", std::string("nul\0byte", 8), "new\nline",
-                                  std::string(4096, 'L'), "\xff\xfe not utf-8", "plain/0001"};
+  std::vector<std::string> ids = {
+      "../x",      "/abs/path", std::string("nul\0byte", 8), "new\nline", std::string(4096, 'L'), "\xff\xfe not utf-8",
+      "plain/0001"};
   testing::StoreSpec spec;
   spec.fields = {testing::StoreField{"x"}};
   spec.ids = ids;

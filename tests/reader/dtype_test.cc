@@ -166,8 +166,7 @@ TEST(RecordDType, ARecordWhoseDTypeDisagreesWithItsFieldIsRefusedByReaderAndName
     ASSERT_FALSE(st.ok());
     EXPECT_EQ(st.code(), Code::kCorruption);
     EXPECT_NE(st.message().find("'a' field 'x'"), std::string::npos) << st.message();
-    EXPECT_NE(st.message().find("the record holds uint8 but the field is float32"), std::string::npos)
-        << st.message();
+    EXPECT_NE(st.message().find("the record holds uint8 but the field is float32"), std::string::npos) << st.message();
   }
   float out[8];
   EXPECT_EQ(r->CopyPatch(0, 0, 0, 0, 2, 2, out).code(), Code::kCorruption);

@@ -54,8 +54,7 @@ struct Encoding {
 // raw-source records the source values, float16 records `half_bits` values
 // (then the float32 store holds ToFloat32 of them, see Float16Reference).
 std::string WriteStore(const TempDir& dir, const std::string& name, DType source_dtype, const Normalization& norm,
-                       Encoding enc, bool float16_reference = false, int64_t height = kH,
-                       int64_t width = kW) {
+                       Encoding enc, bool float16_reference = false, int64_t height = kH, int64_t width = kW) {
   const std::string path = dir / name;
   testing::StoreSpec spec;
   spec.fields = {testing::StoreField{"rgb", 3}, testing::StoreField{"mask", 1, /*mask=*/true}};
@@ -106,8 +105,8 @@ std::vector<float> Values(const TensorView& v) {
 // Every read path of `r` gives the bytes of the float32 row store `ref`.
 void ExpectSameReads(const Reader& ref, const Reader& r) {
   ASSERT_EQ(ref.size(), r.size());
-  const std::vector<std::array<int64_t, 4>> windows = {
-      {0, 0, kH, kW}, {0, 0, 8, 8}, {3, 5, 16, 16}, {7, 9, 17, 23}, {21, 29, 16, 16}, {36, 44, 1, 1}, {5, 0, 30, 45}};
+  const std::vector<std::array<int64_t, 4>> windows = {{0, 0, kH, kW},   {0, 0, 8, 8},   {3, 5, 16, 16}, {7, 9, 17, 23},
+                                                       {21, 29, 16, 16}, {36, 44, 1, 1}, {5, 0, 30, 45}};
   for (uint64_t s = 0; s < r.size(); ++s)
     for (int f = 0; f < 2; ++f) {
       const std::string at = "sample " + std::to_string(s) + " field " + std::to_string(f);
@@ -156,7 +155,8 @@ void ExpectSameReads(const Reader& ref, const Reader& r) {
 // many windows held both zero and non-zero values.
 int ExpectSameCounts(const Reader& ref, const Reader& r) {
   int mixed = 0;
-  const int64_t windows[][4] = {{0, 0, kH, kW}, {3, 5, 10, 12}, {8, 16, 8, 8}, {9, 17, 1, 27}, {kH - 16, kW - 16, 16, 16}};
+  const int64_t windows[][4] = {
+      {0, 0, kH, kW}, {3, 5, 10, 12}, {8, 16, 8, 8}, {9, 17, 1, 27}, {kH - 16, kW - 16, 16, 16}};
   for (uint64_t s = 0; s < kSamples; ++s)
     for (int f = 0; f < 2; ++f)
       for (const auto& w : windows) {
@@ -340,8 +340,8 @@ TEST(Encodings, WholeTileRunsOfTheUsualTileEdgesReadBitIdenticalToFloat32Rows) {
               std::vector<float> va(static_cast<size_t>(a.C * w[2] * w[3])), vb(va.size() + 1, -7.0f);
               CopyWindow(a, Transform{}, va.data());
               CopyWindow(b, Transform{}, vb.data());
-              const std::string where = "sample " + std::to_string(s) + " field " + std::to_string(f) +
-                                        " window at " + std::to_string(w[0]) + "," + std::to_string(w[1]);
+              const std::string where = "sample " + std::to_string(s) + " field " + std::to_string(f) + " window at " +
+                                        std::to_string(w[0]) + "," + std::to_string(w[1]);
               ExpectSameFloats(va.data(), vb.data(), va.size(), where);
               EXPECT_EQ(vb.back(), -7.0f);  // nothing written past the window
               // Streamed (non-temporal stores) into an aligned buffer and one
@@ -352,7 +352,8 @@ TEST(Encodings, WholeTileRunsOfTheUsualTileEdgesReadBitIdenticalToFloat32Rows) {
                   std::vector<float> vs(va.size() + 2 * skew + 1, -7.0f);
                   CopyWindow(*src, Transform{}, vs.data() + skew, /*stream=*/true);
                   ExpectSameFloats(va.data(), vs.data() + skew, va.size(),
-                                   where + (src == &a ? " rows" : " tiles") + " streamed, skew " + std::to_string(skew));
+                                   where + (src == &a ? " rows" : " tiles") + " streamed, skew " +
+                                       std::to_string(skew));
                   EXPECT_EQ(vs.back(), -7.0f);
                   if (skew) {
                     EXPECT_EQ(vs[0], -7.0f);
@@ -419,8 +420,8 @@ TEST(Encodings, Float16RecordsReadAsTheirExactFloat32Values) {
   const Normalization none = Norm(NormKind::kNone, 1, 0);
   auto ref = Reader::Open(WriteStore(dir, "ref.ps", DType::kUInt16, none, {DType::kFloat32, 0}, true)).value();
   for (uint16_t tile : {0, 16}) {
-    auto r = Reader::Open(WriteStore(dir, "h" + std::to_string(tile) + ".ps", DType::kUInt16, none,
-                                     {DType::kFloat16, tile}))
+    auto r = Reader::Open(
+                 WriteStore(dir, "h" + std::to_string(tile) + ".ps", DType::kUInt16, none, {DType::kFloat16, tile}))
                  .value();
     EXPECT_EQ(r->Get(0, 0)->dtype, DType::kFloat16);
     ExpectSameReads(*ref, *r);
@@ -532,9 +533,11 @@ TEST(EncodingFixtures, WritesTheStoresOfThePythonSuite) {
   };
   const Normalization sym = Norm(NormKind::kSymmetric, 255, 0), unit16 = Norm(NormKind::kUnit, 65535, 0);
   TempDir unused;
-  for (const auto& o : {Out{"ref8.ps", {DType::kFloat32, 0}, DType::kUInt8}, Out{"u8_tiles16.ps", {DType::kUInt8, 16}, DType::kUInt8},
-                        Out{"u8_rows.ps", {DType::kUInt8, 0}, DType::kUInt8}, Out{"f32_tiles8.ps", {DType::kFloat32, 8}, DType::kUInt8},
-                        Out{"ref16.ps", {DType::kFloat32, 0}, DType::kUInt16}, Out{"u16_tiles8.ps", {DType::kUInt16, 8}, DType::kUInt16}}) {
+  for (const auto& o :
+       {Out{"ref8.ps", {DType::kFloat32, 0}, DType::kUInt8}, Out{"u8_tiles16.ps", {DType::kUInt8, 16}, DType::kUInt8},
+        Out{"u8_rows.ps", {DType::kUInt8, 0}, DType::kUInt8}, Out{"f32_tiles8.ps", {DType::kFloat32, 8}, DType::kUInt8},
+        Out{"ref16.ps", {DType::kFloat32, 0}, DType::kUInt16},
+        Out{"u16_tiles8.ps", {DType::kUInt16, 8}, DType::kUInt16}}) {
     const bool is16 = o.source == DType::kUInt16;
     const std::string written = WriteStore(unused, o.name, o.source, is16 ? unit16 : sym, o.enc);
     std::filesystem::rename(written, dir + "/" + o.name);
@@ -660,7 +663,8 @@ std::string WriteMaskOnlyStore(const TempDir& dir, const std::string& name, bool
     std::vector<std::vector<uint8_t>> bufs;
     for (uint64_t s = 0; s < 4; ++s) {
       std::vector<uint8_t> rows(H * W);
-      for (int64_t i = 0; i < H * W; ++i) rows[i] = ((i * 7 + static_cast<int64_t>(s) * 13) % 11 < static_cast<int64_t>(s)) ? 255 : 0;
+      for (int64_t i = 0; i < H * W; ++i)
+        rows[i] = ((i * 7 + static_cast<int64_t>(s) * 13) % 11 < static_cast<int64_t>(s)) ? 255 : 0;
       const TileGrid g{1, H, W, 16};
       bufs.emplace_back(static_cast<size_t>(g.elements()));
       TileCHW(rows.data(), 1, g, bufs.back().data());
@@ -697,7 +701,8 @@ TEST(MaskBlockCounts, UpgradeGivesAStoreWrittenBeforeThemTheCountsIngestWrites) 
   // Stopped after its first transaction (3 of the 4 samples): the tables
   // written so far are there but unused (no mask_blocks yet), and verify
   // calls them stale.
-  auto stopped = AddMaskBlocks(old, [](uint64_t, uint64_t) { return false; }, 3);
+  auto stopped = AddMaskBlocks(
+      old, [](uint64_t, uint64_t) { return false; }, 3);
   ASSERT_EQ(stopped.status().code(), Code::kAborted);
   EXPECT_NE(stopped.status().message().find("stopped after 3 of 4 samples"), std::string::npos)
       << stopped.status().message();

@@ -104,9 +104,8 @@ TEST_P(GoldenWindows, UniformTwoEpochs) {
   o.seed = 7;
   auto s = Make(o);
   EXPECT_EQ(s->windows_per_epoch(), 14u);
-  EXPECT_EQ(Served(*s, 0, 14),
-            "s/1 12,1; s/1 1,0; s/2 6,1; s/2 12,14; s/5 5,11; s/5 6,1; s/0 0,10; s/0 7,8; s/6 4,10; "
-            "s/6 12,0; s/3 7,2; s/3 3,15; s/4 9,0; s/4 10,2");
+  EXPECT_EQ(Served(*s, 0, 14), "s/1 12,1; s/1 1,0; s/2 6,1; s/2 12,14; s/5 5,11; s/5 6,1; s/0 0,10; s/0 7,8; s/6 4,10; "
+                               "s/6 12,0; s/3 7,2; s/3 3,15; s/4 9,0; s/4 10,2");
   EXPECT_EQ(Served(*s, 1, 14),
             "s/0 9,11; s/0 9,6; s/2 3,13; s/2 10,5; s/5 0,13; s/5 9,5; s/6 11,15; s/6 1,4; s/1 4,10; "
             "s/1 3,16; s/3 9,9; s/3 7,6; s/4 9,16; s/4 7,11");
@@ -124,12 +123,10 @@ TEST_P(GoldenWindows, RequireMinValidRectangles) {
   o.seed = 3;
   auto s = Make(o);
   EXPECT_EQ(s->skipped_ids(), std::vector<std::string>{"s/2"});
-  EXPECT_EQ(Served(*s, 0, 12),
-            "s/3 10,3; s/3 12,10; s/1 6,3; s/1 2,14; s/5 8,1; s/5 13,4; s/4 13,1; s/4 4,8; s/0 0,2; "
-            "s/0 4,6; s/6 5,9; s/6 2,10");
-  EXPECT_EQ(Served(*s, 1, 12),
-            "s/1 1,10; s/1 12,4; s/0 1,8; s/0 11,11; s/3 2,11; s/3 3,9; s/4 5,4; s/4 1,7; s/5 9,0; "
-            "s/5 11,4; s/6 9,12; s/6 13,3");
+  EXPECT_EQ(Served(*s, 0, 12), "s/3 10,3; s/3 12,10; s/1 6,3; s/1 2,14; s/5 8,1; s/5 13,4; s/4 13,1; s/4 4,8; s/0 0,2; "
+                               "s/0 4,6; s/6 5,9; s/6 2,10");
+  EXPECT_EQ(Served(*s, 1, 12), "s/1 1,10; s/1 12,4; s/0 1,8; s/0 11,11; s/3 2,11; s/3 3,9; s/4 5,4; s/4 1,7; s/5 9,0; "
+                               "s/5 11,4; s/6 9,12; s/6 13,3");
 }
 
 // Served windows changed? That invalidates users' saved states: update only
@@ -142,9 +139,8 @@ TEST_P(GoldenWindows, RequirePositiveFraction) {
   o.positive_fraction = 0.5;
   o.seed = 11;
   auto s = Make(o);
-  EXPECT_EQ(Served(*s, 0, 12),
-            "s/1 7,3; s/1 4,8; s/4 9,16; s/4 6,10; s/2 14,2 -; s/2 11,2 -; s/3 1,3; s/3 2,14; "
-            "s/5 9,2; s/5 2,13 -; s/6 5,2; s/6 0,13");
+  EXPECT_EQ(Served(*s, 0, 12), "s/1 7,3; s/1 4,8; s/4 9,16; s/4 6,10; s/2 14,2 -; s/2 11,2 -; s/3 1,3; s/3 2,14; "
+                               "s/5 9,2; s/5 2,13 -; s/6 5,2; s/6 0,13");
 }
 
 // Served windows changed? That invalidates users' saved states: update only
@@ -158,9 +154,8 @@ TEST_P(GoldenWindows, FlipsAndQuarterTurnsWithTheirPixels) {
   o.require = "mask";
   o.seed = 5;
   auto s = Make(o);
-  EXPECT_EQ(Served(*s, 0, 12),
-            "s/4 6,10 f1r2; s/4 11,4 f2r0; s/5 5,4 f1r3; s/5 8,3; s/6 4,15 f3r3; s/6 3,7 f1r0; "
-            "s/3 1,2 f1r3; s/3 1,1 f3r1; s/1 5,2 f0r1; s/1 4,10 f3r0; s/0 4,7 f2r2; s/0 6,9");
+  EXPECT_EQ(Served(*s, 0, 12), "s/4 6,10 f1r2; s/4 11,4 f2r0; s/5 5,4 f1r3; s/5 8,3; s/6 4,15 f3r3; s/6 3,7 f1r0; "
+                               "s/3 1,2 f1r3; s/3 1,1 f3r1; s/1 5,2 f0r1; s/1 4,10 f3r0; s/0 4,7 f2r2; s/0 6,9");
   // The corner pixel (0, 0) of channel 1 of each gathered window names the
   // source pixel it came from (SyntheticValue): the transform is applied.
   const int64_t n = 12, P = 8;
@@ -186,9 +181,8 @@ TEST_P(GoldenWindows, RankOfWorldSize) {
     auto s = Make(o);
     all += "rank " + std::to_string(rank) + ": " + Served(*s, 0, 2) + "\n";
   }
-  EXPECT_EQ(all,
-            "rank 0: s/4 0,5; s/3 7,11\nrank 1: s/6 6,1; s/0 7,2\nrank 2: s/5 7,5; s/4 11,9\n"
-            "rank 3: s/1 4,16; s/6 0,8\n");
+  EXPECT_EQ(all, "rank 0: s/4 0,5; s/3 7,11\nrank 1: s/6 6,1; s/0 7,2\nrank 2: s/5 7,5; s/4 11,9\n"
+                 "rank 3: s/1 4,16; s/6 0,8\n");
 }
 
 // Served windows changed? That invalidates users' saved states: update only
@@ -200,10 +194,8 @@ TEST_P(GoldenWindows, SubsetOfIds) {
   o.seed = 9;
   o.ids = {"s/4", "s/1", "s/6"};
   auto s = Make(o);
-  EXPECT_EQ(Served(*s, 0, 9),
-            "s/4 12,7; s/4 8,6; s/4 2,5; s/6 4,16; s/6 0,8; s/6 12,13; s/1 3,6; s/1 6,11; s/1 11,0");
-  EXPECT_EQ(Served(*s, 1, 9),
-            "s/4 5,14; s/4 9,4; s/4 2,4; s/6 8,16; s/6 3,4; s/6 7,13; s/1 6,16; s/1 12,2; s/1 8,4");
+  EXPECT_EQ(Served(*s, 0, 9), "s/4 12,7; s/4 8,6; s/4 2,5; s/6 4,16; s/6 0,8; s/6 12,13; s/1 3,6; s/1 6,11; s/1 11,0");
+  EXPECT_EQ(Served(*s, 1, 9), "s/4 5,14; s/4 9,4; s/4 2,4; s/6 8,16; s/6 3,4; s/6 7,13; s/1 6,16; s/1 12,2; s/1 8,4");
 }
 
 // Served windows changed? That invalidates users' saved states: update only
@@ -275,22 +267,19 @@ TEST(GoldenSlices, ItemsWithCropFlipsAndTurns) {
   s.crop_h = s.crop_w = 8;
   s.flip = SliceFlip::kIndependent;
   s.rot90 = true;
-  EXPECT_EQ(Items(*reader, index, s, 0),
-            "p0 0: 0,4 110; p0 1: 1,0 110; p0 2: 0,0 100; p0 3: 2,2 113; p0 4: 1,0 001; "
-            "p1 0: 2,2 011; p1 1: 1,2 010; p1 2: 0,2 000; p3 0: 2,1 112; p3 1: 2,1 012; "
-            "p3 2: 2,4 100; p3 3: 2,1 112");
-  EXPECT_EQ(Items(*reader, index, s, 1),
-            "p0 0: 1,3 112; p0 1: 2,4 112; p0 2: 1,0 103; p0 3: 2,3 002; p0 4: 0,3 102; "
-            "p1 0: 2,4 002; p1 1: 0,0 013; p1 2: 1,0 110; p3 0: 1,4 102; p3 1: 2,4 010; "
-            "p3 2: 2,0 003; p3 3: 1,4 112");
+  EXPECT_EQ(Items(*reader, index, s, 0), "p0 0: 0,4 110; p0 1: 1,0 110; p0 2: 0,0 100; p0 3: 2,2 113; p0 4: 1,0 001; "
+                                         "p1 0: 2,2 011; p1 1: 1,2 010; p1 2: 0,2 000; p3 0: 2,1 112; p3 1: 2,1 012; "
+                                         "p3 2: 2,4 100; p3 3: 2,1 112");
+  EXPECT_EQ(Items(*reader, index, s, 1), "p0 0: 1,3 112; p0 1: 2,4 112; p0 2: 1,0 103; p0 3: 2,3 002; p0 4: 0,3 102; "
+                                         "p1 0: 2,4 002; p1 1: 0,0 013; p1 2: 1,0 110; p3 0: 1,4 102; p3 1: 2,4 010; "
+                                         "p3 2: 2,0 003; p3 3: 1,4 112");
   s.flip = SliceFlip::kBoth;
   s.rot90 = false;
   s.crop_h = 6;
   s.crop_w = 9;
-  EXPECT_EQ(Items(*reader, index, s, 0),
-            "p0 0: 1,3 110; p0 1: 3,0 110; p0 2: 0,0 110; p0 3: 3,1 110; p0 4: 3,0 000; "
-            "p1 0: 4,1 000; p1 1: 3,1 000; p1 2: 0,2 000; p3 0: 3,1 110; p3 1: 4,0 000; "
-            "p3 2: 4,3 110; p3 3: 3,1 110");
+  EXPECT_EQ(Items(*reader, index, s, 0), "p0 0: 1,3 110; p0 1: 3,0 110; p0 2: 0,0 110; p0 3: 3,1 110; p0 4: 3,0 000; "
+                                         "p1 0: 4,1 000; p1 1: 3,1 000; p1 2: 0,2 000; p3 0: 3,1 110; p3 1: 4,0 000; "
+                                         "p3 2: 4,3 110; p3 3: 3,1 110");
 }
 
 // Served slice stacks changed? That invalidates users' saved states: update
@@ -316,13 +305,12 @@ TEST(GoldenSlices, StacksWithContextCropAndFlips) {
     for (int k = 0; k < 5; ++k)
       corners += std::to_string(static_cast<int64_t>(dst[k * it.out_h * it.out_w])) + (k < 4 ? " " : "; ");
   }
-  EXPECT_EQ(corners,
-            "200704 200704 200704 210704 220704; 200708 200708 210708 220708 230708; "
-            "200407 210407 220407 230407 240407; 210205 220205 230205 240205 240205; "
-            "220606 230606 240606 240606 240606; 1200103 1200103 1200103 1210103 1220103; "
-            "1200911 1200911 1210911 1220911 1220911; 1200405 1210405 1220405 1220405 1220405; "
-            "3200104 3200104 3200104 3210104 3220104; 3200601 3200601 3210601 3220601 3230601; "
-            "3200410 3210410 3220410 3230410 3230410; 3210205 3220205 3230205 3230205 3230205; ");
+  EXPECT_EQ(corners, "200704 200704 200704 210704 220704; 200708 200708 210708 220708 230708; "
+                     "200407 210407 220407 230407 240407; 210205 220205 230205 240205 240205; "
+                     "220606 230606 240606 240606 240606; 1200103 1200103 1200103 1210103 1220103; "
+                     "1200911 1200911 1210911 1220911 1220911; 1200405 1210405 1220405 1220405 1220405; "
+                     "3200104 3200104 3200104 3210104 3220104; 3200601 3200601 3210601 3220601 3230601; "
+                     "3200410 3210410 3220410 3230410 3230410; 3210205 3220205 3230205 3230205 3230205; ");
 }
 
 }  // namespace

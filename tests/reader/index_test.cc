@@ -338,7 +338,8 @@ TEST(SampleIndex, ReadAheadHintsNeverFailAndChangeNothing) {
   for (int64_t c = 0; c < 2; ++c)
     for (int64_t y = 0; y < 5; ++y)
       for (int64_t x = 0; x < 6; ++x)
-        EXPECT_EQ(w.data_as<float>()[c * kH * kW + y * kW + x], static_cast<float>(2000 + c * kH * kW + (y + 3) * kW + x + 4));
+        EXPECT_EQ(w.data_as<float>()[c * kH * kW + y * kW + x],
+                  static_cast<float>(2000 + c * kH * kW + (y + 3) * kW + x + 4));
 }
 
 }  // namespace
@@ -443,7 +444,7 @@ TEST(SampleIndex, DamagedOrDisagreeingSealedIndexIsRefusedAndNamed) {
   snap.reset();
   put(other);
   EXPECT_EQ(Reader::Open(path).value()->id(1), "zz");  // what the sealed index says...
-  rep = VerifyStore(path).value();                    // ...and verify says it is wrong
+  rep = VerifyStore(path).value();                     // ...and verify says it is wrong
   ASSERT_EQ(rep.problems.size(), 1u);
   EXPECT_EQ(rep.problems[0].id, "s1");
   EXPECT_NE(rep.problems[0].message.find("sealed index disagrees"), std::string::npos);
@@ -475,7 +476,8 @@ TEST(Upgrade, RewritesMissingMaskBlockRecordsAndRefusesAStoreThatDoesNotOpen) {
   EXPECT_EQ(std::make_tuple(gaps[0].field, gaps[0].samples, gaps[0].first_id), std::make_tuple("mask", 2ull, "s2"));
   std::string out;
   EXPECT_EQ(testing::RunCommand(std::string(PATCHSTORE_CLI) + " -q upgrade " + gap, &out), 0) << out;
-  EXPECT_NE(out.find("upgrade: field 'mask' of '" + gap + "' has mask block counts, but 2 samples lack them (first: "
+  EXPECT_NE(out.find("upgrade: field 'mask' of '" + gap +
+                     "' has mask block counts, but 2 samples lack them (first: "
                      "'s2'; deleted records or a damaged store): rewriting them all"),
             std::string::npos)
       << out;
@@ -497,7 +499,8 @@ TEST(Upgrade, RewritesMissingMaskBlockRecordsAndRefusesAStoreThatDoesNotOpen) {
     ASSERT_EQ(mdb_put(txn, meta, &k, &v, 0), 0);
   });
   EXPECT_EQ(testing::RunCommand(std::string(PATCHSTORE_CLI) + " -q upgrade " + broken, &out), 1) << out;
-  EXPECT_NE(out.find("patchstore: error: '" + broken + "' does not open after the upgrade: "), std::string::npos) << out;
+  EXPECT_NE(out.find("patchstore: error: '" + broken + "' does not open after the upgrade: "), std::string::npos)
+      << out;
   EXPECT_NE(out.find("sealed index"), std::string::npos) << out;
   EXPECT_EQ(out.find("nothing to do"), std::string::npos) << out;
 }
@@ -523,7 +526,8 @@ TEST(Upgrade, VerifyNamesAnInterruptedUpgradeApartFromAnOlderWriter) {
   // stopped after its first transaction (3 of 7 samples).
   ASSERT_TRUE(AddMaskBlocks(path).ok());
   drop_blocks();
-  auto stopped = AddMaskBlocks(path, [](uint64_t, uint64_t) { return false; }, 3);
+  auto stopped = AddMaskBlocks(
+      path, [](uint64_t, uint64_t) { return false; }, 3);
   ASSERT_EQ(stopped.status().code(), Code::kAborted);
   EXPECT_EQ(Snapshot::Open(path).value()->meta().attributes.at(kUpgradingAttribute), "mask block counts");
   rep = VerifyStore(path).value();

@@ -69,8 +69,7 @@ std::vector<std::pair<const void*, size_t>> ViewRows(const TensorView& v) {
       const uint8_t* p = v.bytes() + c * v.strides[0] + y * v.strides[1];
       if (!out.empty() && static_cast<const uint8_t*>(out.back().first) + out.back().second == p)
         out.back().second += row;
-      else
-        out.emplace_back(p, row);
+      else out.emplace_back(p, row);
     }
   return out;
 }
@@ -110,11 +109,15 @@ TEST(PrefetchPatch, AnyInvalidWindowGivesNoRangeAndDoesNotCrash) {
     int64_t y, x, h, w;
   };
   const std::vector<Case> bad = {
-      {0, 0, -1, 0, 4, 4},     {0, 0, 0, -1, 4, 4},     {0, 0, 10, 0, 4, 4},      {0, 0, 0, 14, 4, 4},
-      {0, 0, 0, 0, 0, 4},      {0, 0, 0, 0, 4, 0},      {0, 0, 0, 0, -4, 4},      {0, 0, 0, 0, H + 1, 4},
-      {0, 0, big, big, big, big}, {0, 0, small, small, big, big}, {0, 0, 1, 1, big, 2}, {0, 0, 1, 1, 2, big},
-      {0, 0, big - 1, 0, 2, 2}, {2, 0, 0, 0, 4, 4},     {UINT64_MAX, 0, 0, 0, 4, 4}, {0, -1, 0, 0, 4, 4},
-      {0, 2, 0, 0, 4, 4},      {0, 99, 0, 0, 4, 4},
+      {0, 0, -1, 0, 4, 4},         {0, 0, 0, -1, 4, 4},
+      {0, 0, 10, 0, 4, 4},         {0, 0, 0, 14, 4, 4},
+      {0, 0, 0, 0, 0, 4},          {0, 0, 0, 0, 4, 0},
+      {0, 0, 0, 0, -4, 4},         {0, 0, 0, 0, H + 1, 4},
+      {0, 0, big, big, big, big},  {0, 0, small, small, big, big},
+      {0, 0, 1, 1, big, 2},        {0, 0, 1, 1, 2, big},
+      {0, 0, big - 1, 0, 2, 2},    {2, 0, 0, 0, 4, 4},
+      {UINT64_MAX, 0, 0, 0, 4, 4}, {0, -1, 0, 0, 4, 4},
+      {0, 2, 0, 0, 4, 4},          {0, 99, 0, 0, 4, 4},
   };
   for (const Case& c : bad) {
     EXPECT_TRUE(ReaderTestAccess::Ranges(*r, c.s, c.f, c.y, c.x, c.h, c.w).empty())
@@ -148,8 +151,8 @@ TEST(PrefetchWindows, EveryWindowReadRequestsItsBytesFirst) {
     return static_cast<float>(s * 1000000 + (c * H + y) * W + x);
   };
   const int64_t h = 5, w = 11;
-  const std::vector<PatchRequest> reqs = {{3, 0, 0, 0}, {1, 0, 32, 18}, {0, 0, 17, 3}, {3, 0, 9, 14},
-                                          {2, 0, 31, 0}, {1, 0, 0, 18}};
+  const std::vector<PatchRequest> reqs = {{3, 0, 0, 0},  {1, 0, 32, 18}, {0, 0, 17, 3},
+                                          {3, 0, 9, 14}, {2, 0, 31, 0},  {1, 0, 0, 18}};
   std::vector<float> out(reqs.size() * 3 * h * w, -1.0f);
   ASSERT_TRUE(r->CopyPatches(reqs, h, w, out.data(), 2).ok());
   EXPECT_EQ(r->windows_read_ahead(), reqs.size());
@@ -209,7 +212,7 @@ TEST_F(PrefetchSamplerTest, NextServesTheSameWindowsWithAndWithoutPrefetch) {
     o.index_cache_bytes = 1;  // and window lists rebuilt on every draw: the same windows
     auto off = Make(o);
     ASSERT_EQ(on->eligible_samples(), 8u);  // sample 2's mask is empty
-    const int64_t n = 5;                   // batches straddle the epochs of 24 windows
+    const int64_t n = 5;                    // batches straddle the epochs of 24 windows
     std::vector<float> a0(n * 3 * 36), a1(n * 36), b0(a0.size()), b1(a1.size());
     for (int batch = 0; batch < 12; ++batch) {
       std::vector<Window> wa, wb;

@@ -88,9 +88,9 @@ TEST_F(ReaderTest, OutOfRangePatchesAreClearErrors) {
   struct Case {
     int64_t y, x, h, w;
     Code code;
-  } cases[] = {{-1, 0, 4, 4, Code::kOutOfRange},  {0, -1, 4, 4, Code::kOutOfRange},
-               {37, 0, 4, 4, Code::kOutOfRange},  {0, 47, 4, 4, Code::kOutOfRange},
-               {0, 0, 41, 4, Code::kOutOfRange},  {0, 0, 0, 4, Code::kInvalidArgument},
+  } cases[] = {{-1, 0, 4, 4, Code::kOutOfRange},      {0, -1, 4, 4, Code::kOutOfRange},
+               {37, 0, 4, 4, Code::kOutOfRange},      {0, 47, 4, 4, Code::kOutOfRange},
+               {0, 0, 41, 4, Code::kOutOfRange},      {0, 0, 0, 4, Code::kInvalidArgument},
                {0, 0, 4, -2, Code::kInvalidArgument}, {INT64_MAX - 2, 0, 4, 4, Code::kOutOfRange}};
   for (const Case& c : cases) {
     auto p = reader_->Patch(0, 2, c.y, c.x, c.h, c.w);

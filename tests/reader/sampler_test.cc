@@ -103,7 +103,8 @@ TEST_F(SamplerTest, EveryWindowHoldsTheRequiredValidPixels) {
     o.require = "mask";
     o.min_valid = min_valid;
     auto s = Make(o);
-    const uint64_t need = min_valid < 1 ? static_cast<uint64_t>(std::ceil(min_valid * 49)) : static_cast<uint64_t>(min_valid);
+    const uint64_t need = min_valid < 1 ? static_cast<uint64_t>(std::ceil(min_valid * 49))
+                                        : static_cast<uint64_t>(min_valid);
     for (uint64_t e = 0; e < 5; ++e)
       for (uint64_t p = 0; p < s->visits_per_epoch(); ++p)
         for (int j = 0; j < 3; ++j) {
@@ -237,8 +238,8 @@ TEST(SamplerMaskIndex, CandidateChecksDrawTheWindowsOfTheWindowLists) {
               const Window b = s[k]->WindowAt(e, p, j).value();
               ASSERT_EQ(std::make_tuple(a.sample, a.y, a.x, a.flip, a.rot, a.positive),
                         std::make_tuple(b.sample, b.y, b.x, b.flip, b.rot, b.positive))
-                  << "tile " << tile << " variant " << variant << " mask_index " << k << " at " << e << "/" << p
-                  << "/" << j;
+                  << "tile " << tile << " variant " << variant << " mask_index " << k << " at " << e << "/" << p << "/"
+                  << j;
             }
           }
       // Whole batches (DrawMany: all candidates of a round at once) too.
@@ -270,9 +271,9 @@ TEST(SamplerMaskIndex, BlockCountsDecideMostCandidatesAndDrawTheSameWindows) {
   }
   TempDir dir;
   for (uint16_t tile : {uint16_t{0}, uint16_t{16}}) {
-    auto reader =
-        Reader::Open(MakeMaskStore(dir, "b" + std::to_string(tile) + ".ps", masks, H, W, tile, /*mask_blocks=*/8))
-            .value();
+    auto reader = Reader::Open(
+                      MakeMaskStore(dir, "b" + std::to_string(tile) + ".ps", masks, H, W, tile, /*mask_blocks=*/8))
+                      .value();
     ASSERT_EQ(reader->MaskBlockEdge(0, 1), 8u);
     for (int variant = 0; variant < 4; ++variant) {
       SCOPED_TRACE("tile " + std::to_string(tile) + " variant " + std::to_string(variant));
@@ -515,7 +516,6 @@ TEST_F(SamplerTest, ABoundedIndexCacheGivesTheSameWindows) {
       }
 }
 
-
 // --- rectangular windows, policies, subsets, served windows -----------------
 
 uint64_t BruteCountHW(const std::vector<float>& m, int64_t W, int64_t y, int64_t x, int64_t h, int64_t w) {
@@ -562,7 +562,8 @@ TEST(RectSampler, MaskRuleIsExactForRectanglesByBruteForce) {
           for (int64_t y = 0; y + ph <= H; ++y)
             for (int64_t x = 0; x + pw <= W; ++x)
               if (BruteCountHW(masks[i], W, y, x, ph, pw) >= need) expect.insert({y, x});
-          ASSERT_EQ(smp->eligible(i), !expect.empty()) << "sample " << i << " " << ph << "x" << pw << " mv " << min_valid;
+          ASSERT_EQ(smp->eligible(i), !expect.empty())
+              << "sample " << i << " " << ph << "x" << pw << " mv " << min_valid;
           if (expect.empty()) {
             EXPECT_EQ(smp->WindowOfSample(0, i, 0).status().code(), Code::kOutOfRange);
             continue;
@@ -570,9 +571,8 @@ TEST(RectSampler, MaskRuleIsExactForRectanglesByBruteForce) {
           std::set<std::pair<int64_t, int64_t>> seen;
           for (int j = 0; j < 40 * static_cast<int>(expect.size()); ++j) {
             Window w = smp->WindowOfSample(0, i, j).value();
-            ASSERT_TRUE(expect.count({w.y, w.x})) << "window (" << w.y << "," << w.x << ") of sample " << i
-                                                  << " holds " << BruteCountHW(masks[i], W, w.y, w.x, ph, pw)
-                                                  << " < " << need;
+            ASSERT_TRUE(expect.count({w.y, w.x})) << "window (" << w.y << "," << w.x << ") of sample " << i << " holds "
+                                                  << BruteCountHW(masks[i], W, w.y, w.x, ph, pw) << " < " << need;
             seen.insert({w.y, w.x});
           }
           EXPECT_EQ(seen, expect) << "every qualifying window is drawn";
@@ -671,9 +671,11 @@ TEST(SamplerOptionsTest, ValidateNamesTheUsersSpelling) {
   };
   const Case cases[] = {
       {[](SamplerOptions* o) { o->fields.clear(); }, "no fields given"},
-      {[](SamplerOptions* o) { o->patch_size = 0; }, "patch_size (--patch) must be P or (h, w) with sides in [1, 2**31), got 0"},
-      {[](SamplerOptions* o) { o->patch_h = 3, o->patch_w = -1; }, "patch_size (--patch) must be P or (h, w) with sides in "
-                                                                   "[1, 2**31), got (3, -1)"},
+      {[](SamplerOptions* o) { o->patch_size = 0; },
+       "patch_size (--patch) must be P or (h, w) with sides in [1, 2**31), got 0"},
+      {[](SamplerOptions* o) { o->patch_h = 3, o->patch_w = -1; },
+       "patch_size (--patch) must be P or (h, w) with sides in "
+       "[1, 2**31), got (3, -1)"},
       {[](SamplerOptions* o) { o->patches_per_sample = 0; },
        "patches_per_sample (-k, --patches-per-sample) must be positive, got 0"},
       {[](SamplerOptions* o) { o->min_valid = 0; },
@@ -849,8 +851,8 @@ TEST_F(SamplerTest, ServedWindowsFollowEachLoadersOrderAndSkipReportIsOneLine) {
   ASSERT_EQ(ofs.size(), 3u);  // one visit per epoch without rank padding
   // The skip report: count, considered samples, reason, first ids.
   const std::string report = s->SkippedReport();
-  const std::string head = "skipping " + std::to_string(s->skipped_samples()) + " of 7 samples of '" +
-                           reader_->path() + "' (no 4x7 window with >= 2 valid pixels of 'mask', or smaller than "
+  const std::string head = "skipping " + std::to_string(s->skipped_samples()) + " of 7 samples of '" + reader_->path() +
+                           "' (no 4x7 window with >= 2 valid pixels of 'mask', or smaller than "
                            "4x7): ";
   EXPECT_EQ(report.substr(0, head.size()), head) << report;
   EXPECT_NE(report.find("'s3'"), std::string::npos) << report;

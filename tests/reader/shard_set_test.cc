@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "patchstore/reader/reader.h"
-#include "store/shard.h"
 #include "patchstore/store/store.h"
+#include "store/shard.h"
 #include "test_util.h"
 
 namespace patchstore {
@@ -129,9 +129,9 @@ TEST(ShardSet, RefusesIncompleteMixedOrDuplicatedSets) {
   WriteStore(dir / "b.ps", {"s/3", "s/2"}, "");
   auto dup = Reader::OpenSet({dir / "a.ps", dir / "b.ps"});
   ASSERT_FALSE(dup.ok());
-  EXPECT_EQ(dup.status().message(),
-            "opening a set of stores: sample id 's/2' is in '" + (dir / "a.ps") + "' (sample #1) and in '" +
-                (dir / "b.ps") + "' (sample #1); every id must be in one store of a set");
+  EXPECT_EQ(dup.status().message(), "opening a set of stores: sample id 's/2' is in '" + (dir / "a.ps") +
+                                        "' (sample #1) and in '" + (dir / "b.ps") +
+                                        "' (sample #1); every id must be in one store of a set");
   // Plain stores are read in the order given.
   WriteStore(dir / "c.ps", {"s/7"}, "");
   auto plain = Reader::OpenSet({dir / "c.ps", dir / "a.ps"}).value();
@@ -142,8 +142,9 @@ TEST(ShardSet, RefusesIncompleteMixedOrDuplicatedSets) {
   WriteStore(dir / "y.ps", {"s/8"}, "", "y");
   auto fields = Reader::OpenSet({dir / "c.ps", dir / "y.ps"});
   ASSERT_FALSE(fields.ok());
-  EXPECT_EQ(fields.status().message(), "opening a set of stores: store '" + (dir / "y.ps") + "' has no field 'x' (store '" +
-                                          (dir / "c.ps") + "' has): a set needs the same fields in every store");
+  EXPECT_EQ(fields.status().message(), "opening a set of stores: store '" + (dir / "y.ps") +
+                                           "' has no field 'x' (store '" + (dir / "c.ps") +
+                                           "' has): a set needs the same fields in every store");
   EXPECT_FALSE(Reader::OpenSet({}).ok());
   EXPECT_EQ(Reader::OpenSet({dir / "nothing.ps"}).status().code(), Code::kNotFound);
 }
@@ -186,7 +187,8 @@ TEST(ShardSet, AMismatchNamesThePropertyAndBothValues) {
               f->norm.offset = -3;
             }),
             "opening a set of stores: store 'q.ps' field 'depth': normalisation affine(0.25,-3), store 'p.ps' has "
-            "none" + tail);
+            "none" +
+                tail);
   EXPECT_EQ(MismatchMessage([](testing::StoreField* f) { f->channels = 3; }),
             "opening a set of stores: store 'q.ps' field 'depth': channels 3, store 'p.ps' has 2" + tail);
 }

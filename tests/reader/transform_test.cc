@@ -61,7 +61,7 @@ TEST(CopyTransformed, EveryFlipAndTurnMatchesTheDefinition) {
   struct Win {
     int64_t y, x, h, w;
   };
-  const Win wins[] = {{0, 0, 1, 1}, {5, 3, 1, 9}, {2, 7, 9, 1}, {1, 2, 4, 4}, {3, 1, 7, 5},
+  const Win wins[] = {{0, 0, 1, 1}, {5, 3, 1, 9},    {2, 7, 9, 1},     {1, 2, 4, 4},  {3, 1, 7, 5},
                       {0, 0, H, W}, {10, 9, 37, 33}, {40, 30, 32, 32}, {4, 6, 64, 70}};
   for (const Win& win : wins)
     for (int flip = 0; flip < 4; ++flip)
@@ -72,8 +72,8 @@ TEST(CopyTransformed, EveryFlipAndTurnMatchesTheDefinition) {
         CopyTransformed(plane.data(), stride, win.y, win.x, win.h, win.w, t, got.data());
         ASSERT_EQ(got.back(), -1.0f) << "wrote past the output";
         got.pop_back();
-        ASSERT_EQ(got, want) << win.y << "," << win.x << " " << win.h << "x" << win.w << " flip " << flip
-                             << " rot " << rot;
+        ASSERT_EQ(got, want) << win.y << "," << win.x << " " << win.h << "x" << win.w << " flip " << flip << " rot "
+                             << rot;
       }
 }
 
@@ -100,8 +100,7 @@ TEST(SplitMix, PinnedValues) {
   EXPECT_EQ(splitmix::Mix(0x9e3779b97f4a7c15ULL), 0x6e789e6aa1b965f4ULL);
   const uint64_t a = 3, b = 1, c = 7, d = 0x534C4943;
   EXPECT_EQ(splitmix::Key(a), splitmix::Mix(a));
-  EXPECT_EQ(splitmix::Key(a, b, c, d),
-            splitmix::Mix(splitmix::Mix(splitmix::Mix(splitmix::Mix(a) ^ b) ^ c) ^ d));
+  EXPECT_EQ(splitmix::Key(a, b, c, d), splitmix::Mix(splitmix::Mix(splitmix::Mix(splitmix::Mix(a) ^ b) ^ c) ^ d));
   static_assert(splitmix::Key(1, 2) == splitmix::Mix(splitmix::Mix(1) ^ 2), "constexpr key");
   EXPECT_EQ(splitmix::Below(~uint64_t{0}, 10), 9u);
   EXPECT_EQ(splitmix::Below(uint64_t{1} << 63, 10), 5u);

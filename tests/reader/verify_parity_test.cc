@@ -67,8 +67,7 @@ TEST(VerifyParity, AFieldTileEdgeTheRecordsDoNotHaveIsReported) {
   ASSERT_EQ(rep.problems.size(), 2u);
   EXPECT_EQ(rep.problems[0].id, "p");
   EXPECT_EQ(rep.problems[0].field, "g");
-  EXPECT_EQ(rep.problems[0].message,
-            "the record is stored in rows but the field in 16-pixel tiles (reads refuse it)");
+  EXPECT_EQ(rep.problems[0].message, "the record is stored in rows but the field in 16-pixel tiles (reads refuse it)");
   EXPECT_EQ(rep.problems[1].id, "q");
 }
 
@@ -145,8 +144,7 @@ TEST(VerifyParity, ADuplicateIdIsReported) {
   auto rep = VerifyStore(path).value();
   ASSERT_EQ(rep.problems.size(), 1u) << rep.problems[0].message;
   EXPECT_EQ(rep.problems[0].id, "p");
-  EXPECT_EQ(rep.problems[0].message,
-            "duplicate id: samples #0 and #1 have it (lookups by id find one of them)");
+  EXPECT_EQ(rep.problems[0].message, "duplicate id: samples #0 and #1 have it (lookups by id find one of them)");
 }
 
 }  // namespace

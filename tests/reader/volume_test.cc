@@ -31,7 +31,9 @@ Status WriteVolumeStore(const std::string& path, const std::vector<Vol>& vols, i
   spec.kind = kind;
   for (int f = 0; f < nfields; ++f) {
     // A frame store's field has C channels; its records are (C, H, W).
-    spec.fields.push_back(testing::StoreField{f == 0 ? "MR" : f == 1 ? "CT" : "F" + std::to_string(f),
+    spec.fields.push_back(testing::StoreField{f == 0   ? "MR"
+                                              : f == 1 ? "CT"
+                                                       : "F" + std::to_string(f),
                                               kind == "volumes" ? 1 : static_cast<int>(vols.at(0).S)});
   }
   for (const Vol& d : vols) spec.ids.push_back(d.id);
@@ -277,8 +279,8 @@ TEST_F(VolumeTest, TransformEqualsNumPyForAllFlipsRotationsAndCrops) {
   struct Crop {
     int64_t y, x, h, w;
   };
-  const Crop crops[] = {{0, 0, 0, 0}, {0, 0, 16, 20}, {3, 5, 8, 8}, {0, 0, 1, 1}, {15, 19, 1, 1},
-                        {2, 1, 13, 6}, {8, 0, 8, 20}, {0, 11, 16, 9}};
+  const Crop crops[] = {{0, 0, 0, 0},   {0, 0, 16, 20}, {3, 5, 8, 8},  {0, 0, 1, 1},
+                        {15, 19, 1, 1}, {2, 1, 13, 6},  {8, 0, 8, 20}, {0, 11, 16, 9}};
   int checked = 0;
   for (const Crop& c : crops)
     for (int fv = 0; fv < 2; ++fv)
@@ -307,8 +309,8 @@ TEST_F(VolumeTest, TransformEqualsNumPyForAllFlipsRotationsAndCrops) {
               ASSERT_EQ(ref.w, ow);
               for (int64_t i = 0; i < oh * ow; ++i)
                 ASSERT_EQ(out[d * oh * ow + i], ref.a[i])
-                    << "crop " << c.y << "," << c.x << "," << c.h << "," << c.w << " flip_v " << fv << " flip_h "
-                    << fh << " rot90 " << k << " slice " << slice << " d " << d << " at " << i;
+                    << "crop " << c.y << "," << c.x << "," << c.h << "," << c.w << " flip_v " << fv << " flip_h " << fh
+                    << " rot90 " << k << " slice " << slice << " d " << d << " at " << i;
             }
             ++checked;
           }
@@ -384,7 +386,9 @@ namespace {
 // pinned values, so a given (seed, epoch, item) keeps its crop, flips and
 // turn across versions. These equal the NumPy implementation they replaced.
 TEST(DrawSliceTransform, PinnedDrawsAndTheirRules) {
-  const int64_t want[4][7] = {{0, 21, 64, 32, 0, 0, 1}, {13, 17, 64, 32, 0, 1, 2}, {1, 39, 64, 32, 1, 1, 0},
+  const int64_t want[4][7] = {{0, 21, 64, 32, 0, 0, 1},
+                              {13, 17, 64, 32, 0, 1, 2},
+                              {1, 39, 64, 32, 1, 1, 0},
                               {29, 19, 64, 32, 0, 0, 0}};
   for (uint64_t i = 0; i < 4; ++i) {
     const SliceTransform t = DrawSliceTransform(3, 1, i, 100, 90, 64, 32, SliceFlip::kIndependent, true);

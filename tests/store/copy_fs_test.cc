@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "patchstore/store/copy.h"
-#include "store/filesystem.h"
 #include "patchstore/store/store.h"
+#include "store/filesystem.h"
 #include "test_util.h"
 
 namespace patchstore {
@@ -79,7 +79,7 @@ TEST(CopyPaths, EmptyNestedAndSameDestinationsAreUsageErrors) {
   EXPECT_EQ(CheckCopyPaths(dir / "a.ps", dir / "link/deeper.ps").code(), Code::kInvalidArgument);
   EXPECT_EQ(CheckCopyPaths(dir / "a.ps", dir / "nofolder/b.ps").code(), Code::kNotFound);
   EXPECT_TRUE(CheckCopyPaths(dir / "a.ps", dir / "outer/a.ps").ok());
-  EXPECT_TRUE(CheckCopyPaths(dir / "a.ps", dir / "a.ps2").ok());  // a name prefix is not nesting
+  EXPECT_TRUE(CheckCopyPaths(dir / "a.ps", dir / "a.ps2").ok());         // a name prefix is not nesting
   EXPECT_TRUE(CheckCopyPaths(dir / "a.ps", dir / "outer/c.ps//").ok());  // trailing slashes: the same name
   EXPECT_EQ(CheckCopyPaths(dir / "a.ps", dir / "a.ps/").code(), Code::kAlreadyExists);
   EXPECT_EQ(CheckCopyPaths(dir / "a.ps", "/").code(), Code::kAlreadyExists);
@@ -167,7 +167,8 @@ TEST(StagingFolders, ALaterStagingRemovesTheFolderOfAKilledWriterOnlyOnceItIsDea
   ASSERT_TRUE(next.ok()) << next.status().message();
   ASSERT_EQ(cleaned.size(), 2u);
   EXPECT_TRUE(cleaned[1].removed);
-  EXPECT_NE(cleaned[1].note.find("interrupted copy (pid " + std::to_string(child)), std::string::npos) << cleaned[1].note;
+  EXPECT_NE(cleaned[1].note.find("interrupted copy (pid " + std::to_string(child)), std::string::npos)
+      << cleaned[1].note;
   EXPECT_FALSE(std::filesystem::exists(staged));
   EXPECT_TRUE(std::filesystem::exists(dir / "set/b.ps.copy-00old0/data.mdb"));
   EXPECT_TRUE(std::filesystem::exists(dir / "set/c.ps.copy-Qw3rty"));

@@ -161,8 +161,7 @@ TEST(DType, UnknownFieldDTypeInTheMetadataIsCorruption) {
   auto d = StoreMeta::Decode(WithChecksum(text.substr(0, text.rfind("checksum="))));
   ASSERT_FALSE(d.ok());
   EXPECT_EQ(d.status().code(), Code::kCorruption);
-  EXPECT_NE(d.status().message().find("field 'small' has unknown dtype 9"), std::string::npos)
-      << d.status().message();
+  EXPECT_NE(d.status().message().find("field 'small' has unknown dtype 9"), std::string::npos) << d.status().message();
 }
 
 TEST(DType, WriterRefusesARecordOfAnotherDTypeThanItsField) {

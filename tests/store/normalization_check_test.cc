@@ -85,8 +85,8 @@ TEST(NormalizationCheck, RangeWiderThanDoubleSaysWhatIsWrong) {
 
 TEST(NormalizationCheck, OrdinaryNormalisationsPass) {
   for (SourceType t : {SourceType::kUInt8, SourceType::kUInt16})
-    for (const char* spec : {"symmetric", "unit", "binary", "none", "affine:0.0039,-0.5", "range:0,1000",
-                             "range:10,12", "affine:-2,1+clamp:-1,0"})
+    for (const char* spec : {"symmetric", "unit", "binary", "none", "affine:0.0039,-0.5", "range:0,1000", "range:10,12",
+                             "affine:-2,1+clamp:-1,0"})
       EXPECT_EQ(CheckError(spec, t), "") << spec << " " << SourceTypeName(t);
   for (SourceType t : {SourceType::kInt8, SourceType::kInt16, SourceType::kInt32, SourceType::kUInt64,
                        SourceType::kFloat16, SourceType::kFloat32, SourceType::kFloat64})

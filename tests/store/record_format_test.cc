@@ -199,9 +199,9 @@ TEST(Normalization, MatchesTheSeedFormulaBitForBit) {
 TEST(Normalization, SourceMaxValueIsTheIntegerRange) {
   EXPECT_EQ(SourceMaxValue(SourceType::kUInt8), 255.0);
   EXPECT_EQ(SourceMaxValue(SourceType::kUInt16), 65535.0);
-  for (SourceType t : {SourceType::kUnknown, SourceType::kFloat16, SourceType::kFloat32, SourceType::kInt16,
-                       SourceType::kFloat64, SourceType::kInt8, SourceType::kUInt32, SourceType::kInt32,
-                       SourceType::kInt64, SourceType::kUInt64})
+  for (SourceType t :
+       {SourceType::kUnknown, SourceType::kFloat16, SourceType::kFloat32, SourceType::kInt16, SourceType::kFloat64,
+        SourceType::kInt8, SourceType::kUInt32, SourceType::kInt32, SourceType::kInt64, SourceType::kUInt64})
     EXPECT_EQ(SourceMaxValue(t), 0.0) << SourceTypeName(t);
 }
 

@@ -41,11 +41,13 @@ TEST(Store, WritesAndReadsBackAlignedRecords) {
                   .ok());
   EXPECT_EQ(records, 10);
   std::vector<std::string> ids;
-  ASSERT_TRUE((*snap)->ForEachId([&](uint64_t i, std::string_view id) -> Status {
-    EXPECT_EQ(i, ids.size());
-    ids.emplace_back(id);
-    return Status::OK();
-  }).ok());
+  ASSERT_TRUE((*snap)
+                  ->ForEachId([&](uint64_t i, std::string_view id) -> Status {
+                    EXPECT_EQ(i, ids.size());
+                    ids.emplace_back(id);
+                    return Status::OK();
+                  })
+                  .ok());
   EXPECT_EQ(ids, (std::vector<std::string>{"s/0", "s/1", "s/2", "s/3", "s/4"}));
 }
 
@@ -180,8 +182,8 @@ TEST(PlanWillNeed, RowsOfAWindowAreOneClusterPerChannelAndOnlyRunsWithAMissingPa
   for (uintptr_t c = 0; c < 2; ++c)
     for (uintptr_t r = 0; r < 16; ++r) ranges.emplace_back(At(base + c * (8u << 20) + r * 3 * P + 100), 1000);
   FakeResidency res;
-  EXPECT_TRUE(PlanWillNeed(ranges, P, res.fn()).empty());  // all in memory: nothing requested
-  ASSERT_EQ(res.calls.size(), 2u);                          // one residency check per channel
+  EXPECT_TRUE(PlanWillNeed(ranges, P, res.fn()).empty());        // all in memory: nothing requested
+  ASSERT_EQ(res.calls.size(), 2u);                               // one residency check per channel
   EXPECT_EQ(res.calls[0], std::make_pair(base, base + 46 * P));  // row 15 is page 45
   EXPECT_EQ(res.calls[1].first, base + (8u << 20));
 
@@ -213,7 +215,8 @@ TEST(PlanWillNeed, RunsMergeWhereTheyTouchAndClustersEndAtGapsSpansAndBackwardSt
 
   // A gap of kWillNeedGapPages pages joins, one more page splits.
   res.calls.clear();
-  plan = PlanWillNeed({{At(base), P}, {At(base + (1 + kWillNeedGapPages) * P), P},
+  plan = PlanWillNeed({{At(base), P},
+                       {At(base + (1 + kWillNeedGapPages) * P), P},
                        {At(base + (3 + 2 * kWillNeedGapPages) * P), P}},
                       P, res.fn());
   EXPECT_EQ(plan.size(), 3u);
@@ -227,7 +230,8 @@ TEST(PlanWillNeed, RunsMergeWhereTheyTouchAndClustersEndAtGapsSpansAndBackwardSt
   EXPECT_EQ(plan.size(), 2u);
   EXPECT_EQ(res.calls.size(), 2u);
   res.calls.clear();
-  plan = PlanWillNeed({{At(base), P}, {At(base + 10 * P), (kWillNeedSpanPages - 10) * P},
+  plan = PlanWillNeed({{At(base), P},
+                       {At(base + 10 * P), (kWillNeedSpanPages - 10) * P},
                        {At(base + (kWillNeedSpanPages + 1) * P), P},
                        {At(base + (kWillNeedSpanPages + 3) * P), (kWillNeedSpanPages + 5) * P}},
                       P, res.fn());

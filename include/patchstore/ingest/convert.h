@@ -71,8 +71,8 @@ struct CopyOptions {
   uint32_t tile_size = 0;
   std::vector<std::string> encoding;
 
-  int threads = 0;        // converter threads; 0 = all cores
-  bool durable = true;    // fsync each commit of the conversion
+  int threads = 0;           // converter threads; 0 = all cores
+  bool durable = true;       // fsync each commit of the conversion
   std::string command_line;  // recorded as the copy's "copy_command" attribute (conversions)
   // The conversion's progress (done/total samples, bytes written) and its
   // notices (Progress::message: what is being written), from the calling

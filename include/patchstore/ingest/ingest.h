@@ -91,18 +91,18 @@ struct ImageIngestOptions {
   // win). See ingest/encoding.h and store/FORMAT.md "Encodings".
   std::vector<std::string> encoding;
 
-  int threads = 0;            // decoder threads; 0 = all cores
-  bool skip_errors = false;   // --on-error skip
-  std::string report_path;    // failures as TSV; default <store>/ingest-errors.tsv
+  int threads = 0;                             // decoder threads; 0 = all cores
+  bool skip_errors = false;                    // --on-error skip
+  std::string report_path;                     // failures as TSV; default <store>/ingest-errors.tsv
   uint64_t batch_bytes = uint64_t{256} << 20;  // commit after this many bytes
   uint64_t batch_samples = 256;                // ... or this many samples
-  bool durable = true;        // fsync each commit
+  bool durable = true;                         // fsync each commit
   uint64_t max_pixels = uint64_t{1} << 28;     // refuse larger declared images
   // Decode in child processes with a memory limit and a per-file watchdog,
   // so a hostile file can neither crash nor stall the ingest.
   bool isolate_decoders = true;
   double decode_timeout_s = 60;
-  std::string command_line;   // recorded in the metadata
+  std::string command_line;  // recorded in the metadata
   // Shard I of N (shard_count 0: the whole input): only the samples whose
   // id has ShardOfId(id, N) == I (store/format.h) are ingested, into a store
   // that records I/N; samples_total counts this shard's samples.
@@ -121,8 +121,8 @@ struct IngestSummary {
   uint64_t bytes_written = 0;    // record payload bytes committed (in the records' dtypes)
   uint64_t bytes_decoded = 0;    // same, counted at decode time
   double seconds = 0;
-  std::string report_path;       // where failures were written, if any
-  std::string report_error;      // why the failure report could not be written ("" if it was)
+  std::string report_path;          // where failures were written, if any
+  std::string report_error;         // why the failure report could not be written ("" if it was)
   std::vector<std::string> errors;  // one message per failed sample (first 100)
   // Things that went through but look wrong (HDF5: a patient already stored
   // under another file prefix, slices much thinner one way than another axis
@@ -144,10 +144,10 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& options);
 struct ExportOptions {
   std::string store;
   std::string outdir;
-  std::vector<std::string> ids;     // empty: all samples
-  std::vector<std::string> fields;  // empty: all fields
-  std::string format;               // "" (by source: png for integer, exr for float), "png", "exr", "h5"
-  bool has_window = false;          // --window LO,HI for float data written as PNG, in STORED units
+  std::vector<std::string> ids;         // empty: all samples
+  std::vector<std::string> fields;      // empty: all fields
+  std::string format;                   // "" (by source: png for integer, exr for float), "png", "exr", "h5"
+  bool has_window = false;              // --window LO,HI for float data written as PNG, in STORED units
   double window_lo = 0, window_hi = 1;  //   (after the ingest normalisation)
   // --window auto: each record's (volume's) 1st..99th percentile of its finite values.
   bool window_auto = false;

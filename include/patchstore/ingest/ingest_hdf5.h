@@ -37,11 +37,10 @@
 // integer-based enum (h5py's bool) source type is accepted and recorded as
 // the record's SourceType. Per-field normalisation on request with
 // norm[FIELD] = "none | unit | symmetric | binary | affine:SCALE,OFFSET",
-// optionally "+clamp:LO,HI", or "range:LO,HI" ([LO,HI] onto [-1,1], clamped) (see ParseNormalization; unit and symmetric
-// need a uint8 or uint16 source). A field listed in mask_fields is marked
-// is_mask and stored binary ({0,1}) unless norm says otherwise; a group
-// merely NAMED "MASK" is not special: its values (labels) are kept as they
-// are unless --mask is given.
+// optionally "+clamp:LO,HI", or "range:LO,HI" ([LO,HI] onto [-1,1], clamped) (see ParseNormalization; unit and
+// symmetric need a uint8 or uint16 source). A field listed in mask_fields is marked is_mask and stored binary ({0,1})
+// unless norm says otherwise; a group merely NAMED "MASK" is not special: its values (labels) are kept as they are
+// unless --mask is given.
 //
 // Streaming: each record is written straight into the space LMDB reserves
 // for it (RecordInput::fill), reading the source in hyperslabs that follow
@@ -133,8 +132,8 @@ struct Hdf5IngestOptions {
   std::string layout = "rows";
   uint32_t tile_size = 0;
 
-  bool skip_errors = false;   // --on-error skip
-  std::string report_path;    // failures as TSV; default <store>/ingest-errors.tsv
+  bool skip_errors = false;                    // --on-error skip
+  std::string report_path;                     // failures as TSV; default <store>/ingest-errors.tsv
   uint64_t batch_bytes = uint64_t{256} << 20;  // commit after this many float32 bytes
   // Source bytes read per hyperslab (rounded to whole chunk rows along the
   // slice axis, at least one row). 16 MiB measured fastest on 512x512x300
@@ -144,8 +143,8 @@ struct Hdf5IngestOptions {
   // HDF5 chunk cache per dataset (H5Pset_chunk_cache). Slab reads cover
   // whole chunks, so each chunk is decompressed once whatever this is.
   uint64_t chunk_cache_bytes = uint64_t{4} << 20;
-  bool durable = true;        // fsync each commit
-  std::string command_line;   // recorded in the metadata
+  bool durable = true;       // fsync each commit
+  std::string command_line;  // recorded in the metadata
   // Shard I of N (shard_count 0: everything), as ImageIngestOptions: only
   // volumes whose id has ShardOfId(id, N) == I. Ids are assigned (and
   // checked across files) over all the input first, so every shard names a

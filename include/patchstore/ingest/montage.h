@@ -52,13 +52,13 @@ struct MontageOptions {
   // windows (all fields of a sample have one size).
   SamplerOptions sampler;
   LoaderKind loader = LoaderKind::kSampler;  // whose order of windows is shown
-  std::string field;            // "" = the first field of the store
-  std::string overlay;          // mask field drawn over the tiles, "" = none
-  bool require_overlay = true;  // use `overlay` as sampler.require when that is empty
+  std::string field;                         // "" = the first field of the store
+  std::string overlay;                       // mask field drawn over the tiles, "" = none
+  bool require_overlay = true;               // use `overlay` as sampler.require when that is empty
   uint64_t epoch = 0;
   bool has_window = false;
   double window_lo = 0, window_hi = 1;
-  int tile = 0;                 // tile size in the sheet; 0 = min(patch_size, 256)
+  int tile = 0;  // tile size in the sheet; 0 = min(patch_size, 256)
 };
 
 // Limits checked before any memory is taken: the sheet's pixels and the

@@ -34,17 +34,17 @@ namespace patchstore {
 struct VolumeMontageOptions {
   std::string store;
   int count = 64;
-  std::string field;             // "" = the first field
-  std::string overlay;           // mask field drawn over the tiles, "" = none
-  std::vector<std::string> ids;  // SliceDataset(ids=...); empty = every volume
+  std::string field;               // "" = the first field
+  std::string overlay;             // mask field drawn over the tiles, "" = none
+  std::vector<std::string> ids;    // SliceDataset(ids=...); empty = every volume
   int64_t crop_h = 0, crop_w = 0;  // SliceDataset(crop=(h, w)); 0 = whole slices
-  int64_t context = 0;           // label only: the centre slice of the stack is shown
+  int64_t context = 0;             // label only: the centre slice of the stack is shown
   SliceFlip flip = SliceFlip::kNone;
   bool rot90 = false;
   uint64_t seed = 0, epoch = 0;
-  bool has_window = false;       // else the auto window (1st..99th percentile)
+  bool has_window = false;  // else the auto window (1st..99th percentile)
   double window_lo = 0, window_hi = 1;
-  int tile = 0;                  // 0: the plane size (square planes up to 256), else 256
+  int tile = 0;  // 0: the plane size (square planes up to 256), else 256
   bool labels = true;
 };
 

@@ -234,8 +234,7 @@ class Reader {
   // converted in cache-sized pieces (no whole-record copies); the view then
   // holds no owner and is valid while *scratch is left alone. Errors: as
   // Get(); InvalidArgument when the field is not 1-channel.
-  Result<SatView> Sat(uint64_t sample, int field, bool cache = true,
-                      std::vector<uint32_t>* scratch = nullptr) const;
+  Result<SatView> Sat(uint64_t sample, int field, bool cache = true, std::vector<uint32_t>* scratch = nullptr) const;
 
   // The block counts of mask field `field` for `sample` (reader/sat.h,
   // FORMAT.md "Mask block counts"): zero-copy, header and body checksum
@@ -344,25 +343,25 @@ class Reader {
   std::string path_;
   ReaderOptions options_;
   std::shared_ptr<Snapshot> snapshot_;
-  std::vector<StoreRef> stores_;           // one for Open
-  std::vector<uint32_t> order_store_;      // input-ordered sets: the store of each global sample
-  std::vector<uint64_t> order_local_;      // and its index in that store
-  const StoreMeta* meta_ = nullptr;        // snapshot_->meta(), or set_meta_
+  std::vector<StoreRef> stores_;       // one for Open
+  std::vector<uint32_t> order_store_;  // input-ordered sets: the store of each global sample
+  std::vector<uint64_t> order_local_;  // and its index in that store
+  const StoreMeta* meta_ = nullptr;    // snapshot_->meta(), or set_meta_
   StoreMeta set_meta_;
-  std::shared_ptr<const void> owner_;      // what views hold: snapshot_, or all the snapshots of a set
+  std::shared_ptr<const void> owner_;                      // what views hold: snapshot_, or all the snapshots of a set
   std::vector<std::shared_ptr<const ValueTable>> tables_;  // per field; null for float fields
-  std::vector<std::shared_ptr<const void>> view_owners_;  // per field: owner_ + the table
+  std::vector<std::shared_ptr<const void>> view_owners_;   // per field: owner_ + the table
   bool no_lock_ = false;
   std::vector<std::string_view> ids_;
   // Ids read from a sealed index are copied here (one string per store): that
   // value's pages are freed (and may be reused) when a writer later appends to the store.
   std::vector<std::unique_ptr<std::string>> id_arenas_;
-  std::unique_ptr<RecordSlot[]> slots_;   // sample * field_count + field, resolved on first access
+  std::unique_ptr<RecordSlot[]> slots_;  // sample * field_count + field, resolved on first access
   size_t slot_count_ = 0;
   std::vector<RecordSummary> summaries_;  // from the sample index, same indexing
   mutable std::mutex sat_mu_;
   mutable std::unordered_map<uint64_t, SatView> sat_cache_;  // computed tables
-  std::unique_ptr<std::atomic<uint8_t>[]> verified_;  // with verify_checksums
+  std::unique_ptr<std::atomic<uint8_t>[]> verified_;         // with verify_checksums
   mutable std::once_flag find_once_;
   mutable std::unordered_map<std::string_view, uint64_t> find_;
   pid_t pid_ = 0;

@@ -163,7 +163,7 @@ constexpr int kDefaultPrefetchBatches = 4;
 // docs/architecture/adding-an-option.md.
 #define PATCHSTORE_SAMPLER_OPTIONS(X)                                                                              \
   X(patch_size, "patch_size", "--patch", "window size: P (P x P) or (h, w) (CLI: H,W)")                            \
-  X(patches_per_sample, "patches_per_sample", "-k,--patches-per-sample", "windows cut from each sample visit (k)")  \
+  X(patches_per_sample, "patches_per_sample", "-k,--patches-per-sample", "windows cut from each sample visit (k)") \
   X(require, "require", "--require", "1-channel mask field every window must hit (None: uniform windows)")         \
   X(min_valid, "min_valid", "--min-valid",                                                                         \
     "valid mask pixels a window needs (>= 1), or that fraction of the window (< 1)")                               \
@@ -176,7 +176,7 @@ constexpr int kDefaultPrefetchBatches = 4;
   X(world_size, "world_size", "--world-size", "number of shards of each epoch")                                    \
   X(flip, "flip", "--flip", "random vertical and horizontal flips")                                                \
   X(rot90, "rot90", "--rot90", "random quarter turns (square windows only)")                                       \
-  X(ids, "ids", "--ids", "only these samples (ids, or in Python also store indices), e.g. a train/val split")     \
+  X(ids, "ids", "--ids", "only these samples (ids, or in Python also store indices), e.g. a train/val split")      \
   X(num_threads, "num_threads", "", "gather threads (Python: 0 = all cores)")                                      \
   X(prefetch_batches, "prefetch", "",                                                                              \
     "batches whose windows are read ahead after each batch, 1..64 (Python False or 0: off)")                       \
@@ -187,13 +187,13 @@ constexpr int kDefaultPrefetchBatches = 4;
     "memory for the per-sample window lists this sampler keeps (bytes); the oldest are rebuilt on demand beyond it")
 
 struct SamplerOptions {
-  std::vector<std::string> fields;  // fields to gather, e.g. {"rgb", "mask", "depth"}
-  int64_t patch_size = 256;         // windows are patch_size x patch_size, unless:
-  int64_t patch_h = 0, patch_w = 0; // window height / width; 0 = patch_size
-  int patches_per_sample = 1;       // k
-  std::string require;              // mask field, or "" for uniform windows
-  double min_valid = 1;             // pixels (>= 1) or fraction of the window (< 1)
-  double positive_fraction = -1;    // < 0: off (every window qualifies)
+  std::vector<std::string> fields;   // fields to gather, e.g. {"rgb", "mask", "depth"}
+  int64_t patch_size = 256;          // windows are patch_size x patch_size, unless:
+  int64_t patch_h = 0, patch_w = 0;  // window height / width; 0 = patch_size
+  int patches_per_sample = 1;        // k
+  std::string require;               // mask field, or "" for uniform windows
+  double min_valid = 1;              // pixels (>= 1) or fraction of the window (< 1)
+  double positive_fraction = -1;     // < 0: off (every window qualifies)
   uint64_t seed = 0;
   int rank = 0, world_size = 1;
   int num_threads = 1;
@@ -244,9 +244,9 @@ std::string SamplerOptionSpelling(const std::string& member);
 
 // The order in which a loader serves windows (ServedWindows).
 enum class LoaderKind : uint8_t {
-  kSampler = 0,      // patchstore.PatchSampler: permutation order (WindowAt)
-  kBatchLoader = 1,  // patchstore.torch.BatchLoader: the same windows as kSampler
-  kPatchDataset = 2, // patchstore.torch.PatchDataset: item i = eligible sample i (WindowOfSample)
+  kSampler = 0,       // patchstore.PatchSampler: permutation order (WindowAt)
+  kBatchLoader = 1,   // patchstore.torch.BatchLoader: the same windows as kSampler
+  kPatchDataset = 2,  // patchstore.torch.PatchDataset: item i = eligible sample i (WindowOfSample)
 };
 // "sampler", "batchloader", "patchdataset".
 const char* LoaderKindName(LoaderKind kind);
@@ -258,8 +258,8 @@ Result<LoaderKind> ParseLoaderKind(const std::string& name);
 struct Window {
   uint64_t sample = 0;
   int64_t y = 0, x = 0;
-  uint8_t flip = 0;  // bit 0: vertical (rows reversed), bit 1: horizontal
-  uint8_t rot = 0;   // quarter turns, np.rot90 direction
+  uint8_t flip = 0;      // bit 0: vertical (rows reversed), bit 1: horizontal
+  uint8_t rot = 0;       // quarter turns, np.rot90 direction
   bool positive = true;  // drawn from the qualifying set
 
   Transform transform() const { return Transform{flip, rot}; }
@@ -455,7 +455,7 @@ class PatchSampler {
   mutable std::unordered_map<uint64_t, MemoWindow> draw_memo_;
   mutable std::atomic<size_t> draw_memo_size_{0};  // draw_memo_.size(), read without mu_
   mutable std::atomic<uint64_t> stats_lists_{0}, stats_blocks_{0}, stats_counting_{0};  // candidate_stats()
-  mutable std::atomic<uint64_t> stats_prefetched_{0};                                    // prefetched_windows()
+  mutable std::atomic<uint64_t> stats_prefetched_{0};                                   // prefetched_windows()
   // The batches PrefetchAhead requested last: starts lo, lo + stride, ...
   // below hi, as epoch * windows per epoch + window, of n windows each
   // (under prefetch_mu_).

@@ -51,8 +51,8 @@ struct SatView {
   uint64_t Count(int64_t plane, int64_t y, int64_t x, int64_t h, int64_t w) const {
     const uint32_t* s = data + plane * (H + 1) * (W + 1);
     const int64_t stride = W + 1;
-    return static_cast<uint64_t>(s[(y + h) * stride + x + w]) - s[y * stride + x + w] -
-           s[(y + h) * stride + x] + s[y * stride + x];
+    return static_cast<uint64_t>(s[(y + h) * stride + x + w]) - s[y * stride + x + w] - s[(y + h) * stride + x] +
+           s[y * stride + x];
   }
 };
 

@@ -55,8 +55,8 @@ struct ValueTable {
 };
 
 struct TensorView {
-  const void* data = nullptr;         // the first element; untyped (see data_as)
-  DType dtype = DType::kFloat32;      // the type of every element
+  const void* data = nullptr;     // the first element; untyped (see data_as)
+  DType dtype = DType::kFloat32;  // the type of every element
   int rank = 0;
   std::array<int64_t, 4> shape{};
   std::array<int64_t, 4> strides{};   // in bytes
@@ -74,8 +74,7 @@ struct TensorView {
   template <class T>
   const T* data_as() const {
     if (DTypeOf<T>::value != dtype)
-      DTypeFatal("TensorView::data_as<T>() with T other than the view's dtype (asked, held)", DTypeOf<T>::value,
-                 dtype);
+      DTypeFatal("TensorView::data_as<T>() with T other than the view's dtype (asked, held)", DTypeOf<T>::value, dtype);
     return static_cast<const T*>(data);
   }
   // `data` as bytes, for byte-offset arithmetic with `strides`.

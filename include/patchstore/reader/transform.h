@@ -55,9 +55,7 @@ constexpr uint64_t Key(uint64_t a, uint64_t b, Rest... rest) {
 
 // A uniform integer in [0, n) from a 64-bit hash h: Lemire's multiply-shift
 // on all 64 bits (bias below 2^-32 for any n used by the samplers).
-inline uint64_t Below(uint64_t h, uint64_t n) {
-  return static_cast<uint64_t>((static_cast<__uint128_t>(h) * n) >> 64);
-}
+inline uint64_t Below(uint64_t h, uint64_t n) { return static_cast<uint64_t>((static_cast<__uint128_t>(h) * n) >> 64); }
 
 // The same on the high 32 bits only, ((h >> 32) * n) >> 32, for n < 2^32:
 // the slice datasets' draw (kept for their pinned sequences).
@@ -160,8 +158,7 @@ inline void ConvertRun(const T* src, int64_t n, float* dst, const ValueTable* lu
       case ValueTable::Rule::kNonZero:
         for (int64_t j = 0; j < n; ++j) dst[j] = src[j] != 0 ? 1.0f : 0.0f;
         return;
-      case ValueTable::Rule::kLookup:
-        break;
+      case ValueTable::Rule::kLookup: break;
     }
     const float* values = lut->values;
     if constexpr (std::is_same_v<T, int16_t>) values += 32768;
@@ -185,7 +182,7 @@ template <typename T>
 void CopyTransformed(const T* plane, int64_t row_stride, int64_t y, int64_t x, int64_t height, int64_t width,
                      Transform t, float* dst, const ValueTable* lut = nullptr);
 
-#define PATCHSTORE_COPY_TRANSFORMED_(e, code, T, name, fmt)                                                  \
+#define PATCHSTORE_COPY_TRANSFORMED_(e, code, T, name, fmt)                                                         \
   extern template void CopyTransformed<T>(const T*, int64_t, int64_t, int64_t, int64_t, int64_t, Transform, float*, \
                                           const ValueTable*);
 PATCHSTORE_FOR_EACH_DTYPE(PATCHSTORE_COPY_TRANSFORMED_)

@@ -118,8 +118,7 @@ struct VolumeSelection {
   std::vector<uint64_t> kept, skipped;
   std::string skipped_text;
 };
-VolumeSelection SelectVolumesGivingItems(const Reader& reader, const SliceIndex& index, int64_t crop_h,
-                                         int64_t crop_w);
+VolumeSelection SelectVolumesGivingItems(const Reader& reader, const SliceIndex& index, int64_t crop_h, int64_t crop_w);
 
 // Slices slice-context .. slice+context of one volume, as a (2*context+1,
 // H, W) view. Where the stack runs past either end of the volume the end
@@ -166,8 +165,7 @@ struct SliceTransform {
 // writing OutputSize(H, W) contiguous floats to `dst` with the one copy
 // kernel, CopyTransformed (reader/transform.h). Returns Check's error, else
 // OK.
-Status TransformPlane(const float* src, int64_t H, int64_t W, int64_t row_stride, const SliceTransform& t,
-                      float* dst);
+Status TransformPlane(const float* src, int64_t H, int64_t W, int64_t row_stride, const SliceTransform& t, float* dst);
 
 // Copies the stack of SliceStack (same replicate rule at the ends) into
 // `dst`, a contiguous (2*context+1, h, w) float32 buffer owned by the
@@ -200,8 +198,8 @@ enum class SliceFlip { kNone, kBoth, kIndependent };  // False, True, "independe
 // Mix(key^1), Mix(key^2), flips from Mix(key^3), quarter turns from
 // Mix(key^4); uniform integers below n with splitmix::Below32. crop_h ==
 // crop_w == 0: no crop. REQUIRES: crop_h <= H and crop_w <= W.
-SliceTransform DrawSliceTransform(uint64_t seed, uint64_t epoch, uint64_t index, int64_t H, int64_t W,
-                                  int64_t crop_h, int64_t crop_w, SliceFlip flip, bool rot90);
+SliceTransform DrawSliceTransform(uint64_t seed, uint64_t epoch, uint64_t index, int64_t H, int64_t W, int64_t crop_h,
+                                  int64_t crop_w, SliceFlip flip, bool rot90);
 
 // SliceDataset's augmentation options.
 struct SliceSampling {

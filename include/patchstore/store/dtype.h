@@ -38,12 +38,12 @@ struct Float16 {
 
 // X(enumerator, header byte, C++ type, name, buffer format)
 // Header bytes are stored in records and the metadata: never renumber.
-#define PATCHSTORE_FOR_EACH_DTYPE(X)                      \
-  X(kFloat32, 1, float, "float32", "f")                   \
-  X(kUInt32, 2, uint32_t, "uint32", "I")                  \
-  X(kUInt8, 3, uint8_t, "uint8", "B")                     \
-  X(kUInt16, 4, uint16_t, "uint16", "H")                  \
-  X(kInt16, 5, int16_t, "int16", "h")                     \
+#define PATCHSTORE_FOR_EACH_DTYPE(X)     \
+  X(kFloat32, 1, float, "float32", "f")  \
+  X(kUInt32, 2, uint32_t, "uint32", "I") \
+  X(kUInt8, 3, uint8_t, "uint8", "B")    \
+  X(kUInt16, 4, uint16_t, "uint16", "H") \
+  X(kInt16, 5, int16_t, "int16", "h")    \
   X(kFloat16, 6, ::patchstore::Float16, "float16", "e")
 
 // The element type of a record or view: float32 (the default encoding),
@@ -67,9 +67,9 @@ inline constexpr DType kAllDTypes[] = {
 template <class T>
 struct DTypeOf;
 #define PATCHSTORE_DTYPE_OF_(e, code, T, name, fmt) \
-  template <>                                        \
-  struct DTypeOf<T> {                                \
-    static constexpr DType value = DType::e;         \
+  template <>                                       \
+  struct DTypeOf<T> {                               \
+    static constexpr DType value = DType::e;        \
   };
 PATCHSTORE_FOR_EACH_DTYPE(PATCHSTORE_DTYPE_OF_)
 #undef PATCHSTORE_DTYPE_OF_
@@ -98,8 +98,7 @@ constexpr bool IsKnownDType(uint8_t code) {
 constexpr size_t DTypeSize(DType t) {
   switch (t) {
 #define PATCHSTORE_DTYPE_SIZE_(e, code, T, name, fmt) \
-  case DType::e:                                     \
-    return sizeof(T);
+  case DType::e: return sizeof(T);
     PATCHSTORE_FOR_EACH_DTYPE(PATCHSTORE_DTYPE_SIZE_)
 #undef PATCHSTORE_DTYPE_SIZE_
   }
@@ -110,8 +109,7 @@ constexpr size_t DTypeSize(DType t) {
 constexpr const char* DTypeName(DType t) {
   switch (t) {
 #define PATCHSTORE_DTYPE_NAME_(e, code, T, name, fmt) \
-  case DType::e:                                     \
-    return name;
+  case DType::e: return name;
     PATCHSTORE_FOR_EACH_DTYPE(PATCHSTORE_DTYPE_NAME_)
 #undef PATCHSTORE_DTYPE_NAME_
   }
@@ -123,8 +121,7 @@ constexpr const char* DTypeName(DType t) {
 constexpr const char* DTypeFormat(DType t) {
   switch (t) {
 #define PATCHSTORE_DTYPE_FORMAT_(e, code, T, name, fmt) \
-  case DType::e:                                       \
-    return fmt;
+  case DType::e: return fmt;
     PATCHSTORE_FOR_EACH_DTYPE(PATCHSTORE_DTYPE_FORMAT_)
 #undef PATCHSTORE_DTYPE_FORMAT_
   }
@@ -136,8 +133,8 @@ constexpr const char* DTypeFormat(DType t) {
 // enumerator; data_as<T>() of the wrong type), never for bad input, which is
 // checked with IsKnownDType and reported as a Status.
 [[noreturn]] inline void DTypeFatal(const char* what, DType a, DType b) {
-  std::fprintf(stderr, "patchstore: %s (%s [code %u], %s [code %u])\n", what, DTypeName(a),
-               static_cast<unsigned>(a), DTypeName(b), static_cast<unsigned>(b));
+  std::fprintf(stderr, "patchstore: %s (%s [code %u], %s [code %u])\n", what, DTypeName(a), static_cast<unsigned>(a),
+               DTypeName(b), static_cast<unsigned>(b));
   std::fflush(stderr);
   std::abort();
 }
@@ -149,8 +146,7 @@ template <class F>
 decltype(auto) VisitDType(DType dtype, F&& f) {
   switch (dtype) {
 #define PATCHSTORE_DTYPE_VISIT_(e, code, T, name, fmt) \
-  case DType::e:                                      \
-    return std::forward<F>(f)(DTypeTag<T>{});
+  case DType::e: return std::forward<F>(f)(DTypeTag<T>{});
     PATCHSTORE_FOR_EACH_DTYPE(PATCHSTORE_DTYPE_VISIT_)
 #undef PATCHSTORE_DTYPE_VISIT_
   }

@@ -62,9 +62,18 @@ enum class Layout : uint8_t {
 
 // The type a value had in its source file, before conversion to float32.
 enum class SourceType : uint8_t {
-  kUnknown = 0, kUInt8 = 1, kUInt16 = 2, kFloat16 = 3, kFloat32 = 4,
-  kInt16 = 5, kFloat64 = 6, kInt8 = 7, kUInt32 = 8, kInt32 = 9,
-  kInt64 = 10, kUInt64 = 11,
+  kUnknown = 0,
+  kUInt8 = 1,
+  kUInt16 = 2,
+  kFloat16 = 3,
+  kFloat32 = 4,
+  kInt16 = 5,
+  kFloat64 = 6,
+  kInt8 = 7,
+  kUInt32 = 8,
+  kInt32 = 9,
+  kInt64 = 10,
+  kUInt64 = 11,
 };
 const char* SourceTypeName(SourceType t);
 // True for the integer source types (8 to 64 bits, signed or not).
@@ -119,9 +128,7 @@ struct Normalization {
 // result is bit-identical to a float32 record of the same source). Float
 // dtypes (float32, float16) hold values already normalised at ingest; their
 // normalisation only records how. (FORMAT.md "Encodings".)
-constexpr bool StoresRawSource(DType d) {
-  return d == DType::kUInt8 || d == DType::kUInt16 || d == DType::kInt16;
-}
+constexpr bool StoresRawSource(DType d) { return d == DType::kUInt8 || d == DType::kUInt16 || d == DType::kInt16; }
 
 // The tile grid of a tiled (C,H,W) record: tiles of T x T pixels in
 // row-major tile order, each holding its C planes one after the other
@@ -152,16 +159,17 @@ struct RecordHeader {
   // 0: the payload is row-major in `shape` order. T > 0: a tiled (C,H,W)
   // record (layout CHW, rank 3), payload laid out as TileGrid{C,H,W,T}.
   uint16_t tile = 0;
-  uint64_t payload_bytes = 0;              // elements() (or the tile grid's) * DTypeSize(dtype)
-  uint64_t body_bytes = 0;                 // payload + zero padding
+  uint64_t payload_bytes = 0;  // elements() (or the tile grid's) * DTypeSize(dtype)
+  uint64_t body_bytes = 0;     // payload + zero padding
   Normalization norm;
-  uint64_t body_checksum = 0;              // XXH3-64 of the body
+  uint64_t body_checksum = 0;  // XXH3-64 of the body
 
   uint64_t elements() const;  // product(shape): the logical elements
   bool tiled() const { return tile != 0; }
   // REQUIRES: tiled().
   TileGrid grid() const {
-    return TileGrid{static_cast<int64_t>(shape[0]), static_cast<int64_t>(shape[1]), static_cast<int64_t>(shape[2]), tile};
+    return TileGrid{static_cast<int64_t>(shape[0]), static_cast<int64_t>(shape[1]), static_cast<int64_t>(shape[2]),
+                    tile};
   }
   // Byte length of the whole record value: header + body.
   uint64_t record_bytes() const { return kRecordHeaderSize + body_bytes; }
@@ -240,7 +248,7 @@ void ComputeMaskBlocks(const RecordHeader& mask, const void* payload, uint32_t b
 
 struct FieldMeta {
   std::string name;
-  uint32_t channels = 0;        // C for images; 1 for volume fields
+  uint32_t channels = 0;  // C for images; 1 for volume fields
   Layout layout = Layout::kCHW;
   // The element type of every record of the field ("field.N.dtype"; absent
   // in stores written before it existed, which hold float32). Readers refuse
@@ -251,15 +259,15 @@ struct FieldMeta {
   uint16_t tile = 0;
   SourceType source_type = SourceType::kUnknown;
   Normalization norm;
-  std::string channel_names;    // comma-separated, e.g. "R,G,B" or "Z"
+  std::string channel_names;  // comma-separated, e.g. "R,G,B" or "Z"
   bool is_mask = false;
-  bool has_sat = false;         // summed-area table records exist
+  bool has_sat = false;  // summed-area table records exist
   // Block edge B of the mask block-count records that every record of this
   // field has ("field.N.mask_blocks"; absent or 0: none). Only for
   // 1-channel CHW mask fields without has_sat. The writer gives new such
   // fields kDefaultMaskBlock, or the edge set here (8..4096).
   uint16_t mask_blocks = 0;
-  std::string source_format;    // "png", "exr", "hdf5", ...
+  std::string source_format;  // "png", "exr", "hdf5", ...
 };
 
 struct StoreMeta {
@@ -285,7 +293,7 @@ struct StoreMeta {
 // touching a record, i.e. without reading the store from disk.
 
 struct RecordSummary {
-  bool present = false;        // the sample has a record for this field
+  bool present = false;  // the sample has a record for this field
   DType dtype = DType::kFloat32;
   Layout layout = Layout::kCHW;
   uint8_t rank = 0;

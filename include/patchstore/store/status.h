@@ -80,8 +80,8 @@ namespace internal {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}              // NOLINT: implicit on purpose
-  Result(Status status) : v_(std::move(status)) {       // NOLINT
+  Result(T value) : v_(std::move(value)) {}        // NOLINT: implicit on purpose
+  Result(Status status) : v_(std::move(status)) {  // NOLINT
     if (std::get<Status>(v_).ok()) v_ = Status::Internal("Result constructed from OK status");
   }
 
@@ -112,15 +112,14 @@ class [[nodiscard]] Result {
 #define PS_CONCAT_(a, b) PS_CONCAT_INNER_(a, b)
 
 // Returns from the current function if `expr` (a Status) is not OK.
-#define PS_RETURN_IF_ERROR(expr)                 \
-  do {                                           \
-    ::patchstore::Status _ps_st = (expr);        \
-    if (!_ps_st.ok()) return _ps_st;             \
+#define PS_RETURN_IF_ERROR(expr)          \
+  do {                                    \
+    ::patchstore::Status _ps_st = (expr); \
+    if (!_ps_st.ok()) return _ps_st;      \
   } while (0)
 
 // `PS_ASSIGN_OR_RETURN(auto x, Foo());` — unwraps a Result or returns its Status.
-#define PS_ASSIGN_OR_RETURN(lhs, rexpr) \
-  PS_ASSIGN_OR_RETURN_IMPL_(PS_CONCAT_(_ps_r_, __LINE__), lhs, rexpr)
+#define PS_ASSIGN_OR_RETURN(lhs, rexpr) PS_ASSIGN_OR_RETURN_IMPL_(PS_CONCAT_(_ps_r_, __LINE__), lhs, rexpr)
 #define PS_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, rexpr) \
   auto tmp = (rexpr);                              \
   if (!tmp.ok()) return tmp.status();              \

@@ -68,8 +68,7 @@ class Snapshot {
   // Errors: NotFound (no store there), IOError, Corruption (bad metadata, a
   // data.mdb shorter than LMDB's own size, a sample count that disagrees
   // with the ids database).
-  static Result<std::shared_ptr<Snapshot>> Open(const std::string& path,
-                                                const SnapshotOptions& options = {});
+  static Result<std::shared_ptr<Snapshot>> Open(const std::string& path, const SnapshotOptions& options = {});
   ~Snapshot();
 
   const StoreMeta& meta() const { return meta_; }
@@ -83,8 +82,7 @@ class Snapshot {
   Status ForEachId(const std::function<Status(uint64_t, std::string_view)>& visit) const;
   // Visits every record key with its raw value bytes (unvalidated).
   Status ForEachRecord(
-      const std::function<Status(uint64_t sample, uint16_t field, const uint8_t* data, size_t size)>& visit)
-      const;
+      const std::function<Status(uint64_t sample, uint16_t field, const uint8_t* data, size_t size)>& visit) const;
   // The raw record bytes or NotFound.
   Result<std::string_view> GetRecord(uint64_t sample, uint16_t field) const;
 
@@ -156,7 +154,7 @@ struct SampleInput {
 };
 
 struct WriterOptions {
-  std::string kind = "frames";  // of a new store; must match an existing one
+  std::string kind = "frames";                    // of a new store; must match an existing one
   uint64_t initial_map_size = uint64_t{1} << 30;  // grows by doubling when full
   // Commit durability: false skips fsync (fast, for tests and scratch stores).
   bool durable = true;
@@ -291,8 +289,7 @@ Result<std::vector<MaskBlocksGap>> FindMaskBlocksGaps(const std::string& path);
 // Writer::AddMaskBlocks on the store at `path` (takes the writer lock only
 // when some field lacks block counts), the fields of FindMaskBlocksGaps
 // rewritten as well (those gaps in `*gaps` when given).
-Result<std::vector<std::string>> AddMaskBlocks(const std::string& path,
-                                               const AddMaskBlocksProgress& progress = nullptr,
+Result<std::vector<std::string>> AddMaskBlocks(const std::string& path, const AddMaskBlocksProgress& progress = nullptr,
                                                uint64_t batch = kAddMaskBlocksBatch,
                                                std::vector<MaskBlocksGap>* gaps = nullptr);
 
