@@ -66,10 +66,11 @@ class RankLocalShards:
 
     shards: the shards this node has, as :func:`patchstore.open` takes a set
     (list of paths, folder, glob; paths of a list that do not exist are
-    skipped). Only the shards assigned to this rank need to be there: the shard count N comes from the shards' own ``shard``
-    attribute ("I/N"). All given stores must be shards of one set (same N,
-    each index once). ``world_size`` must not exceed N (a rank without a
-    shard could not train).
+    skipped). Only the shards assigned to this rank need to be there: the
+    shard count N comes from the shards' own ``shard`` attribute ("I/N").
+    All given stores must be shards of one set (same N, each index once).
+    ``world_size`` must not exceed N (a rank without a shard could not
+    train).
 
     assign: "fixed" (default; the same shards every epoch, dealt by a
     permutation of ``seed``: a node needs only its own shards) or

@@ -38,12 +38,15 @@ from __future__ import annotations
 import hashlib
 import json
 import operator
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
 
 from . import _patchstore as _C
 from ._config import UNSET
+
+if TYPE_CHECKING:
+    from ._store import Store
 
 # Version 2: the epoch order of EpochBatchSampler comes from the samplers' C++
 # generator (splitmix::Shuffle, salt 'EBS1'), no longer from NumPy's bit generator, and
@@ -95,11 +98,11 @@ def recorded_options(kept: Mapping[str, Any], drop: Tuple[str, ...] = ()) -> Dic
 
 def store_identity(loader: Any, store: Any) -> str:
     """The store's identity (Reader.identity(), see the module docstring), cached on `loader`."""
-    sid = loader.__dict__.get("_store_identity")
+    sid: Optional[str] = loader.__dict__.get("_store_identity")
     if sid is None:
         from ._store import reader_of
 
-        sid = str(reader_of(store).identity())
+        sid = reader_of(store).identity()
         loader.__dict__["_store_identity"] = sid
     return sid
 
@@ -179,10 +182,9 @@ def check_state(state: Any, what: str, legacy: Dict[str, Any], options: Optional
 
 def distributed_defaults(rank: Optional[int], world_size: Optional[int]) -> Tuple[int, int]:
     """rank/world_size as given, else torch.distributed's when it is initialised, else (0, 1)."""
-    import torch
+    import torch.distributed as dist
 
-    dist = getattr(torch, "distributed", None)
-    active = dist is not None and dist.is_available() and dist.is_initialized()
+    active = dist.is_available() and dist.is_initialized()
     if rank is None:
         rank = dist.get_rank() if active else 0
     if world_size is None:
@@ -208,6 +210,24 @@ class ResumableDataset:
     was built with); states are tagged with its name. Its __getitem__ / __getitems__ call
     ``_check_resume()``.
     """
+
+    # What the class provides (attributes set by its __init__; the rest it overrides).
+    seed: int
+    store: Store
+
+    @property
+    def epoch(self) -> int:
+        raise NotImplementedError
+
+    def set_epoch(self, epoch: int) -> None:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def options(self) -> Dict[str, Any]:
+        raise NotImplementedError
 
     @property
     def _state_type(self) -> str:

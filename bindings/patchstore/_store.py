@@ -13,7 +13,7 @@ import os
 import sys
 import warnings
 from collections.abc import Iterator, Sequence
-from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple, Union, overload
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, SupportsIndex, Tuple, Union, overload
 
 import numpy as np
 
@@ -78,7 +78,7 @@ class FieldInfo(NamedTuple):
     dtype: str = "float32"  #: element type of the stored records (compact: uint8/uint16/int16); arrays read are float32
 
 
-class Ids(Sequence):
+class Ids(Sequence[str]):
     """The sample ids of a store, in index order, as ``str``.
 
     Ids are bytes in the store; bytes that are not UTF-8 are decoded with
@@ -99,7 +99,7 @@ class Ids(Sequence):
     def __getitem__(self, i: int) -> str: ...
     @overload
     def __getitem__(self, i: slice) -> List[str]: ...
-    def __getitem__(self, i):  # type: ignore[override]
+    def __getitem__(self, i: Union[int, slice]) -> Union[str, List[str]]:
         r = reader_of(self._store)
         if isinstance(i, slice):
             return [_decode_id(r.id(j)) for j in range(*i.indices(len(r)))]
@@ -111,7 +111,7 @@ class Ids(Sequence):
     def __contains__(self, id: object) -> bool:
         return isinstance(id, (str, bytes)) and id in self._store
 
-    def index(self, id: Union[str, bytes], start: int = 0, stop: Optional[int] = None) -> int:  # type: ignore[override]
+    def index(self, id: Union[str, bytes], start: int = 0, stop: Optional[int] = None) -> int:
         i = self._store.index(id)
         if i < start or (stop is not None and i >= stop):
             raise ValueError(f"{id!r} is not in the ids [{start}:{stop}]")
@@ -160,9 +160,10 @@ class Store:
     Used in a forked child, a Store opened in the parent notices the new
     process id and reopens; it never touches the parent's LMDB handles.
 
-    Threads: all reads may run from many threads at once. Errors: unknown id or field -> ``KeyError``; index or window outside the
-    data -> ``IndexError``; bad argument -> ``ValueError``; OS or LMDB failure
-    -> ``OSError`` (``FileNotFoundError`` for a missing store); a record that
+    Threads: all reads may run from many threads at once. Errors: unknown id
+    or field -> ``KeyError``; index or window outside the data ->
+    ``IndexError``; bad argument -> ``ValueError``; OS or LMDB failure ->
+    ``OSError`` (``FileNotFoundError`` for a missing store); a record that
     fails validation -> :class:`patchstore.CorruptRecordError` (an ``OSError``).
     Messages name the store, the sample id and the field.
     """
@@ -206,7 +207,7 @@ class Store:
         self._reader, self._pid = r, os.getpid()
         return r
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Callable[[str, Dict[str, bool]], Store], Tuple[str, Dict[str, bool]]]:
         return (_unpickle_store, (self._path, dict(self._options)))
 
     def close(self) -> None:
@@ -315,7 +316,7 @@ class Store:
     # -- lookup -----------------------------------------------------------
 
     @staticmethod
-    def _index(r: "_C.Reader", key: Key) -> int:
+    def _index(r: "_C.Reader", key: Union[str, bytes, SupportsIndex]) -> int:
         if isinstance(key, (str, bytes)):
             return r.find(_encode_id(key))
         try:

@@ -8,7 +8,7 @@ import multiprocessing
 import multiprocessing.context
 import os
 import warnings
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 import torch
@@ -93,7 +93,7 @@ class _Slot:
 class _Ring:
     """`count` sets of (B, C, P, P) buffers, reused in turn; never one still referenced by a caller."""
 
-    def __init__(self, shapes: Dict[str, Tuple[int, ...]], count: int, pin: bool, owner: str) -> None:
+    def __init__(self, shapes: Mapping[str, Tuple[int, ...]], count: int, pin: bool, owner: str) -> None:
         self.shapes, self.count, self.pin, self.owner = shapes, count, pin, owner
         self.slots: List[_Slot] = []
         self.next = 0

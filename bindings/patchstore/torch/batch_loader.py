@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import operator
 import os
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 from torch.utils.data import IterableDataset
@@ -28,7 +28,7 @@ def _dist_active() -> bool:
     return bool(dist is not None and dist.is_available() and dist.is_initialized())
 
 
-class BatchLoader(IterableDataset):
+class BatchLoader(IterableDataset[Dict[str, torch.Tensor]]):
     """Ready batches of random patches: {field: float32 tensor (B, C, P, P)}, one epoch per iter().
 
     Built on :class:`patchstore.PatchSampler` (same options, same windows):
@@ -42,8 +42,9 @@ class BatchLoader(IterableDataset):
     and/or its fields as keywords, defaults from it (the older positional
     order still works). patch_size: P or (h, w); require, min_valid,
     positive_fraction, policy, flip, rot90, ids (a subset of sample ids or
-    indices): as PatchSampler and PatchDataset, with the same meaning. ``len(loader)``: batches per epoch on this rank, the last one
-    smaller unless ``drop_last``.
+    indices): as PatchSampler and PatchDataset, with the same meaning.
+    ``len(loader)``: batches per epoch on this rank, the last one smaller
+    unless ``drop_last``.
 
     Epochs: ``set_epoch(e)`` (as with DistributedSampler) makes the next
     iter() yield epoch e; without it each iter() yields the epoch after the
@@ -100,7 +101,7 @@ class BatchLoader(IterableDataset):
         who = "patchstore.torch.BatchLoader"
         options = positional_options(who, patch_size, positional, _POSITIONAL, options)
         # The loader's own arguments that the older positional order put among the sampling options.
-        own = dict(pin_memory=pin_memory, drop_last=drop_last, buffers=buffers)
+        own: Dict[str, Any] = dict(pin_memory=pin_memory, drop_last=drop_last, buffers=buffers)
         own.update({k: options.pop(k) for k in _OWN if k in options})
         pin_memory, drop_last, buffers = own["pin_memory"], own["drop_last"], own["buffers"]
         if batch_size is UNSET:
@@ -231,11 +232,14 @@ class BatchLoader(IterableDataset):
 
     # -- resuming ----------------------------------------------------------------------
 
+    # This process's iteration: [epoch, next batch, stride] (None before the first iter()).
+    _position: Optional[List[int]]
+    # (epoch, first batch, worker-local) for the next iter() of that epoch, set by load_state_dict.
+    _resume: Optional[Tuple[int, int, bool]]
+
     def _init_resume(self) -> None:
-        # This process's iteration: [epoch, next batch, stride] (None before the first iter()).
-        self._position: Optional[List[int]] = None
-        # (epoch, first batch, worker-local) for the next iter() of that epoch, set by load_state_dict.
-        self._resume: Optional[Tuple[int, int, bool]] = None
+        self._position = None
+        self._resume = None
 
     def _state_options(self) -> Dict[str, Any]:
         o = self.sampler.options
@@ -322,7 +326,7 @@ class BatchLoader(IterableDataset):
         self._epochs.set(epoch)
         self._resume = (epoch, batch, False) if batch else None
 
-    def _ring_for(self, shapes: Dict[str, Tuple[int, ...]]) -> _Ring:
+    def _ring_for(self, shapes: Mapping[str, Tuple[int, ...]]) -> _Ring:
         if self._ring is None or self._ring_pid != os.getpid():
             self._ring = _Ring(shapes, self.buffers, self.pin_memory, "patchstore.torch.BatchLoader")
             self._ring_pid = os.getpid()

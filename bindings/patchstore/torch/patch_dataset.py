@@ -14,14 +14,15 @@ from .. import _patchstore as _C
 from .._config import UNSET, SamplerConfig, positional_options, resolve_config
 from .._resume import ResumableDataset
 from .._sampler_options import _best_window, _min_valid_note, _position, _warn_skipped, public_options, to_native
+from .._shared import _SharedEpoch
 from .._store import Store, _decode_id, reader_of
-from ._common import _batch_tensor, _SharedEpoch
+from ._common import _batch_tensor
 
 # The options PatchDataset took by position before SamplerConfig (after path, fields, patch_size).
 _POSITIONAL = ("patches_per_sample", "require", "seed")
 
 
-class PatchDataset(ResumableDataset, Dataset):
+class PatchDataset(ResumableDataset, Dataset[Dict[str, torch.Tensor]]):
     """Random patches cut from the samples of a store (map-style).
 
     Item i is a dict {field: float32 tensor (k, C, P, P)} with k =
@@ -109,7 +110,7 @@ class PatchDataset(ResumableDataset, Dataset):
         self._epoch = _SharedEpoch(0)
         self._init_process()
         s = self._native()  # errors here, in the constructing process
-        self._n = len(self._eligible)
+        self._n = len(self._eligible_samples())
         _warn_skipped(s, "patchstore.torch.PatchDataset")
 
     def _init_process(self) -> None:
@@ -138,6 +139,12 @@ class PatchDataset(ResumableDataset, Dataset):
         self._eligible = np.frombuffer(s.eligible_list(), dtype=np.uint64).astype(np.int64)
         self._sampler, self._pid = s, os.getpid()
         return s
+
+    def _eligible_samples(self) -> np.ndarray:
+        """The eligible samples (store indices, ascending) as _native() set them: call it first."""
+        e = self._eligible
+        assert e is not None, "PatchDataset: _native() sets the eligible samples"
+        return e
 
     @property
     def options(self) -> Dict[str, Any]:
@@ -172,18 +179,18 @@ class PatchDataset(ResumableDataset, Dataset):
     def sample_of(self, i: int) -> int:
         """The store index of the sample item i reads."""
         self._native()
-        return int(self._eligible[self._index(i)])
+        return int(self._eligible_samples()[self._index(i)])
 
     # -- positions ------------------------------------------------------------
 
     def _index(self, i: Any) -> int:
         n = self._n
-        i = operator.index(i)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError(f"PatchDataset index {i} out of range [0, {n})")
-        return i
+        k = operator.index(i)
+        if k < 0:
+            k += n
+        if not 0 <= k < n:
+            raise IndexError(f"PatchDataset index {k} out of range [0, {n})")
+        return k
 
     def _locality_items(self) -> Tuple[np.ndarray, np.ndarray]:
         """Items in storage order (item i is the i-th eligible sample, ascending) and the record bytes of
@@ -194,12 +201,12 @@ class PatchDataset(ResumableDataset, Dataset):
     def _no_sample(self) -> ValueError:
         ph, pw = self.patch_size
         return ValueError(f"PatchDataset: no sample of '{self.store.path}' has a valid {ph}x{pw} patch position"
-                          + (f" (require='{self.require}'{self._need()})" if self.require else ""))
+                          + (f" (require='{self.require}'{self._need(self.require)})" if self.require else ""))
 
-    def _need(self) -> str:
+    def _need(self, require: str) -> str:
         """", min_valid=0.05: at least 3277 valid pixels of the 65536 in a window"."""
         return (_min_valid_note(float(self.min_valid), self.patch_size)
-                + _best_window(self.store, self.require, self.patch_size))
+                + _best_window(self.store, require, self.patch_size))
 
     def _windows(self, items: Sequence[int], epoch: Optional[int]) -> Tuple[np.ndarray, np.ndarray]:
         """(samples (B,), windows (B*k, 6)) for items."""
@@ -207,7 +214,7 @@ class PatchDataset(ResumableDataset, Dataset):
         if self._n == 0:
             raise self._no_sample()
         idx = np.fromiter((self._index(i) for i in items), dtype=np.int64, count=len(items))
-        samples = self._eligible[idx]
+        samples = self._eligible_samples()[idx]
         e = self.epoch if epoch is None else _position(epoch, "epoch")
         wins = np.empty((len(idx) * self.patches_per_sample, 6), dtype=np.int64)
         s.windows_of_samples(e, samples, wins, None)
@@ -233,7 +240,7 @@ class PatchDataset(ResumableDataset, Dataset):
         s = self._native()
         if self._n == 0:
             raise self._no_sample()
-        j = int(self._eligible[self._index(i)])
+        j = int(self._eligible_samples()[self._index(i)])
         k = self.patches_per_sample
         ph, pw = self.patch_size
         wins = np.empty((k, 6), dtype=np.int64)

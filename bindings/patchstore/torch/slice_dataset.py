@@ -14,9 +14,10 @@ from torch.utils.data import Dataset
 from .. import _patchstore as _C
 from .._resume import ResumableDataset
 from .._sampler_options import _position
+from .._shared import _SharedEpoch
 from .._store import Store, reader_of
 from .._volumes import SliceIndex, SliceRef, SliceTransform, draw_transforms
-from ._common import _batch_tensor, _clamps, _empty, _SharedEpoch
+from ._common import _batch_tensor, _clamps, _empty
 
 
 def _flip_mode(flip: Union[bool, str]) -> str:
