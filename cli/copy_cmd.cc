@@ -71,6 +71,7 @@ Runner RegisterCopy(CLI::App* app, const bool* quiet) {
     CopyOptions opts = *o;
     opts.durable = !*no_sync;
     opts.progress = [&](const Progress& p) { printer(p); };
+    opts.notice = [](const std::string& line) { std::cerr << line << "\n"; };  // shown even with --quiet
     const auto vstart = std::chrono::steady_clock::now();
     opts.verify_progress = [&](uint64_t done, uint64_t total) {
       Progress p;

@@ -521,12 +521,16 @@ Result<CopySummary> CopyStore(const CopyOptions& o, std::vector<VerifyProblem>* 
   // the staging folders interrupted copies to DST left, the rename at the end.
   std::vector<StagingLeftover> leftovers;
   auto staged_or = StagedStore::Create(o.src, dst, &leftovers);
-  if (o.progress)
-    for (const StagingLeftover& l : leftovers) {
+  for (const StagingLeftover& l : leftovers) {
+    const std::string line = std::string("copy: ") + (l.removed ? "removed" : "kept") + " '" + l.path + "': " + l.note;
+    if (o.notice) {
+      o.notice(line);
+    } else if (o.progress) {
       Progress p;
-      p.message = std::string("copy: ") + (l.removed ? "removed" : "kept") + " '" + l.path + "': " + l.note;
+      p.message = line;
       o.progress(p);
     }
+  }
   if (!staged_or.ok()) return staged_or.status();
   std::unique_ptr<StagedStore> staged = std::move(*staged_or);
   const std::string tmp = staged->path();

@@ -58,6 +58,7 @@ def test_the_largest_epoch_is_accepted(frameset):
 @pytest.mark.parametrize("key,bad", [("epoch", 2**64 + 5), ("epoch", 2**63), ("batch", 2**63 + 3), ("batch", -1)])
 def test_load_state_dict_refuses_tampered_positions(frameset, key, bad):
     ds = PatchDataset(frameset.store, ["rgb"], 8)
+    ds.batch_sampler(2)  # a mid-epoch state needs the dataset's own batch sampler
     state = ds.state_dict(batch=1)
     state[key] = bad
     with pytest.raises(ValueError, match=rf"PatchDataset.load_state_dict: {key} must be >= 0 .*got {bad}$"):

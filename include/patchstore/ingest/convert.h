@@ -78,6 +78,11 @@ struct CopyOptions {
   // notices (Progress::message: what is being written), from the calling
   // thread.
   ProgressCallback progress;
+  // What the user must be told even when progress is not shown: each
+  // staging folder of an earlier, interrupted copy to DST that was removed or
+  // kept ("copy: removed '<path>': <why>"). Unset: sent to `progress` as a
+  // notice.
+  std::function<void(const std::string& line)> notice;
   // The verification's progress: records checked of all.
   std::function<void(uint64_t done, uint64_t total)> verify_progress;
   // Polled between samples; true stops the copy (Aborted), leaving no DST.
