@@ -279,8 +279,9 @@ class Hdf5Ingest {
   std::vector<GroupSpec> groups_;
   int axis_ = 2;
   bool prefix_ids_ = false;
-  Hid lapl_;  // link access: external-link guard
-  Hid dapl_;  // dataset access: guard + chunk cache
+  Hid lapl_;      // link access: external-link guard
+  Hid dapl_;      // dataset access: guard + chunk cache
+  Hid ext_dapl_;  // the same, for datasets with external raw files: their names resolve from the file's folder
   ElinkGuard guard_;
 
   std::unique_ptr<Writer> writer_;
@@ -504,6 +505,47 @@ std::string Hdf5Ingest::DescribeRoot(hid_t file_id) const {
   return "The file holds at its root: " + (out.empty() ? std::string("nothing") : out) + ". " + kLayouts;
 }
 
+// External raw storage (H5Pset_external): every segment's file must exist
+// and hold the bytes the dataset reads from it, or HDF5 would read the
+// missing part as zeros. Relative names resolve as HDF5 resolves them when
+// reading (the dataset access list sets the prefix ${ORIGIN}): from
+// HDF5_EXTFILE_PREFIX when that is set, else from the HDF5 file's folder.
+static Status CheckExternalSegments(hid_t ds, hid_t dcpl, int count, uint64_t needed, const std::string& what) {
+  namespace fs = std::filesystem;
+  const std::string h5 = StringFrom([&](char* b, size_t n) { return H5Fget_name(ds, b, n); });
+  const char* env = std::getenv("HDF5_EXTFILE_PREFIX");
+  const std::string origin = fs::path(h5).parent_path().string();
+  const std::string prefix = env && *env && std::string(env) != "${ORIGIN}" ? std::string(env) : origin;
+  uint64_t remaining = needed;
+  for (int i = 0; i < count && remaining > 0; ++i) {
+    char name[4096] = {0};
+    off_t offset = 0;
+    hsize_t size = 0;
+    if (H5Pget_external(dcpl, static_cast<unsigned>(i), sizeof name - 1, name, &offset, &size) < 0)
+      return Status::Corruption("reading " + what + ": external raw file segment " + std::to_string(i) + ": " +
+                                TakeErrorStack());
+    const uint64_t take = std::min<uint64_t>(remaining, size);  // H5F_UNLIMITED: the rest
+    remaining -= take;
+    const fs::path raw = fs::path(name).is_absolute() || prefix.empty() ? fs::path(name) : fs::path(prefix) / name;
+    const std::string where = "its external raw file '" + std::string(name) + "' (segment " + std::to_string(i) +
+                              ", looked for at '" + raw.string() + "'" +
+                              (fs::path(name).is_absolute() ? "" : ", relative to the folder of '" + h5 + "'") + ")";
+    std::error_code ec;
+    const uint64_t have = fs::file_size(raw, ec);
+    if (ec) return Status::NotFound("reading " + what + ": " + where + " cannot be read: " + ec.message());
+    const uint64_t end = static_cast<uint64_t>(offset) + take;
+    if (have < end)
+      return Status::Corruption("reading " + what + ": " + where + " holds " + std::to_string(have) +
+                                " bytes; the dataset reads bytes " + std::to_string(offset) + ".." +
+                                std::to_string(end) + " of it (the file is shorter than the dataset declares)");
+  }
+  if (remaining > 0)
+    return Status::Corruption("reading " + what + ": its external raw file segments hold " +
+                              std::to_string(needed - remaining) + " of the " + std::to_string(needed) +
+                              " bytes the dataset declares");
+  return Status::OK();
+}
+
 DatasetInfo Hdf5Ingest::Inspect(hid_t ds, const std::string& what) {
   DatasetInfo info;
   auto fail = [&](Status st) {
@@ -557,6 +599,13 @@ DatasetInfo Hdf5Ingest::Inspect(hid_t ds, const std::string& what) {
     H5Pget_external(dcpl.get(), 0, sizeof name - 1, name, &offset, &size);
     return fail(Status::Unsupported("reading " + what + ": its data is stored in external raw file(s) ('" +
                                     std::string(name) + "'); refused (pass --allow-external to read it)"));
+  }
+  if (external > 0) {
+    uint64_t needed = H5Tget_size(type.get());
+    for (hsize_t d : info.dims) needed *= d;
+    Status est = CheckExternalSegments(ds, dcpl.get(), external, needed, what);
+    H5Eclear2(H5E_DEFAULT);
+    if (!est.ok()) return fail(est);
   }
   if (layout == H5D_CHUNKED) {
     if (H5Pget_chunk(dcpl.get(), 3, info.chunk.data()) != 3)
@@ -917,6 +966,21 @@ Result<std::vector<std::shared_ptr<Hdf5Ingest::VolumeSource>>> Hdf5Ingest::OpenV
     }
     if (id < 0) return Status::Corruption("opening " + v->describe + ": " + TakeErrorStack());
     v->dataset = Hid(id, H5Dclose);
+    if (o_.allow_external) {
+      // A dataset whose data lives in external raw files is reopened with the
+      // prefix ${ORIGIN}, so relative names resolve from the HDF5 file's
+      // folder (as CheckExternalSegments checks them), not the working
+      // directory. Only those: HDF5 refuses to open one dataset with two
+      // prefixes, and a virtual dataset opens its sources with the default.
+      Hid dcpl(H5Dget_create_plist(v->dataset.get()), H5Pclose);
+      if (dcpl.valid() && H5Pget_external_count(dcpl.get()) > 0) {
+        v->dataset = Hid(-1, H5Dclose);
+        id = item.patient_file ? H5Dopen2(open_file_->get(), groups_[g].path.c_str(), ext_dapl_.get())
+                               : H5Dopen2(v->group.get(), item.name.c_str(), ext_dapl_.get());
+        if (id < 0) return Status::Corruption("opening " + v->describe + ": " + TakeErrorStack());
+        v->dataset = Hid(id, H5Dclose);
+      }
+    }
     // The file may have changed since it was listed: check again.
     DatasetInfo now = Inspect(v->dataset.get(), v->describe);
     if (!now.status.ok()) return now.status;
@@ -1016,6 +1080,11 @@ Result<IngestSummary> Hdf5Ingest::Run() {
   if (!lapl_.valid() || !dapl_.valid()) return Status::Internal("creating HDF5 property lists: " + TakeErrorStack());
   H5Pset_elink_cb(lapl_.get(), ElinkCallback, &guard_);
   H5Pset_elink_cb(dapl_.get(), ElinkCallback, &guard_);
+  // External raw files named relatively are read from the HDF5 file's folder,
+  // not the working directory (CheckExternalSegments checks them there).
+  ext_dapl_ = Hid(H5Pcopy(dapl_.get()), H5Pclose);
+  if (!ext_dapl_.valid() || H5Pset_efile_prefix(ext_dapl_.get(), "${ORIGIN}") < 0)
+    return Status::Internal("creating HDF5 property lists: " + TakeErrorStack());
   // The slab reads cover whole chunks, so the cache only has to hold the
   // chunks of one read; w0 = 1 evicts fully read chunks first.
   H5Pset_chunk_cache(dapl_.get(), 12421, o_.chunk_cache_bytes, 1.0);

@@ -559,6 +559,68 @@ TEST_F(Hdf5IngestTest, ExternalAndVirtualStorageRefusedUnlessAllowed) {
   }
 }
 
+// External raw storage: relative names resolve from the HDF5 file's folder
+// (not the working directory), and a raw file shorter than the dataset
+// declares is refused naming it and where it was looked for, never read as
+// zeros.
+TEST_F(Hdf5IngestTest, ExternalRawStorageIsResolvedFromTheFilesFolderAndChecked) {
+  const Dims d{3, 4, 2};
+  auto x = RandomValues<int16_t>(Count(d), 47, -300, 300);
+  const fs::path sub = fs::path(dir_.path()) / "sub";
+  fs::create_directories(sub);
+  const char* bytes = reinterpret_cast<const char*>(x.data());
+  // Segment a: 4 bytes of padding, then elements 0..9; segment b: elements 10..23.
+  auto write_raw = [&](size_t b_bytes) {
+    std::ofstream a(sub / "seg_a.bin", std::ios::binary | std::ios::trunc);
+    a.write("PADS", 4);
+    a.write(bytes, 20);
+    std::ofstream b(sub / "seg_b.bin", std::ios::binary | std::ios::trunc);
+    b.write(bytes + 20, static_cast<std::streamsize>(b_bytes));
+  };
+  write_raw(28);
+  {
+    H5Out f((sub / "x.h5").string());
+    ASSERT_TRUE(f.Write("MR/p1", H5T_STD_I16LE, H5T_NATIVE_INT16, V(d), x.data()));
+    ASSERT_TRUE(f.Group("CT"));
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    ASSERT_GE(H5Pset_external(dcpl, "seg_a.bin", 4, 20), 0);
+    ASSERT_GE(H5Pset_external(dcpl, "seg_b.bin", 0, 28), 0);
+    hsize_t dims[3] = {d[0], d[1], d[2]};
+    hid_t space = H5Screate_simple(3, dims, nullptr);
+    hid_t ds = H5Dcreate2(f.id(), "/CT/p1", H5T_STD_I16LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    ASSERT_GE(ds, 0);
+    H5Dclose(ds);
+    H5Sclose(space);
+    H5Pclose(dcpl);
+  }
+  ASSERT_NE(fs::current_path(), sub);  // the names resolve from the file's folder, not from here
+  auto o = Options({(sub / "x.h5").string()}, dir_ / "ok.ps", {"MR", "CT"});
+  o.allow_external = true;
+  auto r = IngestHdf5(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(CompareVolume(*Open(o.store), "p1", "CT", x, d, 2), "");
+
+  write_raw(26);  // one element short
+  o.store = dir_ / "short.ps";
+  r = IngestHdf5(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kCorruption) << r.status().ToString();
+  EXPECT_TRUE(Contains(r.status().message(), "external raw file 'seg_b.bin' (segment 1, looked for at '" +
+                                                 (sub / "seg_b.bin").string() + "'"))
+      << r.status().message();
+  EXPECT_TRUE(Contains(r.status().message(), "holds 26 bytes; the dataset reads bytes 0..28 of it"))
+      << r.status().message();
+
+  fs::remove(sub / "seg_a.bin");
+  o.store = dir_ / "missing.ps";
+  r = IngestHdf5(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kNotFound) << r.status().ToString();
+  EXPECT_TRUE(Contains(r.status().message(), "external raw file 'seg_a.bin' (segment 0, looked for at '" +
+                                                 (sub / "seg_a.bin").string() + "', relative to the folder of '"))
+      << r.status().message();
+}
+
 TEST_F(Hdf5IngestTest, UnavailableFilterIsNamed) {
   const Dims d{4, 5, 3};
   auto x = RandomValues<int16_t>(Count(d), 46, 0, 100);
