@@ -736,11 +736,23 @@ inline void StreamFence() {
 #endif
 }
 
-// The window of a row-major view (rank 3) into C planes of h x w float32
-// at `dst`, row by row; `stream`: written by StreamOut (float32 rows
-// straight from the source, others converted into a per-thread row first).
-template <class T>
-void CopyWindowAs(const TensorView& v, float* dst, bool stream = false) {
+// n elements into the output type O: float32 through ConvertRun (the
+// field's table; a memcpy for float32), or copied as stored (O == T).
+template <class T, class O>
+inline void PutRun(const T* src, int64_t n, O* dst, const ValueTable* lut) {
+  if constexpr (std::is_same_v<O, T>) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(T));
+  } else {
+    ConvertRun(src, n, dst, lut);
+  }
+}
+
+// The window of a row-major view (rank 3) into C planes of h x w elements
+// of O (float32, or T as stored) at `dst`, row by row; `stream` (float32
+// output only): written by StreamOut (float32 rows straight from the
+// source, others converted into a per-thread row first).
+template <class T, class O = float>
+void CopyWindowAs(const TensorView& v, O* dst, bool stream = false) {
   const int64_t C = v.shape[0], h = v.shape[1], w = v.shape[2];
   const size_t row = static_cast<size_t>(w) * sizeof(T);  // source bytes per row
   const uint8_t* base = v.bytes();
@@ -757,6 +769,7 @@ void CopyWindowAs(const TensorView& v, float* dst, bool stream = false) {
     prefetch_row(ac, ar);
     if (++ar == h) ar = 0, ++ac;
   }
+  if constexpr (!std::is_same_v<O, float>) stream = false;
   thread_local std::vector<float> stage;
   if (stream && !std::is_same_v<T, float> && stage.size() < static_cast<size_t>(w))
     stage.resize(static_cast<size_t>(w));
@@ -768,12 +781,14 @@ void CopyWindowAs(const TensorView& v, float* dst, bool stream = false) {
       }
       const T* src = reinterpret_cast<const T*>(base + c * v.strides[0] + r * v.strides[1]);
       if (!stream) {
-        ConvertRun(src, w, dst, v.lut);  // a memcpy for float32
-      } else if constexpr (std::is_same_v<T, float>) {
-        StreamOut(src, w, dst);
-      } else {
-        ConvertRun(src, w, stage.data(), v.lut);
-        StreamOut(stage.data(), w, dst);
+        PutRun(src, w, dst, v.lut);  // a memcpy for float32 or stored output
+      } else if constexpr (std::is_same_v<O, float>) {
+        if constexpr (std::is_same_v<T, float>) {
+          StreamOut(src, w, dst);
+        } else {
+          ConvertRun(src, w, stage.data(), v.lut);
+          StreamOut(stage.data(), w, dst);
+        }
       }
       dst += w;
     }
@@ -814,11 +829,11 @@ void ForEachTiledRun(const WindowSource& s, Fn&& fn) {
   }
 }
 
-// The window of a tiled record, untransformed, into C planes of h x w at
-// `dst`: each output row written left to right, a segment from each tile it
-// crosses.
-template <class T>
-void CopyTiledWindow(const WindowSource& s, float* dst) {
+// The window of a tiled record, untransformed, into C planes of h x w
+// elements of O (float32, or T as stored) at `dst`: each output row written
+// left to right, a segment from each tile it crosses.
+template <class T, class O = float>
+void CopyTiledWindow(const WindowSource& s, O* dst) {
   const ValueTable* const lut = s.lut;
   // Most runs span a whole tile row (all but a window row's first and last
   // tile): for the usual tile edges their length is a constant here, so the
@@ -828,9 +843,9 @@ void CopyTiledWindow(const WindowSource& s, float* dst) {
   auto run = [&](auto tile) {
     constexpr int64_t kT = decltype(tile)::value;
     ForEachTiledRun<T>(s, [&](int64_t c, int64_t r, int64_t x, const T* src, int64_t n) {
-      float* out = dst + (c * s.h + r) * s.w + x;
-      if (kT != 0 && n == kT) ConvertRun(src, kT, out, lut);
-      else ConvertRun(src, n, out, lut);
+      O* out = dst + (c * s.h + r) * s.w + x;
+      if (kT != 0 && n == kT) PutRun(src, kT, out, lut);
+      else PutRun(src, n, out, lut);
     });
   };
   switch (s.tile) {
@@ -880,8 +895,17 @@ uint64_t CountNonZeroT(const WindowSource& s) {
   return count;
 }
 
-template <class T>
-void CopyWindowT(const WindowSource& s, Transform t, float* dst, bool stream) {
+// One plane of the transform kernel into O: CopyTransformed (float32) or
+// CopyTransformedStored (as stored).
+template <class T, class O>
+inline void TransformPlaneTo(const T* plane, int64_t row_stride, int64_t y, int64_t x, int64_t h, int64_t w,
+                             Transform t, O* dst, const ValueTable* lut) {
+  if constexpr (std::is_same_v<O, T>) CopyTransformedStored<T>(plane, row_stride, y, x, h, w, t, dst);
+  else CopyTransformed<T>(plane, row_stride, y, x, h, w, t, dst, lut);
+}
+
+template <class T, class O = float>
+void CopyWindowT(const WindowSource& s, Transform t, O* dst, bool stream) {
   const int64_t plane_out = s.h * s.w;
   if (s.tile == 0) {
     if (t.identity()) {
@@ -893,26 +917,26 @@ void CopyWindowT(const WindowSource& s, Transform t, float* dst, bool stream) {
       v.shape = {s.C, s.h, s.w, 0};
       v.strides = {static_cast<int64_t>(s.H * s.W * sizeof(T)), static_cast<int64_t>(s.W * sizeof(T)),
                    static_cast<int64_t>(sizeof(T)), 0};
-      CopyWindowAs<T>(v, dst, stream);
+      CopyWindowAs<T, O>(v, dst, stream);
       return;
     }
     const T* p = reinterpret_cast<const T*>(s.payload);
     for (int64_t c = 0; c < s.C; ++c)
-      CopyTransformed<T>(p + c * s.H * s.W, s.W, s.y, s.x, s.h, s.w, t, dst + c * plane_out, s.lut);
+      TransformPlaneTo<T, O>(p + c * s.H * s.W, s.W, s.y, s.x, s.h, s.w, t, dst + c * plane_out, s.lut);
     return;
   }
   if (t.identity()) {
-    CopyTiledWindow<T>(s, dst);
+    CopyTiledWindow<T, O>(s, dst);
     return;
   }
   // Transformed tiled windows: untiled (and converted) into a per-thread
   // plane set in cache, then turned by the one transform kernel.
-  thread_local std::vector<float> stage;
+  thread_local std::vector<O> stage;
   const size_t n = static_cast<size_t>(s.C * plane_out);
   if (stage.size() < n) stage.resize(n);
-  CopyTiledWindow<T>(s, stage.data());
+  CopyTiledWindow<T, O>(s, stage.data());
   for (int64_t c = 0; c < s.C; ++c)
-    CopyTransformed<float>(stage.data() + c * plane_out, s.w, 0, 0, s.h, s.w, t, dst + c * plane_out);
+    TransformPlaneTo<O, O>(stage.data() + c * plane_out, s.w, 0, 0, s.h, s.w, t, dst + c * plane_out, nullptr);
 }
 
 }  // namespace
@@ -975,6 +999,17 @@ int64_t StreamThresholdBytes() {
 
 void CopyWindow(const WindowSource& src, Transform t, float* dst, bool stream) {
   VisitDType(src.dtype, [&](auto tag) { CopyWindowT<typename decltype(tag)::type>(src, t, dst, stream); });
+}
+
+void CopyWindow(const WindowSource& src, Transform t, void* dst, Output output, bool stream) {
+  if (output == Output::kFloat32) {
+    CopyWindow(src, t, static_cast<float*>(dst), stream);
+    return;
+  }
+  VisitDType(src.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    CopyWindowT<T, T>(src, t, static_cast<T*>(dst), false);
+  });
 }
 
 uint64_t CountNonZero(const WindowSource& src) {

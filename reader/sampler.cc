@@ -637,8 +637,27 @@ Result<std::vector<Window>> PatchSampler::ServedWindowsOfSample(LoaderKind kind,
   return out;
 }
 
+namespace {
+std::vector<GatherTarget> FloatTargets(const std::vector<float*>& outs) {
+  std::vector<GatherTarget> t(outs.size());
+  for (size_t f = 0; f < outs.size(); ++f) t[f].data = outs[f];
+  return t;
+}
+}  // namespace
+
+DType PatchSampler::field_dtype(size_t f) const { return reader_->meta().fields[fields_[f]].dtype; }
+
 Status PatchSampler::Gather(uint64_t epoch, uint64_t first, int64_t n, const std::vector<float*>& outs,
                             std::vector<Window>* windows) const {
+  return GatherTo(epoch, first, n, FloatTargets(outs), windows);
+}
+
+Status PatchSampler::GatherWindows(const std::vector<Window>& wins, const std::vector<float*>& outs) const {
+  return GatherWindowsTo(wins, FloatTargets(outs));
+}
+
+Status PatchSampler::GatherTo(uint64_t epoch, uint64_t first, int64_t n, const std::vector<GatherTarget>& outs,
+                              std::vector<Window>* windows) const {
   if (outs.size() != fields_.size())
     return Status::InvalidArgument("gather: " + std::to_string(outs.size()) + " buffers for " +
                                    std::to_string(fields_.size()) + " fields");
@@ -662,12 +681,12 @@ Status PatchSampler::Gather(uint64_t epoch, uint64_t first, int64_t n, const std
     draws[i] = VisitDraw(epoch, w / k, static_cast<int>(w % k));
   }
   PS_RETURN_IF_ERROR(DrawMany(draws, &wins));
-  PS_RETURN_IF_ERROR(GatherWindows(wins, outs));
+  PS_RETURN_IF_ERROR(GatherWindowsTo(wins, outs));
   if (windows) *windows = std::move(wins);
   return Status::OK();
 }
 
-Status PatchSampler::GatherWindows(const std::vector<Window>& wins, const std::vector<float*>& outs) const {
+Status PatchSampler::GatherWindowsTo(const std::vector<Window>& wins, const std::vector<GatherTarget>& outs) const {
   if (outs.size() != fields_.size())
     return Status::InvalidArgument("gather: " + std::to_string(outs.size()) + " buffers for " +
                                    std::to_string(fields_.size()) + " fields");
@@ -692,13 +711,18 @@ Status PatchSampler::GatherWindows(const std::vector<Window>& wins, const std::v
   // non-temporal stores (CopyWindow's `stream`), as memcpy does for copies
   // that size.
   int64_t out_bytes = 0;
-  for (size_t f = 0; f < fields_.size(); ++f)
-    out_bytes += n * channels_[f] * ph * pw * static_cast<int64_t>(sizeof(float));
+  std::vector<int64_t> item_bytes(fields_.size());
+  for (size_t f = 0; f < fields_.size(); ++f) {
+    const size_t es = outs[f].output == Output::kStored ? DTypeSize(field_dtype(f)) : sizeof(float);
+    item_bytes[f] = channels_[f] * ph * pw * static_cast<int64_t>(es);
+    out_bytes += n * item_bytes[f];
+  }
   const bool stream = out_bytes > StreamThresholdBytes();
   auto work = [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i)
       for (size_t f = 0; f < fields_.size(); ++f)
-        CopyWindow(srcs[f][i], wins[i].transform(), outs[f] + i * channels_[f] * ph * pw, stream);
+        CopyWindow(srcs[f][i], wins[i].transform(), static_cast<uint8_t*>(outs[f].data) + i * item_bytes[f],
+                   outs[f].output, stream);
   };
   ParallelBlocks(n, options_.num_threads, work);
   return Status::OK();

@@ -77,65 +77,79 @@ PlaneMap MapPlane(int64_t h, int64_t w, int64_t row_stride, Transform t) {
 inline __m128 Reverse4(__m128 v) { return _mm_shuffle_ps(v, v, _MM_SHUFFLE(0, 1, 2, 3)); }
 #endif
 
+// One element into the output type O: float32 through ConvertElement (the
+// field's table), or the stored element itself (O == T: stored output).
+template <typename O, typename T>
+inline O Put(T v, const ValueTable* lut) {
+  if constexpr (std::is_same_v<O, T>) {
+    return v;
+  } else {
+    static_assert(std::is_same_v<O, float>, "output is float32 or the stored type");
+    return ConvertElement(v, lut);
+  }
+}
+
 // Row d[j] = p[j] for j in [0, n).
-template <typename T>
-inline void CopyRow(const T* p, int64_t n, float* d, const ValueTable* lut) {
-  if constexpr (std::is_same<T, float>::value) {
-    std::memcpy(d, p, static_cast<size_t>(n) * sizeof(float));
+template <typename T, typename O>
+inline void CopyRow(const T* p, int64_t n, O* d, const ValueTable* lut) {
+  if constexpr (std::is_same_v<O, T>) {
+    std::memcpy(d, p, static_cast<size_t>(n) * sizeof(T));
   } else {
     ConvertRun(p, n, d, lut);
   }
 }
 
 // Mirrored row: d[j] = p[-j] for j in [0, n).
-template <typename T>
-inline void CopyReversed(const T* p, int64_t n, float* d, const ValueTable* lut) {
+template <typename T, typename O>
+inline void CopyReversed(const T* p, int64_t n, O* d, const ValueTable* lut) {
   // From the end, so the source is read at ascending addresses.
   int64_t j = n;
 #if defined(__SSE2__)
-  if constexpr (std::is_same<T, float>::value)
+  if constexpr (std::is_same_v<T, float> && std::is_same_v<O, float>)
     for (; j >= 4; j -= 4) _mm_storeu_ps(d + j - 4, Reverse4(_mm_loadu_ps(p - j + 1)));
 #endif
-  for (; j > 0; --j) d[j - 1] = ConvertElement(p[-(j - 1)], lut);
+  for (; j > 0; --j) d[j - 1] = Put<O>(p[-(j - 1)], lut);
 }
 
 // Output rows [i0, i0+in) x columns [j0, j0+jn) of a transposed map
 // (|si| == 1: an output column is a source row).
-inline void TransposeTile(const float* base, const PlaneMap& m, int64_t i0, int64_t in, int64_t j0, int64_t jn,
-                          float* dst) {
+template <typename O>
+inline void TransposeTile(const O* base, const PlaneMap& m, int64_t i0, int64_t in, int64_t j0, int64_t jn, O* dst) {
   int64_t i = 0;
 #if defined(__SSE2__)
-  // 4x4 blocks: four contiguous source runs, one SSE transpose, four stores.
-  for (; i + 4 <= in; i += 4) {
-    int64_t j = 0;
-    for (; j + 4 <= jn; j += 4) {
-      const float* p = base + (i0 + i) * m.si + (j0 + j) * m.sj;
-      __m128 r0, r1, r2, r3;
-      if (m.si == 1) {
-        r0 = _mm_loadu_ps(p);
-        r1 = _mm_loadu_ps(p + m.sj);
-        r2 = _mm_loadu_ps(p + 2 * m.sj);
-        r3 = _mm_loadu_ps(p + 3 * m.sj);
-      } else {
-        r0 = Reverse4(_mm_loadu_ps(p - 3));
-        r1 = Reverse4(_mm_loadu_ps(p + m.sj - 3));
-        r2 = Reverse4(_mm_loadu_ps(p + 2 * m.sj - 3));
-        r3 = Reverse4(_mm_loadu_ps(p + 3 * m.sj - 3));
+  if constexpr (std::is_same_v<O, float>) {
+    // 4x4 blocks: four contiguous source runs, one SSE transpose, four stores.
+    for (; i + 4 <= in; i += 4) {
+      int64_t j = 0;
+      for (; j + 4 <= jn; j += 4) {
+        const float* p = base + (i0 + i) * m.si + (j0 + j) * m.sj;
+        __m128 r0, r1, r2, r3;
+        if (m.si == 1) {
+          r0 = _mm_loadu_ps(p);
+          r1 = _mm_loadu_ps(p + m.sj);
+          r2 = _mm_loadu_ps(p + 2 * m.sj);
+          r3 = _mm_loadu_ps(p + 3 * m.sj);
+        } else {
+          r0 = Reverse4(_mm_loadu_ps(p - 3));
+          r1 = Reverse4(_mm_loadu_ps(p + m.sj - 3));
+          r2 = Reverse4(_mm_loadu_ps(p + 2 * m.sj - 3));
+          r3 = Reverse4(_mm_loadu_ps(p + 3 * m.sj - 3));
+        }
+        _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+        float* d = dst + (i0 + i) * m.ow + j0 + j;
+        _mm_storeu_ps(d, r0);
+        _mm_storeu_ps(d + m.ow, r1);
+        _mm_storeu_ps(d + 2 * m.ow, r2);
+        _mm_storeu_ps(d + 3 * m.ow, r3);
       }
-      _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
-      float* d = dst + (i0 + i) * m.ow + j0 + j;
-      _mm_storeu_ps(d, r0);
-      _mm_storeu_ps(d + m.ow, r1);
-      _mm_storeu_ps(d + 2 * m.ow, r2);
-      _mm_storeu_ps(d + 3 * m.ow, r3);
+      for (; j < jn; ++j)
+        for (int64_t k = 0; k < 4; ++k) dst[(i0 + i + k) * m.ow + j0 + j] = base[(i0 + i + k) * m.si + (j0 + j) * m.sj];
     }
-    for (; j < jn; ++j)
-      for (int64_t k = 0; k < 4; ++k) dst[(i0 + i + k) * m.ow + j0 + j] = base[(i0 + i + k) * m.si + (j0 + j) * m.sj];
   }
 #endif
   for (; i < in; ++i) {
-    const float* p = base + (i0 + i) * m.si + j0 * m.sj;
-    float* d = dst + (i0 + i) * m.ow + j0;
+    const O* p = base + (i0 + i) * m.si + j0 * m.sj;
+    O* d = dst + (i0 + i) * m.ow + j0;
     for (int64_t j = 0; j < jn; ++j) d[j] = p[j * m.sj];
   }
 }
@@ -143,8 +157,8 @@ inline void TransposeTile(const float* base, const PlaneMap& m, int64_t i0, int6
 // Rows stay rows (|sj| == 1): copies or mirrored copies, rows visited so
 // that the source (the memory map, usually not in cache) is read at
 // ascending addresses, which the hardware prefetchers follow.
-template <typename T>
-void ApplyRows(const T* src, const PlaneMap& m, float* dst, const ValueTable* lut) {
+template <typename T, typename O>
+void ApplyRows(const T* src, const PlaneMap& m, O* dst, const ValueTable* lut) {
   const T* base = src + m.origin;
   for (int64_t k = 0; k < m.oh; ++k) {
     const int64_t i = m.si > 0 ? k : m.oh - 1 - k;
@@ -156,8 +170,9 @@ void ApplyRows(const T* src, const PlaneMap& m, float* dst, const ValueTable* lu
 // Transposed (odd turns): source rows become output columns. Tiles of 32
 // source rows x 32 columns; bands of source rows in address order. The
 // source is the staged window, in cache.
-void ApplyTransposed(const float* src, const PlaneMap& m, float* dst) {
-  const float* base = src + m.origin;
+template <typename O>
+void ApplyTransposed(const O* src, const PlaneMap& m, O* dst) {
+  const O* base = src + m.origin;
   constexpr int64_t kTile = 32;
   const int64_t nj = (m.ow + kTile - 1) / kTile, ni = (m.oh + kTile - 1) / kTile;
   for (int64_t tj = 0; tj < nj; ++tj) {
@@ -169,11 +184,10 @@ void ApplyTransposed(const float* src, const PlaneMap& m, float* dst) {
   }
 }
 
-}  // namespace
-
-template <typename T>
-void CopyTransformed(const T* plane, int64_t row_stride, int64_t y, int64_t x, int64_t height, int64_t width,
-                     Transform t, float* dst, const ValueTable* lut) {
+// The kernel for both outputs: O = float (converted) or O = T (as stored).
+template <typename T, typename O>
+void CopyTransformedTo(const T* plane, int64_t row_stride, int64_t y, int64_t x, int64_t height, int64_t width,
+                       Transform t, O* dst, const ValueTable* lut) {
   const T* window = plane + y * row_stride + x;
   const PlaneMap m = MapPlane(height, width, row_stride, t);
   if (m.sj == 1 || m.sj == -1) {
@@ -182,9 +196,10 @@ void CopyTransformed(const T* plane, int64_t row_stride, int64_t y, int64_t x, i
   }
   // Transposing straight out of the map reads 32 rows at a time, a pattern
   // the hardware prefetchers follow badly (measured 2-3x slower than a
-  // copy); so odd turns first copy the window (converted to float) into a
-  // per-thread buffer with sequential reads and transpose from cache.
-  thread_local std::vector<float> stage;
+  // copy); so odd turns first copy the window (converted to the output
+  // type) into a per-thread buffer with sequential reads and transpose from
+  // cache.
+  thread_local std::vector<O> stage;
   const size_t n = static_cast<size_t>(height * width);
   if (stage.size() < n) stage.resize(n);
   if (row_stride == width) {
@@ -197,11 +212,29 @@ void CopyTransformed(const T* plane, int64_t row_stride, int64_t y, int64_t x, i
   else ApplyTransposed(stage.data(), staged, dst);
 }
 
+}  // namespace
+
+template <typename T>
+void CopyTransformed(const T* plane, int64_t row_stride, int64_t y, int64_t x, int64_t height, int64_t width,
+                     Transform t, float* dst, const ValueTable* lut) {
+  CopyTransformedTo<T, float>(plane, row_stride, y, x, height, width, t, dst, lut);
+}
+
+template <typename T>
+void CopyTransformedStored(const T* plane, int64_t row_stride, int64_t y, int64_t x, int64_t height, int64_t width,
+                           Transform t, T* dst) {
+  CopyTransformedTo<T, T>(plane, row_stride, y, x, height, width, t, dst, nullptr);
+}
+
 // One instantiation per element type of store/dtype.h.
 #define PATCHSTORE_COPY_TRANSFORMED_(e, code, T, name, fmt)                                                  \
   template void CopyTransformed<T>(const T*, int64_t, int64_t, int64_t, int64_t, int64_t, Transform, float*, \
                                    const ValueTable*);
 PATCHSTORE_FOR_EACH_DTYPE(PATCHSTORE_COPY_TRANSFORMED_)
 #undef PATCHSTORE_COPY_TRANSFORMED_
+#define PATCHSTORE_COPY_TRANSFORMED_STORED_(e, code, T, name, fmt) \
+  template void CopyTransformedStored<T>(const T*, int64_t, int64_t, int64_t, int64_t, int64_t, Transform, T*);
+PATCHSTORE_FOR_EACH_DTYPE(PATCHSTORE_COPY_TRANSFORMED_STORED_)
+#undef PATCHSTORE_COPY_TRANSFORMED_STORED_
 
 }  // namespace patchstore

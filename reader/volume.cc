@@ -65,7 +65,10 @@ void PrefetchStack(const Reader& reader, const VolumeRef& v, int64_t slice, int6
 
 // Copies the (2c+1) planes, clamping slice indices to the volume; `t` is
 // checked against the plane.
-void CopyStack(const VolumeRef& v, int64_t slice, int64_t context, const SliceTransform& t, float* dst) {
+// `dst`: float32 (kFloat32) or elements of v.dtype (kStored, copied as
+// stored).
+void CopyStack(const VolumeRef& v, int64_t slice, int64_t context, const SliceTransform& t, void* dst,
+               Output output = Output::kFloat32) {
   const int64_t plane = v.H * v.W;
   const bool identity = t.identity();
   const int64_t h = t.height ? t.height : v.H, w = t.width ? t.width : v.W;
@@ -75,8 +78,15 @@ void CopyStack(const VolumeRef& v, int64_t slice, int64_t context, const SliceTr
     VisitDType(v.dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
       const T* src = reinterpret_cast<const T*>(v.data) + s * plane;
-      if (identity) ConvertRun(src, plane, dst + d * plane, v.lut);  // a memcpy for float32
-      else CopyTransformed(src, v.W, t.y, t.x, h, w, k, dst + d * h * w, v.lut);
+      if (output == Output::kStored) {
+        T* out = static_cast<T*>(dst);
+        if (identity) std::memcpy(out + d * plane, src, static_cast<size_t>(plane) * sizeof(T));
+        else CopyTransformedStored(src, v.W, t.y, t.x, h, w, k, out + d * h * w);
+        return;
+      }
+      float* out = static_cast<float*>(dst);
+      if (identity) ConvertRun(src, plane, out + d * plane, v.lut);  // a memcpy for float32
+      else CopyTransformed(src, v.W, t.y, t.x, h, w, k, out + d * h * w, v.lut);
     });
   }
 }
@@ -245,6 +255,11 @@ Status CopySliceStack(const Reader& reader, uint64_t sample, int field, int64_t 
 
 Status CopySliceStacks(const Reader& reader, const std::vector<SliceStackRequest>& requests, int64_t context,
                        float* dst, int num_threads) {
+  return CopySliceStacks(reader, requests, context, dst, Output::kFloat32, num_threads);
+}
+
+Status CopySliceStacks(const Reader& reader, const std::vector<SliceStackRequest>& requests, int64_t context, void* dst,
+                       Output output, int num_threads) {
   if (requests.empty()) return Status::OK();
   struct Job {
     VolumeRef v;
@@ -267,16 +282,22 @@ Status CopySliceStacks(const Reader& reader, const std::vector<SliceStackRequest
                                      std::to_string(ow) + " and " + std::to_string(out.first) + "x" +
                                      std::to_string(out.second) + " (" + reader.Describe(r.sample, r.field) + ")");
     }
+    if (output == Output::kStored && !jobs.empty() && v.dtype != jobs.front().v.dtype)
+      return Status::InvalidArgument("batch of stored-dtype slice stacks mixes " +
+                                     std::string(DTypeName(jobs.front().v.dtype)) + " and " +
+                                     std::string(DTypeName(v.dtype)) + " (" + reader.Describe(r.sample, r.field) + ")");
     jobs.push_back(Job{v, r.slice});
   }
   // Out of the page cache every page of a slice is a fault: ask for each
   // stack's slices (contiguous in an (S,H,W) record) before copying any.
   for (const Job& j : jobs) PrefetchStack(reader, j.v, j.slice, context);
-  const int64_t item = (2 * context + 1) * oh * ow;
+  const size_t es = output == Output::kStored ? jobs.front().v.es() : sizeof(float);
+  const int64_t item = (2 * context + 1) * oh * ow * static_cast<int64_t>(es);
   const int64_t n = static_cast<int64_t>(jobs.size());
   ParallelBlocks(n, num_threads, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i)
-      CopyStack(jobs[i].v, jobs[i].slice, context, requests[i].transform, dst + i * item);
+      CopyStack(jobs[i].v, jobs[i].slice, context, requests[i].transform, static_cast<uint8_t*>(dst) + i * item,
+                output);
   });
   return Status::OK();
 }

@@ -16,6 +16,9 @@
 #include <utility>
 #include <vector>
 
+#include "patchstore/reader/reader.h"
+#include "patchstore/store/dtype.h"
+
 namespace patchstore_py {
 
 namespace py = pybind11;
@@ -87,6 +90,31 @@ inline std::unique_ptr<BufferHold> WritableBuffer(const py::handle& obj, const s
                           ShapeString(shape));
   if (!PyBuffer_IsContiguous(&v, 'C')) throw py::value_error(context + ": " + what + " must be C-contiguous");
   return b;
+}
+
+// A gather's output buffer for a field stored as `stored`: float32 (the
+// normalised values, Output::kFloat32) or of the stored dtype itself
+// (Output::kStored: the elements as stored, for conversion after a copy to
+// the GPU), told apart by the buffer's format; otherwise a ValueError naming
+// both accepted types.
+inline std::unique_ptr<BufferHold> OutputBuffer(const py::handle& obj, const std::vector<int64_t>& shape,
+                                                patchstore::DType stored, const std::string& what,
+                                                const std::string& context, patchstore::Output* output) {
+  *output = patchstore::Output::kFloat32;
+  BufferHold probe;
+  if (stored != patchstore::DType::kFloat32 && probe.Get(obj.ptr(), PyBUF_STRIDES | PyBUF_FORMAT) &&
+      probe.view().itemsize == static_cast<Py_ssize_t>(patchstore::DTypeSize(stored)) &&
+      FormatIs(probe.view().format, patchstore::DTypeFormat(stored))) {
+    *output = patchstore::Output::kStored;
+    const std::string name = patchstore::DTypeName(stored);
+    return WritableBuffer(obj, shape, patchstore::DTypeFormat(stored), probe.view().itemsize, name.c_str(), what,
+                          context);
+  }
+  const std::string accepted = stored == patchstore::DType::kFloat32
+                                   ? std::string("float32")
+                                   : "float32 or " + std::string(patchstore::DTypeName(stored)) +
+                                         " (the field's stored dtype)";
+  return WritableBuffer(obj, shape, "f", 4, accepted.c_str(), what, context);
 }
 
 // Throws ValueError when two of the buffers share memory.

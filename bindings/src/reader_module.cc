@@ -375,6 +375,18 @@ PYBIND11_MODULE(_patchstore, m) {
           },
           "Field descriptions in field-index order.")
       .def(
+          "value_table",
+          [](const Reader& r, const std::string& field) -> py::object {
+            const patchstore::ValueTable* t = r.field_table(FieldOf(r, field));
+            if (t == nullptr) return py::none();
+            const size_t n = r.meta().fields[FieldOf(r, field)].dtype == patchstore::DType::kUInt8 ? 256 : 65536;
+            return py::bytes(reinterpret_cast<const char*>(t->values), n * sizeof(float));
+          },
+          py::arg("field"),
+          "The field's table of normalised values (Reader::field_table) as float32 bytes: 256 values for\n"
+          "uint8, 65536 for uint16 and int16 (indexed by value + 32768); None for float32/float16 fields.\n"
+          "table[v] is the float32 a read returns for stored element v, bit for bit.")
+      .def(
           "header",
           [](const Reader& r, int64_t sample, const std::string& field) {
             return HeaderInfo(Unwrap(r.Header(SampleOf(r, sample), FieldOf(r, field))));

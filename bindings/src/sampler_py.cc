@@ -72,11 +72,12 @@ void StoreWindows(const std::vector<Window>& wins, int64_t* dst) {
   }
 }
 
-// The float32 output buffers, one per field, each (n, C_f, h, w), plus an
-// optional (n, 6) int64 window buffer; all checked with the GIL held.
+// The output buffers, one per field, each (n, C_f, h, w) of float32 or of
+// the field's stored dtype (OutputBuffer), plus an optional (n, 6) int64
+// window buffer; all checked with the GIL held.
 struct Targets {
   std::vector<std::unique_ptr<BufferHold>> holds;
-  std::vector<float*> outs;
+  std::vector<patchstore::GatherTarget> outs;
   std::unique_ptr<BufferHold> windows_hold;
   int64_t* windows = nullptr;
 };
@@ -92,9 +93,11 @@ Targets TakeTargets(const PySampler& ps, const py::sequence& outs, const py::obj
   std::vector<std::pair<std::string, const BufferHold*>> named;
   for (size_t f = 0; f < o.fields.size(); ++f) {
     const std::string what = "out['" + o.fields[f] + "']";
-    t.holds.push_back(
-        WritableBuffer(outs[f], {n, channels[f], o.height(), o.width()}, "f", 4, "float32", what, context));
-    t.outs.push_back(static_cast<float*>(t.holds.back()->view().buf));
+    patchstore::GatherTarget target;
+    t.holds.push_back(OutputBuffer(outs[f], {n, channels[f], o.height(), o.width()}, ps.s->field_dtype(f), what,
+                                   context, &target.output));
+    target.data = t.holds.back()->view().buf;
+    t.outs.push_back(target);
     named.emplace_back(what, t.holds.back().get());
   }
   if (!windows.is_none()) {
@@ -142,10 +145,13 @@ std::vector<Window> LoadWindows(const PySampler& ps, const py::object& obj, cons
 Status GatherRange(const PySampler& ps, uint64_t epoch, uint64_t first, int64_t n, const Targets& t, int64_t offset) {
   const auto& channels = ps.s->channels();
   const int64_t hw = ps.s->height() * ps.s->width();
-  std::vector<float*> shifted(t.outs.size());
-  for (size_t f = 0; f < t.outs.size(); ++f) shifted[f] = t.outs[f] + offset * channels[f] * hw;
+  std::vector<patchstore::GatherTarget> shifted = t.outs;
+  for (size_t f = 0; f < t.outs.size(); ++f) {
+    const size_t es = t.outs[f].output == patchstore::Output::kStored ? DTypeSize(ps.s->field_dtype(f)) : 4;
+    shifted[f].data = static_cast<uint8_t*>(t.outs[f].data) + offset * channels[f] * hw * static_cast<int64_t>(es);
+  }
   std::vector<Window> wins;
-  Status st = ps.s->Gather(epoch, first, n, shifted, t.windows ? &wins : nullptr);
+  Status st = ps.s->GatherTo(epoch, first, n, shifted, t.windows ? &wins : nullptr);
   if (st.ok() && t.windows) StoreWindows(wins, t.windows + offset * kWindowColumns);
   return st;
 }
@@ -343,8 +349,9 @@ void BindSampler(py::module_& m) {
             return py::make_tuple(new_epoch, new_cursor);
           },
           py::arg("n"), py::arg("outs"), py::arg("windows") = py::none(),
-          "The next n windows (continuing into the next epoch) into outs (one (n,C,P,P) float32 buffer per\n"
-          "field); windows: None or an int64 (n, 6) buffer for (sample, y, x, flip, rot, positive).")
+          "The next n windows (continuing into the next epoch) into outs (one (n,C,P,P) buffer per field:\n"
+          "float32, or of the field's stored dtype for the elements as stored); windows: None or an int64 (n, 6) "
+          "buffer for (sample, y, x, flip, rot, positive).")
       .def(
           "gather",
           [](const PySampler& ps, uint64_t epoch, uint64_t first, int64_t n, const py::sequence& outs,
@@ -396,7 +403,7 @@ void BindSampler(py::module_& m) {
             Status st;
             {
               py::gil_scoped_release nogil;
-              st = ps.s->GatherWindows(wins, t.outs);
+              st = ps.s->GatherWindowsTo(wins, t.outs);
             }
             Check(st);
           },

@@ -179,11 +179,13 @@ void CopySliceStacks(const std::shared_ptr<Reader>& reader, const py::object& re
   }
   std::vector<std::unique_ptr<BufferHold>> holds;
   std::vector<std::pair<std::string, const BufferHold*>> named;
-  std::vector<float*> dsts;
+  std::vector<void*> dsts;
+  std::vector<patchstore::Output> kinds(fields.size());
   for (size_t f = 0; f < fields.size(); ++f) {
     const std::string what = "out['" + fields[f] + "']";
-    holds.push_back(WritableBuffer(outs[f], {n, 2 * context + 1, oh, ow}, "f", 4, "float32", what, ctx));
-    dsts.push_back(static_cast<float*>(holds.back()->view().buf));
+    holds.push_back(OutputBuffer(outs[f], {n, 2 * context + 1, oh, ow}, reader->meta().fields[field_index[f]].dtype,
+                                 what, ctx, &kinds[f]));
+    dsts.push_back(holds.back()->view().buf);
     named.emplace_back(what, holds.back().get());
   }
   CheckDisjoint(named, ctx);
@@ -195,7 +197,7 @@ void CopySliceStacks(const std::shared_ptr<Reader>& reader, const py::object& re
     std::vector<SliceStackRequest> reqs = base;
     for (size_t f = 0; f < fields.size() && st.ok(); ++f) {
       for (SliceStackRequest& r : reqs) r.field = field_index[f];
-      st = patchstore::CopySliceStacks(*reader, reqs, context, dsts[f], num_threads);
+      st = patchstore::CopySliceStacks(*reader, reqs, context, dsts[f], kinds[f], num_threads);
     }
   }
   Check(st);

@@ -175,6 +175,50 @@ int ExpectSameCounts(const Reader& ref, const Reader& r) {
   return mixed;
 }
 
+// Output::kStored (the bytes shipped to a GPU): gathering `wins` from `r`
+// in each field's stored dtype gives the record's own elements, moved as the
+// float32 gather moves them (the record read whole by Get, cut and turned by
+// CopyTransformedStored), and converting each with the field's table
+// (ConvertElement, what patchstore.torch.to_float applies on the device)
+// gives `want`, the float32 row store's output, bit for bit.
+void ExpectStoredGatherConverts(const Reader& r, const PatchSampler& s, const std::vector<Window>& wins,
+                                const std::vector<const float*>& want) {
+  const int64_t n = static_cast<int64_t>(wins.size()), P = s.height();
+  for (size_t f = 0; f < 2; ++f) {
+    const DType dtype = s.field_dtype(f);
+    ASSERT_EQ(dtype, r.meta().fields[f].dtype);
+    const int64_t C = s.channels()[f];
+    const size_t es = DTypeSize(dtype), item = static_cast<size_t>(C * P * P);
+    std::vector<uint8_t> got(n * item * es + 1, 0xa5);  // one guard byte
+    std::vector<GatherTarget> outs(2);
+    std::vector<float> other(static_cast<size_t>(n * s.channels()[1 - f] * P * P));
+    outs[f] = {got.data(), Output::kStored};
+    outs[1 - f] = {other.data(), Output::kFloat32};
+    ASSERT_TRUE(s.GatherWindowsTo(wins, outs).ok());
+    ASSERT_EQ(got.back(), 0xa5) << "wrote past the stored output";
+    VisitDType(dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* stored = reinterpret_cast<const T*>(got.data());
+      std::vector<T> expect(item);
+      for (int64_t i = 0; i < n; ++i) {
+        TensorView whole = r.Get(wins[i].sample, static_cast<int>(f)).value();
+        const T* plane = whole.data_as<T>();
+        const int64_t H = whole.shape[1], W = whole.shape[2];
+        for (int64_t c = 0; c < C; ++c)
+          CopyTransformedStored(plane + c * H * W, W, wins[i].y, wins[i].x, P, P, wins[i].transform(),
+                                expect.data() + c * P * P);
+        ASSERT_EQ(std::memcmp(expect.data(), stored + i * item, item * es), 0)
+            << "stored window " << i << " field " << f;
+        for (size_t j = 0; j < item; ++j) {
+          const float v = ConvertElement(stored[i * item + j], r.field_table(static_cast<int>(f)));
+          ASSERT_EQ(std::memcmp(&v, want[f] + i * item + j, sizeof(float)), 0)
+              << "converted window " << i << " field " << f << " element " << j;
+        }
+      }
+    });
+  }
+}
+
 void ExpectSameBatches(std::shared_ptr<Reader> ref, std::shared_ptr<Reader> r) {
   for (uint64_t seed : {1u, 2u, 7u}) {
     SamplerOptions o;
@@ -203,6 +247,8 @@ void ExpectSameBatches(std::shared_ptr<Reader> ref, std::shared_ptr<Reader> r) {
     EXPECT_TRUE(turned);  // the transposing path is exercised
     ExpectSameFloats(a0.data(), b0.data(), a0.size(), "sampler rgb seed " + std::to_string(seed));
     ExpectSameFloats(a1.data(), b1.data(), a1.size(), "sampler mask seed " + std::to_string(seed));
+    ExpectStoredGatherConverts(*r, *sb, wb, {a0.data(), a1.data()});
+    if (::testing::Test::HasFatalFailure()) return;
   }
 }
 
@@ -517,6 +563,24 @@ TEST(Encodings, CompactVolumesSliceBitIdenticalToFloat32) {
   ASSERT_TRUE(CopySliceStacks(*ref, reqs, 1, fa.data(), 2).ok());
   ASSERT_TRUE(CopySliceStacks(*r, reqs, 1, fb.data(), 2).ok());
   EXPECT_EQ(fa, fb);
+  // Stored-dtype stacks (Output::kStored): int16 source values, cropped and
+  // turned as the float32 stacks are, converting to those bit for bit.
+  for (int i = 0; i < 3; ++i) {
+    reqs[i].transform.y = i;
+    reqs[i].transform.x = 1;
+    reqs[i].transform.height = reqs[i].transform.width = 7;
+    reqs[i].transform.flip_v = i == 1;
+    reqs[i].transform.rot90 = i;
+  }
+  std::vector<float> fc(3 * 3 * 49);
+  std::vector<int16_t> raw(fc.size() + 1, 12345);
+  ASSERT_TRUE(CopySliceStacks(*ref, reqs, 1, fc.data(), 2).ok());
+  ASSERT_TRUE(CopySliceStacks(*r, reqs, 1, raw.data(), Output::kStored, 2).ok());
+  ASSERT_EQ(raw.back(), 12345) << "wrote past the stored output";
+  for (size_t j = 0; j < fc.size(); ++j) {
+    const float v = ConvertElement(raw[j], r->field_table(0));
+    ASSERT_EQ(std::memcmp(&v, &fc[j], sizeof(float)), 0) << "element " << j;
+  }
 }
 
 // The stores tests/python/test_encodings.py reads through the Python

@@ -91,6 +91,46 @@ TEST(CopyTransformed, ContiguousPlaneOddTurns) {
   }
 }
 
+// The stored-dtype kernel (CopyTransformedStored) moves the same elements
+// as the float kernel, unconverted: for uint8 (values wrap, so a wrong
+// element shows), int16 and float16 planes, every flip and turn of windows
+// across the 32x32 tiles, against the same definition; nothing is written
+// past the output.
+template <typename T>
+void ExpectStoredMatchesDefinition(T (*make)(size_t), float (*as_float)(T)) {
+  const int64_t H = 71, W = 69, stride = 70;
+  std::vector<T> plane(static_cast<size_t>(H * stride));
+  std::vector<float> index(plane.size());
+  for (size_t i = 0; i < plane.size(); ++i) {
+    plane[i] = make(i);
+    index[i] = static_cast<float>(i);
+  }
+  const int64_t wins[][4] = {{0, 0, 1, 1}, {3, 2, 1, 7}, {1, 4, 5, 1}, {2, 3, 9, 9}, {0, 0, H, W}, {6, 5, 40, 33}};
+  for (const auto& win : wins)
+    for (int flip = 0; flip < 4; ++flip)
+      for (int rot = 0; rot < 4; ++rot) {
+        const Transform t{static_cast<uint8_t>(flip), static_cast<uint8_t>(rot)};
+        // The definition gives the source index of every output element.
+        const std::vector<float> from = Reference(index, stride, win[0], win[1], win[2], win[3], t);
+        std::vector<T> got(from.size() + 1, make(12345));
+        const T guard = got.back();
+        CopyTransformedStored(plane.data(), stride, win[0], win[1], win[2], win[3], t, got.data());
+        ASSERT_EQ(as_float(got.back()), as_float(guard)) << "wrote past the output";
+        for (size_t i = 0; i < from.size(); ++i)
+          ASSERT_EQ(as_float(got[i]), as_float(plane[static_cast<size_t>(from[i])]))
+              << win[2] << "x" << win[3] << " flip " << flip << " rot " << rot << " element " << i;
+      }
+}
+
+TEST(CopyTransformedStored, EveryFlipAndTurnMovesTheStoredElements) {
+  ExpectStoredMatchesDefinition<uint8_t>([](size_t i) { return static_cast<uint8_t>(i * 7 + 3); },
+                                         [](uint8_t v) { return static_cast<float>(v); });
+  ExpectStoredMatchesDefinition<int16_t>([](size_t i) { return static_cast<int16_t>(i * 40503u - 32768); },
+                                         [](int16_t v) { return static_cast<float>(v); });
+  ExpectStoredMatchesDefinition<Float16>([](size_t i) { return Float16{static_cast<uint16_t>(i * 13 % 0x7c00)}; },
+                                         [](Float16 v) { return ToFloat32(v); });
+}
+
 // Pinned values: SplitMix64's output function (the reference generator's
 // first outputs for state 0 are Mix(0), Mix(0x9e37...) ...), the key chain
 // and the two ways to draw below n. Changing any of these changes every

@@ -95,6 +95,19 @@ struct WindowSource {
 // them measured no faster: bench/sampler_benchmark BM_SamplerGatherLayout).
 void CopyWindow(const WindowSource& src, Transform t, float* dst, bool stream = false);
 
+// What a gather writes: the normalised float32 values (kFloat32), or each
+// element as stored (kStored: the field's dtype, FieldMeta::dtype — uint8,
+// uint16 or int16 source values of a compact encoding, float16, float32),
+// the bytes to ship to a GPU and convert there. Converting a stored
+// element with the field's table (ConvertElement(v, Reader::field_table),
+// reader/transform.h) gives the kFloat32 value bit for bit.
+enum class Output : uint8_t { kFloat32, kStored };
+
+// CopyWindow into `dst` as float32 (`output` kFloat32, as above) or as C
+// planes of t.OutputSize(h, w) elements of src.dtype (kStored; `stream` is
+// ignored there).
+void CopyWindow(const WindowSource& src, Transform t, void* dst, Output output, bool stream = false);
+
 // Output bytes of one gather above which its windows are streamed
 // (CopyWindow's `stream`): the last-level cache's size (sysfs; 32 MiB when
 // unknown), or PATCHSTORE_STREAM_BYTES when set (0: always; a huge value:

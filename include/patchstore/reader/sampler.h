@@ -265,6 +265,14 @@ struct Window {
   Transform transform() const { return Transform{flip, rot}; }
 };
 
+// Where a gather writes one field's windows: `data` holds float32 values
+// (Output::kFloat32) or elements of the field's stored dtype
+// (Output::kStored, reader/reader.h).
+struct GatherTarget {
+  void* data = nullptr;
+  Output output = Output::kFloat32;
+};
+
 class PatchSampler {
  public:
   // Validates the options against the store and finds the eligible samples.
@@ -344,6 +352,10 @@ class PatchSampler {
   // Copies the given windows (from WindowAt/WindowOfSample) into outs[f],
   // (n, C_f, h, w) per field, on num_threads threads.
   Status GatherWindows(const std::vector<Window>& windows, const std::vector<float*>& outs) const;
+  // The same into outs[f].data as float32 or, with outs[f].output kStored,
+  // as the field's stored dtype (Output in reader/reader.h): n * C_f * h * w
+  // elements of field_dtype(f) per field.
+  Status GatherWindowsTo(const std::vector<Window>& windows, const std::vector<GatherTarget>& outs) const;
 
   // Gathers windows [first, first + n) of `epoch` on this rank (window w is
   // visit w / k, j = w % k) into outs[f], a contiguous (n, C_f, h, w)
@@ -351,6 +363,10 @@ class PatchSampler {
   // `windows`, if given, receives the n windows.
   Status Gather(uint64_t epoch, uint64_t first, int64_t n, const std::vector<float*>& outs,
                 std::vector<Window>* windows = nullptr) const;
+  Status GatherTo(uint64_t epoch, uint64_t first, int64_t n, const std::vector<GatherTarget>& outs,
+                  std::vector<Window>* windows = nullptr) const;
+  // The stored dtype of gathered field f (0 <= f < fields().size()).
+  DType field_dtype(size_t f) const;
 
   // Read-ahead for a loader that will gather windows [first, first + n) of
   // `epoch` next, then the batches of n windows `stride` apart (0: n, i.e.

@@ -188,4 +188,17 @@ void CopyTransformed(const T* plane, int64_t row_stride, int64_t y, int64_t x, i
 PATCHSTORE_FOR_EACH_DTYPE(PATCHSTORE_COPY_TRANSFORMED_)
 #undef PATCHSTORE_COPY_TRANSFORMED_
 
+// The same window and transform with the elements copied as stored (T to
+// T, no conversion): what a stored-dtype gather writes (Output::kStored in
+// reader/reader.h). ConvertElement(dst[i], lut) of its output equals
+// CopyTransformed's output element for element, bit for bit.
+template <typename T>
+void CopyTransformedStored(const T* plane, int64_t row_stride, int64_t y, int64_t x, int64_t height, int64_t width,
+                           Transform t, T* dst);
+
+#define PATCHSTORE_COPY_TRANSFORMED_STORED_(e, code, T, name, fmt) \
+  extern template void CopyTransformedStored<T>(const T*, int64_t, int64_t, int64_t, int64_t, int64_t, Transform, T*);
+PATCHSTORE_FOR_EACH_DTYPE(PATCHSTORE_COPY_TRANSFORMED_STORED_)
+#undef PATCHSTORE_COPY_TRANSFORMED_STORED_
+
 }  // namespace patchstore

@@ -188,6 +188,11 @@ struct SliceStackRequest {
 // otherwise). Every request is checked before anything is copied.
 Status CopySliceStacks(const Reader& reader, const std::vector<SliceStackRequest>& requests, int64_t context,
                        float* dst, int num_threads = 1);
+// The same into `dst` as float32 (Output::kFloat32) or as the records'
+// stored dtype (Output::kStored, reader/reader.h; every request's record of
+// the same dtype, InvalidArgument otherwise).
+Status CopySliceStacks(const Reader& reader, const std::vector<SliceStackRequest>& requests, int64_t context, void* dst,
+                       Output output, int num_threads = 1);
 
 // How SliceDataset flips (patchstore.torch.SliceDataset(flip=...)).
 enum class SliceFlip { kNone, kBoth, kIndependent };  // False, True, "independent"
