@@ -62,9 +62,11 @@ StatefulDataLoader works with all three as well.
 """
 
 from .._resume import EpochBatchSampler
+from ._stored import FloatConverter, to_float
 from .batch_loader import BatchLoader
 from .collate import collate, slice_collate
 from .patch_dataset import PatchDataset
 from .slice_dataset import SliceDataset, _slice_transform_row  # noqa: F401  (_slice_transform_row: tests)
 
-__all__ = ["BatchLoader", "EpochBatchSampler", "PatchDataset", "SliceDataset", "collate", "slice_collate"]
+__all__ = ["BatchLoader", "EpochBatchSampler", "FloatConverter", "PatchDataset", "SliceDataset", "collate",
+           "slice_collate", "to_float"]

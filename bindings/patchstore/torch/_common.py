@@ -93,8 +93,10 @@ class _Slot:
 class _Ring:
     """`count` sets of (B, C, P, P) buffers, reused in turn; never one still referenced by a caller."""
 
-    def __init__(self, shapes: Mapping[str, Tuple[int, ...]], count: int, pin: bool, owner: str) -> None:
+    def __init__(self, shapes: Mapping[str, Tuple[int, ...]], count: int, pin: bool, owner: str,
+                 dtypes: Optional[Mapping[str, torch.dtype]] = None) -> None:
         self.shapes, self.count, self.pin, self.owner = shapes, count, pin, owner
+        self.dtypes = dict(dtypes or {})  # per field; float32 where absent
         self.slots: List[_Slot] = []
         self.next = 0
         self.warned = False
@@ -105,16 +107,17 @@ class _Ring:
         tensors = {}
         for f, shape in self.shapes.items():
             t = None
+            dtype = self.dtypes.get(f, torch.float32)
             if self.pin:
                 try:
-                    t = torch.empty(shape, dtype=torch.float32, pin_memory=True)
+                    t = torch.empty(shape, dtype=dtype, pin_memory=True)
                     self.cuda = torch.cuda.is_available() and t.is_pinned()
                 except RuntimeError as e:  # CPU-only torch: no pinned allocator
                     warnings.warn(f"patchstore.torch.BatchLoader: pin_memory=True but pinned memory is not "
                                   f"available ({e}); using ordinary memory", RuntimeWarning, stacklevel=4)
                     self.pin = False
             if t is None:
-                t = torch.empty(shape, dtype=torch.float32)
+                t = torch.empty(shape, dtype=dtype)
             tensors[f] = t
         return _Slot(tensors)
 
@@ -190,17 +193,18 @@ class _BufferPool:
     def _uses(t: torch.Tensor) -> Optional[List[int]]:
         return _storage_uses({"": t})
 
-    def take(self, shape: Tuple[int, ...]) -> torch.Tensor:
+    def take(self, shape: Tuple[int, ...], dtype: torch.dtype = torch.float32) -> torch.Tensor:
         if self.pid != os.getpid():  # forked: the parent's buffers are not ours to reuse
             self.bufs, self.pid = [], os.getpid()
         n = int(np.prod(shape))
         best = -1
         for j, (b, idle) in enumerate(self.bufs):
-            if b.numel() >= n and (best < 0 or b.numel() < self.bufs[best][0].numel()) and self._uses(b) == idle:
+            if (b.dtype == dtype and b.numel() >= n and (best < 0 or b.numel() < self.bufs[best][0].numel())
+                    and self._uses(b) == idle):
                 best = j
         if best >= 0:
             return self.bufs[best][0][:n].view(shape)
-        flat = torch.empty(max(n, 1), dtype=torch.float32)
+        flat = torch.empty(max(n, 1), dtype=dtype)
         flat_idle = self._uses(flat)
         if flat_idle is not None:
             if len(self.bufs) < self.keep:
@@ -227,29 +231,31 @@ def _pool_of(owner: Any, fields: int) -> Optional[_BufferPool]:
 _POOL_BATCH_BUFFERS = True
 
 
-def _batch_tensor(owner: Any, shape: Tuple[int, ...], shared: bool, fields: int) -> torch.Tensor:
-    """A float32 batch tensor: fresh shared memory inside a DataLoader worker, a pooled buffer otherwise."""
+def _batch_tensor(owner: Any, shape: Tuple[int, ...], shared: bool, fields: int,
+                  dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """A batch tensor (float32, or a stored dtype): fresh shared memory inside a DataLoader worker, a pooled
+    buffer otherwise."""
     if not shared:
         pool = _pool_of(owner, fields)
         if pool is not None:
-            return pool.take(shape)
-    return _empty(shape, shared)
+            return pool.take(shape, dtype)
+    return _empty(shape, shared, dtype)
 
 
 _distributed_defaults = distributed_defaults
 
 
-def _empty(shape: Tuple[int, ...], shared: bool) -> torch.Tensor:
-    """A float32 tensor, in shared memory when `shared` (as default_collate does in workers)."""
+def _empty(shape: Tuple[int, ...], shared: bool, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """A tensor (float32 by default), in shared memory when `shared` (as default_collate does in workers)."""
     if shared:
         try:
-            proto = torch.empty(0, dtype=torch.float32)
+            proto = torch.empty(0, dtype=dtype)
             storage = proto._typed_storage()._new_shared(  # type: ignore[no-untyped-call]
                 int(np.prod(shape)), device=proto.device)
             return proto.new(storage).resize_(*shape)
         except (AttributeError, RuntimeError, TypeError):  # private API moved: plain memory
             pass
-    return torch.empty(shape, dtype=torch.float32)
+    return torch.empty(shape, dtype=dtype)
 
 
 def _clamps(clamp: Any, fields: Tuple[str, ...]) -> Dict[str, Tuple[float, float]]:

@@ -18,6 +18,7 @@ from .._shared import _SharedEpoch
 from .._store import Store, reader_of
 from .._volumes import SliceIndex, SliceRef, SliceTransform, draw_transforms
 from ._common import _batch_tensor, _clamps, _empty
+from ._stored import check_output, stored_dtypes
 
 
 def _flip_mode(flip: Union[bool, str]) -> str:
@@ -109,6 +110,12 @@ class SliceDataset(ResumableDataset, Dataset[Tuple[torch.Tensor, ...]]):
     costs no fresh memory mapping per batch; about two batches' worth of
     buffers stay allocated.
 
+    output: "float32" (the default) or "stored": items hold each field in
+    its stored dtype (int16/uint16 source values of a compact store,
+    float16, float32), unclamped; :func:`patchstore.torch.to_float`
+    (``to_float(batch, dataset, device=...)``) gives the float32 items bit
+    for bit, with this dataset's clamp applied.
+
     ids: a list (or other sequence) of volume ids, in that order; a single
     string is a TypeError and an empty list a ValueError. A volume that
     gives no item (no slice, or slices smaller than ``crop``) is left out,
@@ -143,6 +150,7 @@ class SliceDataset(ResumableDataset, Dataset[Tuple[torch.Tensor, ...]]):
         num_threads: int = 1,
         verify_checksums: bool = False,
         clamp_warn: Optional[float] = 0.01,
+        output: str = "float32",
     ) -> None:
         super().__init__()
         if isinstance(ids, (str, bytes)):
@@ -189,6 +197,10 @@ class SliceDataset(ResumableDataset, Dataset[Tuple[torch.Tensor, ...]]):
         if clamp_warn is not None and not 0 <= float(clamp_warn) <= 1:
             raise ValueError(f"SliceDataset: clamp_warn must be a fraction in [0, 1] or None, got {clamp_warn!r}")
         self.clamp_warn = None if clamp_warn is None else float(clamp_warn)
+        self.output = check_output(output, "SliceDataset")
+        # Per field: the dtype items hold (stored dtypes for output="stored", whose clamp to_float applies).
+        self._dtypes = (stored_dtypes(self.store, self.fields) if self.output == "stored"
+                        else {f: torch.float32 for f in self.fields})
         self._saturated: Dict[str, float] = {}  # fields already warned about in this process
         t = operator.index(num_threads)
         self.num_threads = (os.cpu_count() or 1) if t == 0 else t
@@ -365,6 +377,11 @@ class SliceDataset(ResumableDataset, Dataset[Tuple[torch.Tensor, ...]]):
         refs = np.array([[sample, k]], dtype=np.int64)  # per call: threads may share ds
         tr = np.array([row], dtype=np.int64) if augments else None
         nf = len(fields)
+        if self.output == "stored":  # one tensor per field: their dtypes may differ
+            out = tuple(_empty((depth, h, w), torch.utils.data.get_worker_info() is not None, self._dtypes[f])
+                        for f in self.fields)
+            _C.copy_slice_stacks(reader, refs, tr, fields, self.context, [t.numpy()[None] for t in out], 1)
+            return out  # unclamped: to_float applies the clamp
         if torch.utils.data.get_worker_info() is None:
             # One allocation for all fields; the items are views of it (as __getitems__'s are of the batch).
             buf = np.empty((nf, 1, depth, h, w), dtype=np.float32)
@@ -423,12 +440,13 @@ class SliceDataset(ResumableDataset, Dataset[Tuple[torch.Tensor, ...]]):
             np.flatnonzero((shapes == s).all(axis=1)) for s in np.unique(shapes, axis=0)]
         for g in groups:
             h, w = int(oh[g[0]]), int(ow[g[0]])
-            batch = [_batch_tensor(self, (len(g), depth, h, w), shared, len(self.fields)) for _ in self.fields]
+            batch = [_batch_tensor(self, (len(g), depth, h, w), shared, len(self.fields), self._dtypes[f])
+                     for f in self.fields]
             refs = np.ascontiguousarray(rows[g][:, :2])
             _C.copy_slice_stacks(reader, refs, np.ascontiguousarray(tr[g]), list(self.fields), self.context,
                                  [t.numpy() for t in batch], self.num_threads)
             for f, t in zip(self.fields, batch):
-                if f in self.clamp:
+                if f in self.clamp and self.output == "float32":  # stored items: to_float clamps
                     lo, hi = self.clamp[f]
                     self._check_saturation(f, t, lo, hi)
                     t.clamp_(lo, hi)
