@@ -36,8 +36,7 @@ from torch.utils.data import DataLoader
 import patchstore
 from patchstore.torch import BatchLoader, PatchDataset, collate, to_float
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from python_patchdataset_bench import FIELDS, TEMPLATES, generate  # noqa: E402
+FIELDS = ("rgb", "mask", "depth")
 
 
 def timed(run: Callable[[], int], repeats: int) -> List[float]:
@@ -135,23 +134,34 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--device", default="cpu", help="where to_float / device= convert (cpu or cuda)")
     ap.add_argument("--dir", help="work folder (default: a temporary one, removed at the end)")
+    ap.add_argument("--store", action="append", default=[], metavar="NAME=PATH",
+                    help="measure this store (rgb, mask, depth fields) instead of generating and ingesting frames; "
+                         "repeatable (bench/gpu/run.sh passes stores written without ingest)")
     args = ap.parse_args()
 
     device = torch.device(args.device)
     work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="patchstore-stored-"))
     try:
+        stores: Dict[str, str] = dict(s.rsplit("=", 1) for s in args.store)
         data = work / "data"
-        if not data.exists():
-            generate(data, args.frames, 1080, 1920)
-        stores: Dict[str, str] = {}
-        for name, encoding in (("tiles+compact", "compact"),
-                               ("tiles+compact, depth=float16", ["compact", "depth=float16"])):
+        if not stores:
+            # The frame generator needs OpenEXR and Pillow, which a GPU node may lack: imported only here.
+            sys.path.insert(0, str(Path(__file__).resolve().parent))
+            from python_patchdataset_bench import FIELDS as GENERATED
+            from python_patchdataset_bench import TEMPLATES, generate
+            assert tuple(GENERATED) == FIELDS
+            if not data.exists():
+                generate(data, args.frames, 1080, 1920)
+        for name, encoding in (() if args.store else
+                               (("tiles+compact", "compact"),
+                                ("tiles+compact, depth=float16", ["compact", "depth=float16"]))):
             path = str(work / f"{len(stores)}.ps")
             if not Path(path).exists():
                 patchstore.ingest_images(path, root=data, fields=TEMPLATES, durable=False, layout="tiles",
                                          encoding=encoding)
             stores[name] = path
-        print(f"data: {args.frames} frames 1920x1080, windows 256x256 {'+'.join(FIELDS)}, 4 per visit, "
+        frames = len(patchstore.Store(next(iter(stores.values()))))
+        print(f"data: {frames} frames 1920x1080, windows 256x256 {'+'.join(FIELDS)}, 4 per visit, "
               f"require='mask'; {os.cpu_count()} cores, torch {torch.__version__}, device {device}"
               + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else ""))
         rows: List[Tuple[str, str, str]] = []

@@ -175,3 +175,28 @@ def test_bad_outputs_devices_and_buffers_are_refused(frame_stores):
         conv(torch.zeros((1, 3, 4, 4), dtype=torch.int16))
     x = torch.rand(1, 3, 4, 4)
     assert conv(x) is x  # float32 already: returned as is
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (bench/gpu/run.sh runs it there)")
+@pytest.mark.parametrize("name", list(ENCODINGS))
+def test_batchloader_device_cuda_gives_the_float32_batches_bit_for_bit(frame_stores, name):
+    """Stored bytes copied on the side stream and converted on the GPU, behind a slow kernel on the current
+    stream: every batch equals the CPU float32 batch, so no ring slot was refilled before its copy ended."""
+    ref = BatchLoader(frame_stores[name], FIELDS, batch_size=4, **OPTIONS)
+    dev = BatchLoader(frame_stores[name], FIELDS, batch_size=4, device="cuda", buffers=2, **OPTIONS)
+    want = [{f: t.clone() for f, t in b.items()} for b in ref.batches(1)]
+    got = []
+    for b in dev.batches(1):
+        torch.cuda._sleep(20_000_000)  # keeps the device busy while the loader refills its two slots
+        got.append(b)
+    torch.cuda.synchronize()
+    assert len(got) == len(want) > 2
+    for w, g in zip(want, got):
+        for f in FIELDS:
+            assert g[f].device.type == "cuda" and g[f].dtype == torch.float32
+            assert same_bytes(g[f].cpu(), w[f]), (name, f)
+    # The DataLoader-style path: stored items converted on the device by to_float.
+    raw = BatchLoader(frame_stores[name], FIELDS, batch_size=4, output="stored", **OPTIONS)
+    for w, b in zip(want, raw.batches(1)):
+        conv = to_float(b, raw, device="cuda")
+        assert all(same_bytes(conv[f].cpu(), w[f]) for f in FIELDS)
