@@ -7,6 +7,11 @@
 // Each subcommand lives in its own cli/*_cmd.cc behind cli/commands.h; this
 // file holds the app, the global flags, the registration order (the order
 // of --help) and the dispatch.
+//
+// A reader-only build (CMake PATCHSTORE_INGEST=OFF, or AUTO without the codec
+// libraries; PATCHSTORE_WITH_INGEST=0 here) has the commands that need no
+// codec. `ingest`, `montage` and `export` are listed apart in its --help as
+// not in this build, and say so when called (exit 2).
 #include <CLI/CLI.hpp>
 
 #include <iostream>
@@ -19,6 +24,28 @@
 
 namespace cli = patchstore::cli;
 
+#if !PATCHSTORE_WITH_INGEST
+namespace {
+
+// A command of the full program that this build lacks: listed under its own
+// heading in --help, and when called (with any arguments) it says why.
+cli::Runner RegisterWithoutIngest(CLI::App* app, const std::string& name, const std::string& what) {
+  auto* cmd = app->add_subcommand(name, what + " (needs ingest: not in this build)");
+  cmd->group("Not in this reader-only build");
+  cmd->prefix_command();  // every argument after the name is accepted, unparsed
+  return [cmd, name]() -> int {
+    if (!cmd->parsed()) return -1;
+    std::cerr << "patchstore: error: '" << name
+              << "' is not in this program: it was built without ingest (CMake PATCHSTORE_INGEST=OFF, or OpenCV, "
+                 "libtiff, OpenEXR or HDF5 missing when it was built). Reading commands (bench, copy, info, ls, "
+                 "upgrade, verify) work; build patchstore with those libraries for ingest, montage and export.\n";
+    return 2;
+  };
+}
+
+}  // namespace
+#endif
+
 int main(int argc, char** argv) {
   CLI::App app{"patchstore: decode images and volumes once into a float32 LMDB store, then read zero-copy "
                "patches from many processes."};
@@ -30,6 +57,7 @@ int main(int argc, char** argv) {
   bool quiet = false;
   app.add_flag("-q,--quiet", quiet, "No progress output");
 
+#if PATCHSTORE_WITH_INGEST
   auto* ingest = app.add_subcommand("ingest", "Decode files once into a store");
   ingest->require_subcommand(1);
   ingest->footer("Run 'patchstore ingest images --help' (PNG, JPEG, TIFF, OpenEXR frames) or\n"
@@ -57,6 +85,26 @@ int main(int argc, char** argv) {
              "  patchstore montage frames.ps sheet.png --count 64 --patch 256 --field rgb --overlay mask\n"
              "  patchstore verify frames.ps\n"
              "  patchstore export frames.ps out/ --id video01/0001");
+#else
+  const std::vector<cli::Runner> runners = {
+      cli::RegisterBench(&app, &quiet),
+      cli::RegisterCopy(&app, &quiet),
+      cli::RegisterInfo(&app, &quiet),
+      cli::RegisterLs(&app, &quiet),
+      cli::RegisterVerify(&app, &quiet),
+      cli::RegisterUpgrade(&app, &quiet),
+      RegisterWithoutIngest(&app, "ingest", "Decode files once into a store"),
+      RegisterWithoutIngest(&app, "montage", "Contact sheet of the windows a loader serves"),
+      RegisterWithoutIngest(&app, "export", "Records back to PNG/EXR/HDF5 files"),
+  };
+  app.footer(app.get_footer() + "\n" +
+             "This program reads stores only: it was built without ingest (no OpenCV, libtiff, OpenEXR or HDF5).\n"
+             "Examples:\n"
+             "  patchstore info frames.ps\n"
+             "  patchstore verify frames.ps\n"
+             "  patchstore copy /shared/frames.ps /local/frames.ps\n"
+             "  patchstore bench frames.ps --patch 256");
+#endif
   if (argc == 1) {  // bare `patchstore`: what it is, its subcommands and examples (not just "subcommand required")
     std::cout << app.help();
     return 2;

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 
 #include "patchstore/reader/transform.h"
+#include "store/numbers.h"
 
 namespace patchstore {
 namespace {
@@ -101,7 +101,9 @@ Result<uint64_t> ParseByteSize(const std::string& text) {
     else return bad();
     scale = std::pow(base, power);
   }
-  const double v = std::strtod(number.c_str(), nullptr) * scale;
+  double v = 0;
+  if (!ParseDouble(number, &v)) return bad();
+  v *= scale;
   if (!(v >= 1) || v >= 1.8e19) return bad();
   return static_cast<uint64_t>(v);
 }

@@ -3,10 +3,10 @@
 #include "patchstore/reader/transform.h"
 #include "reader/parallel.h"
 #include "reader/sampling_policy.h"
+#include "store/numbers.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -16,11 +16,7 @@ namespace patchstore {
 namespace {
 
 // "inf", "1e+30", "3.5": a double as a user typed it, for messages.
-std::string FormatNumber(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
-}
+std::string FormatNumber(double v) { return FormatG(v); }
 
 // The one counter-based generator (reader/transform.h); Hash is its key of
 // up to five coordinates (missing ones are 0, as the sequence was pinned).

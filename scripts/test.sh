@@ -2,11 +2,13 @@
 # Installs what is missing, builds, checks the style (scripts/check_style.sh:
 # clang-format, ruff, mypy --strict) and runs every test: GoogleTest, pytest,
 # the installed-package consumer and a short libFuzzer session (all through
-# CTest), builds the manual (mkdocs build --strict), then the GoogleTest
-# suites again in a build with AddressSanitizer and UndefinedBehaviorSanitizer,
-# failing on any report.
+# CTest), builds the manual (mkdocs build --strict), checks a reader-only
+# build (tests/install/reader_only.sh: the ingest libraries hidden from CMake),
+# then the GoogleTest suites again in a build with AddressSanitizer and
+# UndefinedBehaviorSanitizer, failing on any report.
 # Usage: bash scripts/test.sh [ctest args...]
 # Environment: PATCHSTORE_SKIP_SANITIZERS=1 skips the sanitizer pass;
+# PATCHSTORE_SKIP_READER_ONLY=1 skips the reader-only build;
 # Long variants (documented in docs/install.md): PATCHSTORE_CRASH_KILLS (default 25),
 # PATCHSTORE_READERS / PATCHSTORE_READER_SECONDS (64 / 20),
 # PATCHSTORE_KILL_CYCLES (200), and tests/fuzz/run.sh with a longer time.
@@ -28,6 +30,12 @@ if [ -x .venv/bin/mkdocs ]; then
   .venv/bin/mkdocs build --strict -d "${PATCHSTORE_BUILD_DIR:-build}/site"
 else
   echo "== SKIPPED: mkdocs build --strict: .venv/bin/mkdocs is not installed (pip install -r requirements-dev.txt)"
+fi
+
+if [ "${PATCHSTORE_SKIP_READER_ONLY:-0}" != 1 ]; then
+  # A second build beside the first (build-reader-only), so ccache serves the
+  # objects the two share: a few minutes on 2 cores.
+  bash tests/install/reader_only.sh . "${PATCHSTORE_BUILD_DIR:-build}" "$ROOT/.venv/bin/python"
 fi
 
 if [ "${PATCHSTORE_SKIP_SANITIZERS:-0}" != 1 ]; then

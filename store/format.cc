@@ -1,4 +1,5 @@
 #include "patchstore/store/format.h"
+#include "store/numbers.h"
 #include "store/shard.h"
 
 #include <xxhash.h>
@@ -9,7 +10,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <sstream>
 
 namespace patchstore {
 namespace {
@@ -49,12 +49,8 @@ bool ValidRecordLayout(uint8_t v) { return v >= 1 && v <= 4; }
 bool ValidNorm(uint8_t v) { return v <= 5; }
 bool ValidSource(uint8_t v) { return v <= 11; }
 
-std::string FormatDouble(double d) {
-  std::ostringstream os;
-  os.precision(17);
-  os << d;
-  return os.str();
-}
+// %.17g: the text store metadata has always held (it reads back exactly).
+std::string FormatDouble(double d) { return FormatG(d, 17); }
 
 // The shortest text that reads back as `v` (float32).
 std::string ShowFloat(float v) {
@@ -62,11 +58,9 @@ std::string ShowFloat(float v) {
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   std::string t;
   for (int p = 1; p <= 9; ++p) {
-    std::ostringstream os;
-    os.precision(p);
-    os << v;
-    t = os.str();
-    if (std::strtof(t.c_str(), nullptr) == v) break;
+    t = FormatG(v, p);
+    float back = 0;
+    if (ParseFloat(t, &back) && back == v) break;
   }
   return t;
 }
@@ -74,20 +68,13 @@ std::string ShowFloat(float v) {
 // A source value as the message shows it: integers in full, float32 values
 // as float32, others as the shortest double text.
 std::string ShowSource(double x) {
-  if (x == std::floor(x) && std::fabs(x) < 1e19) {
-    std::ostringstream os;
-    os.precision(20);
-    os << x;
-    return os.str();
-  }
+  if (x == std::floor(x) && std::fabs(x) < 1e19) return FormatG(x, 20);
   if (static_cast<double>(static_cast<float>(x)) == x) return ShowFloat(static_cast<float>(x));
   std::string t;
   for (int p = 1; p <= 17; ++p) {
-    std::ostringstream os;
-    os.precision(p);
-    os << x;
-    t = os.str();
-    if (std::strtod(t.c_str(), nullptr) == x) break;
+    t = FormatG(x, p);
+    double back = 0;
+    if (ParseDouble(t, &back) && back == x) break;
   }
   return t;
 }
@@ -469,16 +456,6 @@ bool ParseU64(std::string_view s, uint64_t* out) {
   return true;
 }
 
-bool ParseDouble(std::string_view s, double* out) {
-  if (s.empty() || s.size() > 64) return false;
-  std::string tmp(s);
-  char* end = nullptr;
-  double v = std::strtod(tmp.c_str(), &end);
-  if (end != tmp.c_str() + tmp.size()) return false;
-  *out = v;
-  return true;
-}
-
 }  // namespace
 
 int StoreMeta::FieldIndex(std::string_view name) const {
@@ -488,36 +465,39 @@ int StoreMeta::FieldIndex(std::string_view name) const {
 }
 
 std::string StoreMeta::Encode() const {
-  std::ostringstream os;
-  os << "patchstore_format=" << format_version << "\n";
-  os << "tool_version=" << Escape(tool_version) << "\n";
-  os << "kind=" << Escape(kind) << "\n";
-  os << "sealed=" << (sealed ? 1 : 0) << "\n";
-  os << "sample_count=" << sample_count << "\n";
-  os << "field_count=" << fields.size() << "\n";
+  // Plain appends (no stream: its numbers would follow the global locale).
+  std::string text;
+  auto line = [&text](std::string_view key, const std::string& value) {
+    text.append(key).append("=").append(value).append("\n");
+  };
+  line("patchstore_format", std::to_string(format_version));
+  line("tool_version", Escape(tool_version));
+  line("kind", Escape(kind));
+  line("sealed", sealed ? "1" : "0");
+  line("sample_count", std::to_string(sample_count));
+  line("field_count", std::to_string(fields.size()));
   for (size_t i = 0; i < fields.size(); ++i) {
     const FieldMeta& f = fields[i];
     const std::string p = "field." + std::to_string(i) + ".";
-    os << p << "name=" << Escape(f.name) << "\n";
-    os << p << "channels=" << f.channels << "\n";
-    os << p << "layout=" << static_cast<int>(f.layout) << "\n";
-    os << p << "dtype=" << static_cast<int>(f.dtype) << "\n";
-    if (f.tile != 0) os << p << "tile=" << f.tile << "\n";
-    os << p << "source_type=" << static_cast<int>(f.source_type) << "\n";
-    os << p << "norm.kind=" << static_cast<int>(f.norm.kind) << "\n";
-    os << p << "norm.scale=" << FormatDouble(f.norm.scale) << "\n";
-    os << p << "norm.offset=" << FormatDouble(f.norm.offset) << "\n";
-    os << p << "norm.clamp=" << (f.norm.clamp ? 1 : 0) << "\n";
-    os << p << "norm.clamp_lo=" << FormatDouble(f.norm.clamp_lo) << "\n";
-    os << p << "norm.clamp_hi=" << FormatDouble(f.norm.clamp_hi) << "\n";
-    os << p << "channel_names=" << Escape(f.channel_names) << "\n";
-    os << p << "is_mask=" << (f.is_mask ? 1 : 0) << "\n";
-    os << p << "has_sat=" << (f.has_sat ? 1 : 0) << "\n";
-    if (f.mask_blocks != 0) os << p << "mask_blocks=" << f.mask_blocks << "\n";
-    os << p << "source_format=" << Escape(f.source_format) << "\n";
+    line(p + "name", Escape(f.name));
+    line(p + "channels", std::to_string(f.channels));
+    line(p + "layout", std::to_string(static_cast<int>(f.layout)));
+    line(p + "dtype", std::to_string(static_cast<int>(f.dtype)));
+    if (f.tile != 0) line(p + "tile", std::to_string(f.tile));
+    line(p + "source_type", std::to_string(static_cast<int>(f.source_type)));
+    line(p + "norm.kind", std::to_string(static_cast<int>(f.norm.kind)));
+    line(p + "norm.scale", FormatDouble(f.norm.scale));
+    line(p + "norm.offset", FormatDouble(f.norm.offset));
+    line(p + "norm.clamp", f.norm.clamp ? "1" : "0");
+    line(p + "norm.clamp_lo", FormatDouble(f.norm.clamp_lo));
+    line(p + "norm.clamp_hi", FormatDouble(f.norm.clamp_hi));
+    line(p + "channel_names", Escape(f.channel_names));
+    line(p + "is_mask", f.is_mask ? "1" : "0");
+    line(p + "has_sat", f.has_sat ? "1" : "0");
+    if (f.mask_blocks != 0) line(p + "mask_blocks", std::to_string(f.mask_blocks));
+    line(p + "source_format", Escape(f.source_format));
   }
-  for (const auto& [k, v] : attributes) os << "attr." << Escape(k) << "=" << Escape(v) << "\n";
-  std::string text = os.str();
+  for (const auto& [k, v] : attributes) line("attr." + Escape(k), Escape(v));
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(Checksum64(text.data(), text.size())));
   return text + "checksum=" + hex + "\n";

@@ -39,6 +39,8 @@ int RunCommand(const std::string& command, std::string* output) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+const char* CliPath() { return PATCHSTORE_CLI_PATH; }
+
 }  // namespace patchstore::testing
 
 #include <algorithm>

@@ -25,7 +25,15 @@ class TempDir {
 // given, what it printed on stdout and stderr.
 int RunCommand(const std::string& command, std::string* output = nullptr);
 
+// The absolute path of this build's `patchstore` program; tests write it
+// PATCHSTORE_CLI. Only test_util.cc is compiled with the path
+// (PATCHSTORE_CLI_PATH), so the suites' other objects are the same in every
+// build folder and ccache serves a second build (reader-only, sanitizers).
+const char* CliPath();
+
 }  // namespace patchstore::testing
+
+#define PATCHSTORE_CLI (::patchstore::testing::CliPath())
 
 #include <array>
 #include <cstdint>

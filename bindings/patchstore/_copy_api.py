@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
 
-from ._ingest_api import EncodingArg, PathLike, _encoding_specs, _layout_arg, _run_cancellable
+from ._ingest_api import EncodingArg, PathLike, _encoding_specs, _layout_arg, _require_ingest, _run_cancellable
 from ._progress import ProgressArg, Reporter
 
 __all__ = ["copy", "CopySummary"]
@@ -78,6 +78,7 @@ def copy(
     damaged source record or a copy that fails verification (the problems
     listed), OSError for I/O failures.
     """
+    _require_ingest("patchstore.copy")
     src_s, dst_s = os.fspath(src), os.fspath(dst)
     args = [repr(src_s), repr(dst_s)]
     layout_s, tile = "", 0

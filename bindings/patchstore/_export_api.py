@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 from ._config import UNSET, SamplerConfig, positional_options, resolve_config
-from ._ingest_api import PathLike
+from ._ingest_api import PathLike, _require_ingest
 from ._sampler_options import to_native
 from ._store import Store, _encode_id, reader_of, register_layer
 
@@ -65,6 +65,7 @@ def export(
     Raises FileNotFoundError for a missing store, KeyError for an unknown id
     or field, OSError when writing fails. The GIL is released while it runs.
     """
+    _require_ingest("patchstore.export")
     if isinstance(store, Store):
         path = store.path
     else:
@@ -143,6 +144,7 @@ def montage(
     With return_windows, (sheet, windows): the tiles' int64 rows (sample,
     y, x, flip, rot, positive), in order.
     """
+    _require_ingest("montage")
     import numpy as np
 
     count = int(count)
@@ -209,6 +211,7 @@ def volume_montage(
     labels: bool = True,
 ) -> Any:
     """patchstore::RenderVolumeMontage as an (H, W, 3) uint8 NumPy array (see Store.montage)."""
+    _require_ingest("montage")
     import numpy as np
 
     count = int(count)

@@ -2,11 +2,14 @@
 
 The compiled module (``patchstore._ingest``, which links OpenCV, OpenEXR and
 HDF5) is imported on first use, so processes that only read never load it.
-Both calls release the GIL while they run.
+A reader-only build has no such module: every function that needs it raises
+ImportError saying so (:func:`_require_ingest`). Both calls release the GIL
+while they run.
 """
 
 from __future__ import annotations
 
+import importlib
 import operator
 import os
 import threading
@@ -46,6 +49,23 @@ class IngestSummary:
     #: when the store is larger than half of RAM: the flags that serve a store read from disk and were not
     #: given, e.g. "--layout tiles --encoding compact --encoding depth=float16" ("" otherwise)
     advice: str = ""
+
+
+def _require_ingest(what: str) -> None:
+    """Raises ImportError naming `what` when this build has no ``patchstore._ingest`` (a reader-only build:
+    CMake PATCHSTORE_INGEST=OFF, or AUTO without the codec libraries)."""
+    module = f"{__package__}._ingest"
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name != module:
+            raise
+        raise ImportError(
+            f"{what}: this build of patchstore has no ingest (built with PATCHSTORE_INGEST=OFF, or without "
+            "OpenCV, libtiff, OpenEXR and HDF5): reading, sampling and patchstore.torch work here; ingest, "
+            "export, montage and copy need a build with those libraries (see the manual's install page)",
+            name=module,
+        ) from None
 
 
 def _run_cancellable(call: Callable[[Any], Any], reporter: Optional[Reporter] = None) -> Any:
@@ -299,6 +319,7 @@ def ingest_images(
     Raises FileNotFoundError for a missing input, ValueError for bad options,
     OSError for I/O failures (the message names the file and the sample).
     """
+    _require_ingest("patchstore.ingest_images")
     if on_error not in ("stop", "skip"):
         raise ValueError(f"on_error must be 'stop' or 'skip', not {on_error!r}")
     if (manifest is None) == (root is None):
@@ -509,6 +530,7 @@ def ingest_hdf5(
     that would get the same id; OSError for other I/O failures; RuntimeError
     if cancelled.
     """
+    _require_ingest("patchstore.ingest_hdf5")
     if on_error not in ("stop", "skip"):
         raise ValueError(f"on_error must be 'stop' or 'skip', not {on_error!r}")
     if ids not in ("auto", "stem", "name"):
