@@ -11,7 +11,8 @@
 #
 # Usage (from the repository root): bash bench/gpu/run.sh [OUT_DIR]
 #   OUT_DIR (default $OUT or /tmp/patchstore-gpu) receives gpu.txt, the
-#   figures as printed. PATCHSTORE_GPU_FRAMES (default 12) sets the store size.
+#   figures as printed. PATCHSTORE_GPU_FRAMES (default 12) sets the store size;
+#   PATCHSTORE_GPU_BUILD (default: a temporary folder) the build folder.
 # Without CUDA it stops after the build with exit 0 and says so.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,10 +23,11 @@ WORK=$(mktemp -d /tmp/patchstore-gpu.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 PY=${PYTHON:-python3}
 JOBS=$(nproc)
+BUILD=${PATCHSTORE_GPU_BUILD:-$WORK/build}
 
-# LMDB and xxHash: unpacked from carried Debian packages when the system has none.
+# LMDB and xxHash: unpacked from carried Debian packages when there are some.
 CMAKE_EXTRA=()
-if ls .gpu/debs/*.deb >/dev/null 2>&1 && ! [ -e /usr/include/lmdb.h ]; then
+if ls .gpu/debs/*.deb >/dev/null 2>&1; then
   for f in .gpu/debs/*.deb; do dpkg -x "$f" "$WORK/deps"; done
   DEPS=$WORK/deps/usr
   export LD_LIBRARY_PATH=$DEPS/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -35,15 +37,15 @@ if ls .gpu/debs/*.deb >/dev/null 2>&1 && ! [ -e /usr/include/lmdb.h ]; then
 fi
 
 echo "== reader-only build (cmake -DPATCHSTORE_INGEST=OFF)"
-cmake -S . -B "$WORK/build" -DCMAKE_BUILD_TYPE=Release -DPATCHSTORE_INGEST=OFF -DPATCHSTORE_BUILD_TESTS=OFF \
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DPATCHSTORE_INGEST=OFF -DPATCHSTORE_BUILD_TESTS=OFF \
   -DPATCHSTORE_BUILD_BENCH=OFF -DPython_EXECUTABLE="$(command -v "$PY")" \
   -Dpybind11_DIR="$("$PY" -m pybind11 --cmakedir)" "${CMAKE_EXTRA[@]}" >"$WORK/cmake.log" ||
   { cat "$WORK/cmake.log"; exit 1; }
-cmake --build "$WORK/build" -j"$JOBS" --target _patchstore patchstore_store >"$WORK/build.log" ||
+cmake --build "$BUILD" -j"$JOBS" --target _patchstore patchstore_store >"$WORK/build.log" ||
   { tail -50 "$WORK/build.log"; exit 1; }
-c++ -O2 -std=c++17 -Iinclude -Itests bench/gpu/make_store.cc tests/test_util.cc \
-  "$WORK/build/libpatchstore_store.a" -llmdb -lxxhash -lpthread -o "$WORK/make_store"
-export PYTHONPATH=$ROOT/bindings:$WORK/build/bindings/python
+c++ -O2 -std=c++17 -Iinclude -Itests -DPATCHSTORE_CLI_PATH="\"patchstore\"" bench/gpu/make_store.cc tests/test_util.cc \
+  "$BUILD/libpatchstore_store.a" -llmdb -lxxhash -lpthread -o "$WORK/make_store"
+export PYTHONPATH=$ROOT/bindings:$BUILD/bindings/python
 "$PY" -c "import patchstore, patchstore.torch; print('import patchstore', patchstore.__version__, 'ok')"
 
 if ! "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
