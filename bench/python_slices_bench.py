@@ -242,7 +242,10 @@ def mask_rows(store: Path, batch: int, seconds: float, H: int) -> str:
     lines += [
         "",
         "Mask-aware crops draw candidate windows and count their mask voxels (the frames sampler's engine): "
-        "the cost per item is a few candidate counts, more where few crops qualify.",
+        "the cost per item is a few candidate counts, more where few crops qualify. The synthetic body mask "
+        "covers part of every slice, so every slice qualifies here; `open` is the cost of finding that out. "
+        f"Measured while other jobs shared the machine (load average {os.getloadavg()[0]:.0f} at the end): "
+        "rows vary by up to 2x between runs.",
     ]
     return "\n".join(lines) + "\n"
 

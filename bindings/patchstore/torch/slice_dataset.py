@@ -84,8 +84,9 @@ class SliceDataset(ResumableDataset, Dataset[Tuple[torch.Tensor, ...]]):
       ``positive(i)`` which kind).
 
     Which slices qualify is computed once here (each mask volume is read
-    once, a few milliseconds per 100 MB), and handed to DataLoader workers
-    with the dataset (no worker reads the masks again).
+    once, with a summed-area scan of the slices a crop leaves undecided),
+    and handed to DataLoader workers with the dataset (no worker reads the
+    masks again).
 
     Augmentation (as MONAI's RandFlipd / RandRotate90d), the same for every field of
     an item and for every slice of its stack:

@@ -60,9 +60,9 @@
 //
 // Which slices qualify is decided once, by Create, from each mask slice's
 // valid count (the volume's summary count decides an all-empty or all-valid
-// mask without reading it; otherwise the mask volume is read once, a few
-// milliseconds per 100 MB, on num_threads threads, plus a summed-area scan
-// of the slices a crop leaves undecided). The result is one byte per slice
+// mask without reading it; otherwise the mask volume is read once, on
+// num_threads threads, plus a summed-area scan of the slices a crop leaves
+// undecided: bench/python_slices_bench.py measures it). The result is one byte per slice
 // (slice_flags()), which a process that already has it passes back to
 // Create (DataLoader workers, bench processes) instead of reading the masks
 // again.
