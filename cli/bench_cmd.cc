@@ -238,8 +238,22 @@ int RunVolumes(BenchConfig cfg, const std::shared_ptr<Reader>& reader) {
   if (!ApplySliceFlags(cfg.slice_flags, &cfg.slices)) return 2;
   cfg.slices.fields = cfg.fields;
   const SliceContext given = cfg.slices.context;
-  // Whole slices must be of one size to make a batch; a crop must fit every volume.
-  auto all = SliceIndex::Build(*reader);
+  // Whole slices must be of one size to make a batch; a crop must fit every volume (of --ids).
+  Result<SliceIndex> all = Status::Internal("not built");
+  if (cfg.slices.ids.empty()) {
+    all = SliceIndex::Build(*reader);
+  } else {
+    std::vector<uint64_t> samples;
+    for (const std::string& id : cfg.slices.ids) {
+      auto s = reader->Find(id);
+      if (!s.ok()) {
+        std::fprintf(stderr, "patchstore: error: --ids: %s\n", s.status().message().c_str());
+        return 1;
+      }
+      samples.push_back(*s);
+    }
+    all = SliceIndex::Build(*reader, samples);
+  }
   if (!all.ok()) {
     std::fprintf(stderr, "patchstore: error: %s\n", all.status().message().c_str());
     return 1;

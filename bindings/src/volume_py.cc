@@ -301,6 +301,10 @@ std::unique_ptr<PySliceSampler> MakeSliceSampler(const std::shared_ptr<Reader>& 
   return out;
 }
 
+// Whether drawing items reads mask voxels (mask-aware crops): then the GIL
+// is released while they are drawn.
+bool ReadsMasks(const PySliceSampler& p) { return p.sampler->mask_field() >= 0 && !p.sampler->options().crop.none(); }
+
 constexpr int64_t kItemColumns = 12;
 
 void ItemRow(const patchstore::SliceItem& it, int64_t* row) {
@@ -336,8 +340,10 @@ void DrawItems(const PySliceSampler& p, uint64_t epoch, const py::object& indice
                             ") of '" + p.path + "'");
   std::vector<patchstore::SliceItem> items(static_cast<size_t>(n));
   Status st;
-  {
+  if (ReadsMasks(p)) {
     py::gil_scoped_release nogil;
+    st = p.sampler->Items(epoch, reinterpret_cast<const uint64_t*>(idx), static_cast<size_t>(n), items.data());
+  } else {
     st = p.sampler->Items(epoch, reinterpret_cast<const uint64_t*>(idx), static_cast<size_t>(n), items.data());
   }
   Check(st);
@@ -411,8 +417,10 @@ void BindVolumes(py::module_& m) {
           [](const PySliceSampler& p, uint64_t epoch, int64_t i) {
             if (i < 0) throw py::index_error("slice item " + std::to_string(i) + " is negative");
             patchstore::Result<patchstore::SliceItem> r = Status::Internal("not drawn");
-            {
+            if (ReadsMasks(p)) {
               py::gil_scoped_release nogil;
+              r = p.sampler->Item(epoch, static_cast<uint64_t>(i));
+            } else {  // a few hashes: not worth releasing the GIL
               r = p.sampler->Item(epoch, static_cast<uint64_t>(i));
             }
             const patchstore::SliceItem it = Unwrap(std::move(r));
