@@ -410,7 +410,7 @@ class SliceDataset(ResumableDataset, Dataset[Tuple[torch.Tensor, ...]]):
         C++ copy per item (see bench/python_item_bench.py).
         """
         self._check_resume()
-        sampler, n, reader, fields, depths, contexts = self._handles()
+        sampler, n, reader, fields, depths, contexts, context = self._handles()
         j = operator.index(i)
         if j < 0:
             j += n
@@ -419,23 +419,30 @@ class SliceDataset(ResumableDataset, Dataset[Tuple[torch.Tensor, ...]]):
         sample, k, h, w, row, _ = sampler.draw_item(self.epoch, j)
         refs = np.array([[sample, k]], dtype=np.int64)  # per call: threads may share ds
         tr = np.array([row], dtype=np.int64)
-        out: List[torch.Tensor] = []
+        out: Sequence[torch.Tensor]
         if self.output == "stored":  # one tensor per field: their dtypes may differ
             out = [_empty((d, h, w), torch.utils.data.get_worker_info() is not None, self._dtypes[f])
                    for f, d in zip(self.fields, depths)]
-            _C.copy_slice_stacks(reader, refs, tr, fields, contexts, [t.numpy()[None] for t in out], 1)
+            _C.copy_slice_stacks(reader, refs, tr, fields, context, [t.numpy()[None] for t in out], 1)
             return tuple(out)  # unclamped: to_float applies the clamp
         if torch.utils.data.get_worker_info() is None:
             # One allocation for all fields; the items are views of it (as __getitems__'s are of the batch).
-            flat = torch.from_numpy(np.empty(sum(depths) * h * w, dtype=np.float32))
-            at = 0
-            for d in depths:
-                out.append(flat[at:at + d * h * w].view(d, h, w))
-                at += d * h * w
-            _C.copy_slice_stacks(reader, refs, tr, fields, contexts, [t.numpy()[None] for t in out], 1)
+            # NumPy views for the copy, one torch view per field (torch slicing costs microseconds).
+            if isinstance(context, int):
+                nf, d = len(fields), depths[0]
+                buf = np.empty((nf, 1, d, h, w), dtype=np.float32)
+                _C.copy_slice_stacks(reader, refs, tr, fields, context, list(buf), 1)
+                out = torch.from_numpy(buf.reshape(nf, d, h, w)).unbind(0)
+            else:
+                flat = np.empty(sum(depths) * h * w, dtype=np.float32)
+                ends = np.cumsum([d * h * w for d in depths]).tolist()
+                parts = [flat[e - d * h * w:e].reshape(1, d, h, w) for d, e in zip(depths, ends)]  # views
+                _C.copy_slice_stacks(reader, refs, tr, fields, context, parts, 1)
+                sizes = [d * h * w for d in depths]
+                out = [t.view(d, h, w) for t, d in zip(torch.split(torch.from_numpy(flat), sizes), depths)]
         else:  # in shared memory, which the worker hands to the training process without a copy
             out = [_empty((d, h, w), True) for d in depths]
-            _C.copy_slice_stacks(reader, refs, tr, fields, contexts, [t.numpy()[None] for t in out], 1)
+            _C.copy_slice_stacks(reader, refs, tr, fields, context, [t.numpy()[None] for t in out], 1)
         for f, t in zip(self.fields, out):
             c = self.clamp.get(f)
             if c is not None:
@@ -443,12 +450,14 @@ class SliceDataset(ResumableDataset, Dataset[Tuple[torch.Tensor, ...]]):
         return tuple(out)
 
     def _handles(self) -> Tuple[Any, ...]:
-        """(native sampler, len, reader, fields, stack depth per field, context per field) of this process."""
+        """(native sampler, len, reader, fields, stack depth per field, context per field, and the context
+        for the copy: one int when every field has it, else the list) of this process."""
         h = getattr(self, "_handle_cache", None)
         if h is None or h[0] != os.getpid():
             contexts = [self.contexts[f] for f in self.fields]
+            context = contexts[0] if len(set(contexts)) == 1 else contexts
             h = (os.getpid(), self._sampler(), len(self), reader_of(self.store), list(self.fields),
-                 [2 * c + 1 for c in contexts], contexts)
+                 [2 * c + 1 for c in contexts], contexts, context)
             self._handle_cache = h
         return h[1:]
 
