@@ -17,8 +17,10 @@
 
 #include "cli/commands.h"
 #include "cli/json.h"
+#include "cli/slice_flags.h"
 #include "cli/validators.h"
 #include "patchstore/reader/reader.h"
+#include "patchstore/reader/slice_sampler.h"
 #include "patchstore/reader/volume.h"
 
 namespace patchstore::cli {
@@ -32,12 +34,14 @@ struct BenchConfig {
   std::vector<std::string> fields;
   double seconds = 3.0;
   int threads = 1;
-  unsigned seed = 0;
   bool json = false;
-  // Volume stores: slices (context 0) and stacks of 2*context+1 slices, cut to crop x crop (0 = whole).
-  int64_t context = 2;
-  int64_t crop = 0;
-  int64_t stack_context = 0;  // what one measurement copies (set per row)
+  // Volume stores: SliceDataset's options (the slice table's flags: --context, --crop, --require, ...);
+  // the rows measure single slices, then the given context.
+  SliceFlags slice_flags;
+  SliceOptions slices;           // applied from slice_flags (the row's context set per row)
+  std::vector<uint8_t> flags;    // the slice flags, computed once by the parent (with --require)
+  int64_t out_h = 0, out_w = 0;  // the output plane of every item
+  uint64_t seed() const { return slice_flags.options.seed; }
 };
 
 struct Counts {
@@ -47,53 +51,51 @@ struct Counts {
   int error = 0;
 };
 
-// One process's work on a volume store: random slice stacks of every
-// selected field (SliceDataset's copy: CopySliceStacks, a random crop).
+// One process's work on a volume store: the items of random positions of
+// a SliceDataset with these options (the slice sampler's draws, mask-aware
+// with --require), copied as SliceDataset copies them (CopySliceStacks,
+// each field with its context).
 void RunVolumeWorker(const BenchConfig& cfg, int worker, Counts* out) {
   auto r = Reader::Open(cfg.store);
-  auto ix = r.ok() ? SliceIndex::Build(**r) : Result<SliceIndex>(r.status());
-  if (!ix.ok()) {
-    std::fprintf(stderr, "patchstore bench: worker %d: %s\n", worker, ix.status().message().c_str());
+  auto sampler = r.ok() ? SliceSampler::Create(*r, cfg.slices, cfg.flags.empty() ? nullptr : &cfg.flags)
+                        : Result<std::unique_ptr<SliceSampler>>(r.status());
+  if (!sampler.ok()) {
+    std::fprintf(stderr, "patchstore bench: worker %d: %s\n", worker, sampler.status().message().c_str());
     out->error = 1;
     return;
   }
   const Reader& reader = **r;
-  std::vector<int> fields;
-  for (const std::string& f : cfg.fields) fields.push_back(*reader.FieldIndex(f));
-  const int64_t depth = 2 * cfg.stack_context + 1;
-  const int64_t h = cfg.crop ? cfg.crop : ix->height(0), w = cfg.crop ? cfg.crop : ix->width(0);
-  std::vector<std::vector<float>> bufs(fields.size(),
-                                       std::vector<float>(static_cast<size_t>(cfg.batch * depth * h * w)));
-  std::vector<SliceStackRequest> reqs(static_cast<size_t>(cfg.batch));
-  std::vector<std::pair<int64_t, int64_t>> hw(reader.size());
-  for (uint64_t v = 0; v < ix->volume_count(); ++v) hw[ix->sample(v)] = {ix->height(v), ix->width(v)};
-  std::mt19937_64 rng(cfg.seed * 1000003u + static_cast<unsigned>(worker));
+  const SliceSampler& s = **sampler;
+  const size_t nf = cfg.slices.fields.size();
+  std::vector<std::vector<float>> bufs(nf);
+  int64_t item_floats = 0;
+  for (size_t f = 0; f < nf; ++f) {
+    const int64_t depth = 2 * s.context(f) + 1;
+    bufs[f].resize(static_cast<size_t>(cfg.batch * depth * cfg.out_h * cfg.out_w));
+    item_floats += depth * cfg.out_h * cfg.out_w;
+  }
+  std::vector<uint64_t> idx(static_cast<size_t>(cfg.batch));
+  std::vector<SliceItem> items(idx.size());
+  std::vector<SliceStackRequest> reqs(idx.size());
+  std::mt19937_64 rng(cfg.seed() * 1000003u + static_cast<unsigned>(worker));
   const auto start = std::chrono::steady_clock::now();
   double elapsed = 0;
+  uint64_t epoch = 0;
   while (elapsed < cfg.seconds) {
-    for (SliceStackRequest& q : reqs) {
-      const SliceRef ref = (*ix)[rng() % ix->size()];
-      const auto [H, W] = hw[ref.sample];
-      q = SliceStackRequest{};
-      q.sample = ref.sample;
-      q.slice = ref.slice;
-      if (cfg.crop) {
-        q.transform.height = q.transform.width = cfg.crop;
-        q.transform.y = static_cast<int64_t>(rng() % static_cast<uint64_t>(H - cfg.crop + 1));
-        q.transform.x = static_cast<int64_t>(rng() % static_cast<uint64_t>(W - cfg.crop + 1));
-      }
+    for (uint64_t& i : idx) i = rng() % s.size();
+    Status st = s.Items(epoch++, idx.data(), idx.size(), items.data());
+    for (size_t f = 0; f < nf && st.ok(); ++f) {
+      for (size_t k = 0; k < reqs.size(); ++k)
+        reqs[k] = SliceStackRequest{items[k].ref.sample, s.field_index(f), items[k].ref.slice, items[k].transform};
+      st = CopySliceStacks(reader, reqs, s.context(f), bufs[f].data(), cfg.threads);
     }
-    for (size_t f = 0; f < fields.size(); ++f) {
-      for (SliceStackRequest& q : reqs) q.field = fields[f];
-      Status st = CopySliceStacks(reader, reqs, cfg.stack_context, bufs[f].data(), cfg.threads);
-      if (!st.ok()) {
-        std::fprintf(stderr, "patchstore bench: %s\n", st.message().c_str());
-        out->error = 1;
-        return;
-      }
+    if (!st.ok()) {
+      std::fprintf(stderr, "patchstore bench: %s\n", st.message().c_str());
+      out->error = 1;
+      return;
     }
     out->patches += static_cast<uint64_t>(cfg.batch);
-    out->bytes += static_cast<uint64_t>(cfg.batch) * fields.size() * depth * h * w * sizeof(float);
+    out->bytes += static_cast<uint64_t>(cfg.batch * item_floats) * sizeof(float);
     elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   out->seconds = elapsed;
@@ -130,7 +132,7 @@ void RunWorker(const BenchConfig& cfg, int worker, Counts* out) {
     }
     hw[s] = {static_cast<int64_t>(h->shape[1]), static_cast<int64_t>(h->shape[2])};
   }
-  std::mt19937_64 rng(cfg.seed * 1000003u + static_cast<unsigned>(worker));
+  std::mt19937_64 rng(cfg.seed() * 1000003u + static_cast<unsigned>(worker));
   std::vector<std::vector<float>> bufs;
   for (int f : fields)
     bufs.emplace_back(static_cast<size_t>(cfg.batch) * reader.field(f).channels * cfg.patch * cfg.patch);
@@ -207,49 +209,126 @@ bool Measure(const BenchConfig& cfg, int procs, void (*work)(const BenchConfig&,
   return failed == 0;
 }
 
+// The context of every field as a JSON value: one number, or {field: C}.
+std::string ContextJson(const SliceSampler& s) {
+  const std::vector<std::string>& fields = s.options().fields;
+  bool uniform = true;
+  for (size_t f = 1; f < fields.size(); ++f) uniform = uniform && s.context(f) == s.context(0);
+  if (uniform) return std::to_string(s.context(0));
+  std::string out = "{";
+  for (size_t f = 0; f < fields.size(); ++f)
+    out += (f ? ", " : "") + JsonString(fields[f]) + ": " + std::to_string(s.context(f));
+  return out + "}";
+}
+
+// "1 slice" or "MR 3, CT 1": the stack depth of each field.
+std::string Depths(const SliceSampler& s) {
+  const std::vector<std::string>& fields = s.options().fields;
+  bool uniform = true;
+  for (size_t f = 1; f < fields.size(); ++f) uniform = uniform && s.context(f) == s.context(0);
+  if (uniform) return std::to_string(2 * s.context(0) + 1) + (s.context(0) ? " sl." : " slice");
+  std::string out;
+  for (size_t f = 0; f < fields.size(); ++f)
+    out += (f ? "," : "") + fields[f] + " " + std::to_string(2 * s.context(f) + 1);
+  return out;
+}
+
 // `patchstore bench` on a volume store: slices and stacks, as SliceDataset copies them.
-int RunVolumes(BenchConfig cfg, const Reader& reader) {
-  auto ix = SliceIndex::Build(reader);
-  if (!ix.ok()) {
-    std::fprintf(stderr, "patchstore: error: %s\n", ix.status().message().c_str());
+int RunVolumes(BenchConfig cfg, const std::shared_ptr<Reader>& reader) {
+  if (!ApplySliceFlags(cfg.slice_flags, &cfg.slices)) return 2;
+  cfg.slices.fields = cfg.fields;
+  const SliceContext given = cfg.slices.context;
+  // Whole slices must be of one size to make a batch; a crop must fit every volume (of --ids).
+  Result<SliceIndex> all = Status::Internal("not built");
+  if (cfg.slices.ids.empty()) {
+    all = SliceIndex::Build(*reader);
+  } else {
+    std::vector<uint64_t> samples;
+    for (const std::string& id : cfg.slices.ids) {
+      auto s = reader->Find(id);
+      if (!s.ok()) {
+        std::fprintf(stderr, "patchstore: error: --ids: %s\n", s.status().message().c_str());
+        return 1;
+      }
+      samples.push_back(*s);
+    }
+    all = SliceIndex::Build(*reader, samples);
+  }
+  if (!all.ok()) {
+    std::fprintf(stderr, "patchstore: error: %s\n", all.status().message().c_str());
     return 1;
   }
-  for (uint64_t v = 0; v < ix->volume_count(); ++v) {
-    if (cfg.crop > std::min(ix->height(v), ix->width(v))) {
-      std::fprintf(stderr, "patchstore: error: --crop %lld is larger than the %lldx%lld slices of volume '%s'\n",
-                   static_cast<long long>(cfg.crop), static_cast<long long>(ix->height(v)),
-                   static_cast<long long>(ix->width(v)), std::string(reader.id(ix->sample(v))).c_str());
+  const SliceIndex& ix = *all;
+  const CropSize crop = cfg.slices.crop;
+  for (uint64_t v = 0; v < ix.volume_count(); ++v) {
+    if (!crop.none() && (crop.h > ix.height(v) || crop.w > ix.width(v))) {
+      std::fprintf(stderr, "patchstore: error: --crop %s is larger than the %lldx%lld slices of volume '%s'\n",
+                   crop.h == crop.w ? std::to_string(crop.h).c_str()
+                                    : (std::to_string(crop.h) + "," + std::to_string(crop.w)).c_str(),
+                   static_cast<long long>(ix.height(v)), static_cast<long long>(ix.width(v)),
+                   std::string(reader->id(ix.sample(v))).c_str());
       return 1;
     }
-    if (!cfg.crop && (ix->height(v) != ix->height(0) || ix->width(v) != ix->width(0))) {
+    if (crop.none() && (ix.height(v) != ix.height(0) || ix.width(v) != ix.width(0))) {
       std::fprintf(stderr,
                    "patchstore: error: the volumes have slices of different sizes (%lldx%lld in '%s', "
                    "%lldx%lld in '%s'): give --crop\n",
-                   static_cast<long long>(ix->height(0)), static_cast<long long>(ix->width(0)),
-                   std::string(reader.id(ix->sample(0))).c_str(), static_cast<long long>(ix->height(v)),
-                   static_cast<long long>(ix->width(v)), std::string(reader.id(ix->sample(v))).c_str());
+                   static_cast<long long>(ix.height(0)), static_cast<long long>(ix.width(0)),
+                   std::string(reader->id(ix.sample(0))).c_str(), static_cast<long long>(ix.height(v)),
+                   static_cast<long long>(ix.width(v)), std::string(reader->id(ix.sample(v))).c_str());
       return 1;
     }
   }
-  const int64_t h = cfg.crop ? cfg.crop : ix->height(0), w = cfg.crop ? cfg.crop : ix->width(0);
+  // The rows: single slices, then the given context (when it is not that).
+  std::vector<SliceContext> rows{SliceContext{}};
+  bool stacks = given.all != 0;
+  for (const auto& [f, c] : given.fields) stacks = stacks || c != 0;
+  if (stacks) rows.push_back(given);
+  // The first row's sampler validates the options and, with --require, decides which slices qualify
+  // (once: the worker processes get its flags).
+  cfg.slices.context = rows[0];
+  auto first = SliceSampler::Create(reader, cfg.slices);
+  if (!first.ok()) {
+    std::fprintf(stderr, "patchstore: error: %s\n", first.status().message().c_str());
+    return 1;
+  }
+  if (!(*first)->skipped().empty())
+    std::fprintf(stderr, "patchstore: warning: %s\n", (*first)->SkippedReport().c_str());
+  const SliceIndex& served = (*first)->index();
+  cfg.out_h = crop.none() ? served.height(0) : crop.h;
+  cfg.out_w = crop.none() ? served.width(0) : crop.w;
   std::string names;
   for (auto& f : cfg.fields) names += (names.empty() ? "" : "+") + f;
   std::ostringstream json;
   if (cfg.json) {
-    json << "{\"store\": \"" << cfg.store << "\", \"kind\": \"volumes\", \"height\": " << h << ", \"width\": " << w
-         << ", \"fields\": " << cfg.fields.size() << ", \"batch\": " << cfg.batch << ", \"runs\": [";
+    json << "{\"store\": " << JsonString(cfg.store) << ", \"kind\": \"volumes\", \"height\": " << cfg.out_h
+         << ", \"width\": " << cfg.out_w << ", \"fields\": " << cfg.fields.size() << ", \"batch\": " << cfg.batch
+         << ", \"items\": " << (*first)->size()
+         << ", \"require\": " << (cfg.slices.require.empty() ? std::string("null") : JsonString(cfg.slices.require))
+         << ", \"runs\": [";
   } else {
-    std::printf("store %s: %zu volumes, %llu slices; random %lldx%lld slices of %s (SliceDataset's copy), batch "
-                "%d, %d thread(s) per process\n",
-                cfg.store.c_str(), static_cast<size_t>(ix->volume_count()), static_cast<unsigned long long>(ix->size()),
-                static_cast<long long>(h), static_cast<long long>(w), names.c_str(), cfg.batch, cfg.threads);
-    std::printf("%8s %10s %14s %10s %16s\n", "stack", "processes", "items/s", "GB/s", "per process GB/s");
+    std::printf("store %s: %zu volumes, %llu items%s; random %lldx%lld items of %s (SliceDataset's draws and copy), "
+                "batch %d, %d thread(s) per process\n",
+                cfg.store.c_str(), static_cast<size_t>(served.volume_count()),
+                static_cast<unsigned long long>((*first)->size()),
+                cfg.slices.require.empty() ? "" : (" with require=" + cfg.slices.require).c_str(),
+                static_cast<long long>(cfg.out_h), static_cast<long long>(cfg.out_w), names.c_str(), cfg.batch,
+                cfg.threads);
+    std::printf("%14s %10s %14s %10s %16s\n", "stack", "processes", "items/s", "GB/s", "per process GB/s");
   }
-  bool first = true;
-  std::vector<int64_t> contexts{0};
-  if (cfg.context > 0) contexts.push_back(cfg.context);
-  for (int64_t c : contexts) {
-    cfg.stack_context = c;
+  // Worker processes create their samplers from the served volumes and the flags: no mask read there.
+  cfg.slices.ids.clear();
+  cfg.slices.samples.clear();
+  for (uint64_t v = 0; v < served.volume_count(); ++v) cfg.slices.samples.push_back(served.sample(v));
+  cfg.flags = cfg.slices.require.empty() ? std::vector<uint8_t>() : (*first)->slice_flags();
+  bool first_run = true;
+  for (const SliceContext& c : rows) {
+    cfg.slices.context = c;
+    auto row = SliceSampler::Create(reader, cfg.slices, cfg.flags.empty() ? nullptr : &cfg.flags);
+    if (!row.ok()) {
+      std::fprintf(stderr, "patchstore: error: %s\n", row.status().message().c_str());
+      return 1;
+    }
     for (int procs : cfg.processes) {
       Counts t;
       if (!Measure(cfg, procs, RunVolumeWorker, &t)) {
@@ -258,13 +337,12 @@ int RunVolumes(BenchConfig cfg, const Reader& reader) {
       }
       const double ips = t.patches / t.seconds, gbps = t.bytes / t.seconds / 1e9;
       if (cfg.json) {
-        json << (first ? "" : ", ") << "{\"context\": " << c << ", \"processes\": " << procs
-             << ", \"items_per_s\": " << ips << ", \"gbps\": " << gbps << "}";
+        json << (first_run ? "" : ", ") << "{\"context\": " << ContextJson(**row) << ", \"processes\": " << procs
+             << ", \"items_per_s\": " << JsonNumber(ips) << ", \"gbps\": " << JsonNumber(gbps) << "}";
       } else {
-        std::printf("%8s %10d %14.0f %10.2f %16.2f\n", (std::to_string(2 * c + 1) + (c ? " sl." : " slice")).c_str(),
-                    procs, ips, gbps, gbps / procs);
+        std::printf("%14s %10d %14.0f %10.2f %16.2f\n", Depths(**row).c_str(), procs, ips, gbps, gbps / procs);
       }
-      first = false;
+      first_run = false;
     }
   }
   if (cfg.json) std::printf("%s]}\n", json.str().c_str());
@@ -292,7 +370,7 @@ int Run(const BenchConfig& cfg0) {
         return 1;
       }
     }
-    return RunVolumes(cfg, **r);
+    return RunVolumes(cfg, *r);
   }
   if ((*r)->meta().kind != "frames") {
     std::fprintf(stderr, "patchstore: error: bench measures image stores (this one holds %s)\n",
@@ -407,19 +485,16 @@ Runner RegisterBench(CLI::App* app, const bool* quiet) {
       ->check(CLI::Range(0.1, 3600.0))
       ->check(FiniteNumber());
   cmd->add_option("--threads", cfg->threads, "Gather threads per process")->check(CLI::Range(1, 256));
-  cmd->add_option("--seed", cfg->seed, "Random seed for window positions");
   cmd->add_flag("--json", cfg->json, "Machine-readable output");
-  cmd->add_option("--context", cfg->context,
-                  "Volume stores: also measure stacks of 2*C+1 slices (default 2; 0: "
-                  "single slices only)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 16));
-  cmd->add_option("--crop", cfg->crop, "Volume stores: random SIZE x SIZE crops (default: whole slices)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+  // SliceDataset's options for volume stores; --seed also seeds the image stores' window positions.
+  AddSliceFlags(cmd, &cfg->slice_flags, "Volume stores: ");
   cmd->footer("Examples:\n  patchstore bench frames.ps\n  patchstore bench frames.ps --patch 128 --processes 1,2,4,8 "
               "--field rgb\n  patchstore bench synthrad.ps --context 2 --crop 256 --batch 32\n"
-              "Windows are uniform over each sample (no mask requirement). Volume stores: random slices, then\n"
-              "stacks of 2*C+1 slices (SliceDataset's copy; --patch does not apply). Run it twice: the first\n"
-              "run may read from disk, the second from the page cache.");
+              "  patchstore bench synthrad.ps --context MR=1 --crop 256 --require MASK --min-valid 0.1\n"
+              "Image stores: windows are uniform over each sample (no mask requirement). Volume stores: the\n"
+              "items of random positions of a SliceDataset with these options (its draws, mask-aware with\n"
+              "--require, and its copy; --patch does not apply): single slices, then stacks of --context.\n"
+              "Run it twice: the first run may read from disk, the second from the page cache.");
   return [cmd, cfg]() -> int { return cmd->parsed() ? Run(*cfg) : -1; };
 }
 

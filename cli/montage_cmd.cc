@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/sampler_flags.h"
+#include "cli/slice_flags.h"
 #include "cli/validators.h"
 #include "patchstore/ingest/montage.h"
 #include "patchstore/ingest/volume_montage.h"
@@ -18,25 +19,16 @@ namespace patchstore::cli {
 namespace {
 
 // `patchstore montage` on a volume store: what SliceDataset serves.
-int RunVolumeMontage(const MontageOptions& m, const SamplerFlags& f, const std::string& window,
-                     const std::vector<int64_t>& crop, int64_t context, bool flip_independent,
-                     const std::vector<std::string>& ids, const std::string& out) {
+int RunVolumeMontage(const MontageOptions& m, const SliceFlags& slices, bool flip_independent,
+                     const std::string& window, const std::string& out) {
   VolumeMontageOptions o;
   o.store = m.store;
   o.count = m.count;
   o.field = m.field;
   o.overlay = m.overlay;
-  o.ids = ids;
-  if (crop.size() == 1) o.crop_h = o.crop_w = crop[0];
-  if (crop.size() == 2) {
-    o.crop_h = crop[0];
-    o.crop_w = crop[1];
-  }
-  o.context = context;
-  o.flip = flip_independent ? SliceFlip::kIndependent : f.options.flip ? SliceFlip::kBoth : SliceFlip::kNone;
-  o.rot90 = f.options.rot90;
-  o.seed = f.options.seed;
-  o.epoch = f.epoch;
+  if (!ApplySliceFlags(slices, &o.slices)) return 2;
+  if (flip_independent) o.slices.flip = SliceFlip::kIndependent;
+  o.epoch = m.epoch;
   bool is_auto = true;
   if (!window.empty()) ParseWindow(window, &o.window_lo, &o.window_hi, &is_auto);
   o.has_window = !is_auto;
@@ -64,10 +56,9 @@ Runner RegisterMontage(CLI::App* app, const bool* quiet) {
   auto o = std::make_shared<MontageOptions>();
   auto out = std::make_shared<std::string>();
   auto window = std::make_shared<std::string>();
-  auto crop = std::make_shared<std::vector<int64_t>>();
-  auto context = std::make_shared<int64_t>(0);
   auto flip_independent = std::make_shared<bool>(false);
   auto flags = std::make_shared<SamplerFlags>();
+  auto slices = std::make_shared<SliceFlags>();
   auto no_require = std::make_shared<bool>(false);
   auto* cmd = app->add_subcommand("montage", "Contact sheet of the windows the sampler (image stores) or the slices "
                                              "SliceDataset (volume stores) serves (PNG)");
@@ -76,31 +67,24 @@ Runner RegisterMontage(CLI::App* app, const bool* quiet) {
   cmd->add_option("--count", o->count, "Number of windows (tiles)")->capture_default_str()->check(CLI::Range(1, 4096));
   cmd->add_option("--field", o->field, "Field to show (default: the first field)");
   cmd->add_option("--overlay", o->overlay,
-                  "Mask field drawn as a translucent red overlay; windows must hold at "
+                  "Mask field drawn as a translucent red overlay; in image stores windows must hold at "
                   "least one of its pixels (as require=FIELD)");
   cmd->add_flag("--no-require", *no_require, "Do not require overlay pixels in the windows");
+  // The slice table first: the flags both tables have take its spelling (--flip=independent).
+  AddSliceFlags(cmd, slices.get(), "Volumes: ");
   AddSamplerFlags(cmd, flags.get(), "", /*ids=*/true);
   cmd->add_option("--window", *window,
                   "LO,HI display range in stored units (after the ingest normalisation), or "
                   "auto: the 1st..99th percentile of the shown values (volumes; the default "
                   "there). Image stores: float fields; default each tile's range");
-  cmd->add_option("--crop", *crop, "Volumes: SIZE or H,W, as SliceDataset(crop=...) (default: whole slices)")
-      ->delimiter(',')
-      ->expected(1, 2)
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
-  cmd->add_option("--context", *context,
-                  "Volumes: as SliceDataset(context=C); the centre slice of each stack is "
-                  "shown")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 16));
-  cmd->add_flag("--flip-independent", *flip_independent,
-                "Volumes: as SliceDataset(flip=\"independent\") (--flip is "
-                "flip=True: a 180 degree turn)");
+  cmd->add_flag("--flip-independent", *flip_independent, "Volumes: the same as --flip=independent");
   cmd->add_option("--tile", o->tile, "Tile size in pixels (default: min(patch, 256))")->check(CLI::Range(8, 4096));
   cmd->footer(
       "Examples:\n  patchstore montage frames.ps sheet.png --count 64 --patch 256 --field rgb --overlay mask\n"
       "  patchstore montage frames.ps depth.png --field depth --window 0,10 --seed 3\n"
       "  patchstore montage frames.ps pd.png --patch 128,256 --overlay mask --min-valid 0.1 --loader patchdataset\n"
       "  patchstore montage synthrad.ps ct.png --field CT --crop 256 --flip --rot90 --window -1,1\n"
+      "  patchstore montage synthrad.ps mr.png --field MR --context MR=1,CT=0 --crop 128 --require MASK\n"
       "Image stores: the tiles are the first COUNT windows the --loader with these options serves in\n"
       "--epoch (sampler/batchloader: in permutation order; patchdataset: items 0, 1, ... in index order).\n"
       "Samples without a qualifying window are skipped as the loaders skip them, with a warning.\n"
@@ -108,9 +92,10 @@ Runner RegisterMontage(CLI::App* app, const bool* quiet) {
       "The overlay must be a mask field; its edge is outlined white inside, black outside.\n"
       "Non-finite values (NaN, +inf, -inf) are drawn magenta (255,0,255), never as a value.\n"
       "Volume stores: COUNT items spread evenly over the SliceDataset with these options (--crop,\n"
-      "--context, --flip, --rot90, --seed, --epoch, --ids), each the centre slice of its stack as the\n"
-      "dataset serves it, labelled '<id> s<slice>' (v/h: flipped, rK: K quarter turns).");
-  return [cmd, o, out, window, no_require, crop, context, flip_independent, flags]() -> int {
+      "--context, --flip, --rot90, --seed, --require, --min-valid, --positive-fraction, --epoch, --ids),\n"
+      "each the centre slice of its stack as the dataset serves it, labelled '<id> s<slice>' (v/h:\n"
+      "flipped, rK: K quarter turns).");
+  return [cmd, o, out, window, no_require, slices, flip_independent, flags]() -> int {
     if (!cmd->parsed()) return -1;
     double wlo = 0, whi = 1;
     bool wauto = false;
@@ -135,10 +120,11 @@ Runner RegisterMontage(CLI::App* app, const bool* quiet) {
       auto reader = Reader::Open(o->store);
       if (reader.ok() && (*reader)->meta().kind == "volumes") {
         reader->reset();
-        return RunVolumeMontage(*o, *flags, *window, *crop, *context, *flip_independent, flags->options.ids, *out);
+        o->epoch = flags->epoch;
+        return RunVolumeMontage(*o, *slices, *flip_independent, *window, *out);
       }
     }
-    if (!crop->empty() || *context || *flip_independent) {
+    if (SliceOnlyFlagsGiven(*slices) || *flip_independent) {
       std::fprintf(stderr,
                    "patchstore: error: --crop, --context and --flip-independent are for volume "
                    "stores; '%s' holds images (use --patch)\n",

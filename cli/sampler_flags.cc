@@ -41,12 +41,51 @@ void AddFlag(CLI::App* cmd, const std::string& flag, T* member, const std::strin
   }
 }
 
+// The long name of a row's flag ("-k,--patches-per-sample" -> "--patches-per-sample").
+std::string LongName(const std::string& flag) {
+  const size_t c = flag.rfind(',');
+  return c == std::string::npos ? flag : flag.substr(c + 1);
+}
+
+// A shared flag's value (given on the command line) into a member of the
+// sampler's table: the strings CLI11 kept, converted by the member's type.
+template <class T>
+bool ReadShared(CLI::Option* opt, T* member, const std::string& flag) {
+  if (opt->count() == 0) return true;  // not given: the sampler's default
+  try {
+    if constexpr (std::is_same_v<T, bool>) {
+      const std::string v = opt->results().empty() ? std::string("true") : opt->results().back();
+      if (v == "independent") {
+        std::fprintf(stderr,
+                     "patchstore: error: %s=independent is for volume stores (image windows flip each "
+                     "axis on its own with %s)\n",
+                     flag.c_str(), flag.c_str());
+        return false;
+      }
+      *member = !(v == "false" || v == "0" || v.empty());
+    } else if constexpr (std::is_arithmetic_v<T> || std::is_same_v<T, std::string> ||
+                         std::is_same_v<T, std::vector<std::string>>) {
+      *member = opt->as<T>();
+    } else {
+      std::fprintf(stderr, "patchstore: error: %s: not a shared flag\n", flag.c_str());
+      return false;
+    }
+  } catch (const CLI::Error& e) {
+    std::fprintf(stderr, "patchstore: error: %s: %s\n", flag.c_str(), e.what());
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 void AddSamplerFlags(CLI::App* cmd, SamplerFlags* f, const std::string& when, bool ids) {
   SamplerOptions* o = &f->options;
 #define PATCHSTORE_FLAG_ROW(member, python, flag, doc)                                                          \
   if (std::string(flag).empty() || (!ids && std::string(#member) == "ids")) {                                   \
+  } else if (CLI::Option* other = cmd->get_option_no_throw(LongName(flag))) {                                   \
+    other->description(other->get_description() + ". Images: " + doc + " (as " python "=)");                    \
+    f->shared.emplace_back(#member, other);                                                                     \
   } else if (std::string(#member) == "patch_size") {                                                            \
     cmd->add_option(flag, f->patch, when + doc + " (as " python "=); default " + std::to_string(o->patch_size)) \
         ->delimiter(',')                                                                                        \
@@ -73,6 +112,14 @@ bool ApplySamplerFlags(const SamplerFlags& f, MontageOptions* o) {
     s.patch_size = std::max(f.patch[0], f.patch[1]);
     s.patch_h = f.patch[0];
     s.patch_w = f.patch[1];
+  }
+  for (const auto& [member, opt] : f.shared) {
+    bool ok = true;
+#define PATCHSTORE_SHARED_ROW(m, python, flag, doc) \
+  if (member == #m) ok = ReadShared(opt, &s.m, LongName(flag));
+    PATCHSTORE_SAMPLER_OPTIONS(PATCHSTORE_SHARED_ROW)
+#undef PATCHSTORE_SHARED_ROW
+    if (!ok) return false;
   }
   auto loader = ParseLoaderKind(f.loader);
   if (!loader.ok()) {

@@ -4,12 +4,16 @@
 // the loaders' meaning, docs and C++ defaults, and the loader kind whose
 // windows are shown (--loader sampler|batchloader|patchdataset). No flag is
 // written here by hand except --patch (P or H,W), --loader and --epoch;
-// values are checked by SamplerOptions::Validate, not here.
+// values are checked by SamplerOptions::Validate, not here. A flag the
+// command already has (montage adds the slice table's first,
+// cli/slice_flags.h) is shared: its help gains the images' meaning, and its
+// value is read into both tables.
 #pragma once
 
 #include <CLI/CLI.hpp>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "patchstore/ingest/montage.h"
@@ -21,6 +25,8 @@ struct SamplerFlags {
   std::vector<int64_t> patch;  // --patch: P or H,W
   std::string loader = "sampler";
   uint64_t epoch = 0;
+  // Rows whose flag another table registered first: (C++ member, that option).
+  std::vector<std::pair<std::string, CLI::Option*>> shared;
 };
 
 // Adds the table's flags (--patch, -k, --require, --min-valid,
@@ -30,7 +36,8 @@ struct SamplerFlags {
 void AddSamplerFlags(CLI::App* cmd, SamplerFlags* flags, const std::string& when, bool ids);
 
 // Fills o->sampler, o->loader and o->epoch; false with a message on stderr
-// for an unknown --loader.
+// for an unknown --loader or a shared flag's value the images have no
+// spelling for (--flip=independent).
 bool ApplySamplerFlags(const SamplerFlags& flags, MontageOptions* o);
 
 // Prints Image8 warnings as "patchstore: warning: ..." lines, each once.

@@ -45,38 +45,20 @@ Result<VolumeMontage> RenderVolumeMontage(const VolumeMontageOptions& o) {
   if (!o.overlay.empty()) {
     PS_ASSIGN_OR_RETURN(overlay, reader->FieldIndex(o.overlay));
   }
-  SliceIndex index;
-  if (o.ids.empty()) {
-    PS_ASSIGN_OR_RETURN(index, SliceIndex::Build(*reader));
-  } else {
-    std::vector<uint64_t> samples;
-    for (const std::string& id : o.ids) {
-      PS_ASSIGN_OR_RETURN(uint64_t s, reader->Find(id));
-      samples.push_back(s);
-    }
-    PS_ASSIGN_OR_RETURN(index, SliceIndex::Build(*reader, samples));
-  }
-  if (index.size() == 0) return Status::OutOfRange("montage of '" + o.store + "': no slices to show");
-  if (o.crop_h < 0 || o.crop_w < 0 || (o.crop_h == 0) != (o.crop_w == 0))
-    return Status::InvalidArgument("montage: crop must be two positive sizes (or none)");
+  SliceOptions so = o.slices;
+  if (so.fields.empty())
+    for (int f = 0; f < reader->field_count(); ++f) so.fields.push_back(reader->field(f).name);
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<SliceSampler> sampler, SliceSampler::Create(reader, so));
   VolumeMontage out;
-  // The volumes SliceDataset serves with this crop (the others give no item).
-  const VolumeSelection sel = SelectVolumesGivingItems(*reader, index, o.crop_h, o.crop_w);
-  if (!sel.skipped.empty()) {
-    const std::string crop = std::to_string(o.crop_h) + "x" + std::to_string(o.crop_w);
-    if (sel.kept.empty())
-      return Status::InvalidArgument("montage of '" + o.store + "': crop " + crop +
-                                     " is larger than the slices of every volume (" + sel.skipped_text + ")");
-    out.warning = std::to_string(sel.skipped.size()) + " of " + std::to_string(index.volume_count()) +
-                  " volumes give no item and are skipped" + (o.crop_h ? " (crop " + crop + ")" : std::string()) +
-                  ", as SliceDataset skips them: " + sel.skipped_text;
-    PS_ASSIGN_OR_RETURN(index, SliceIndex::Build(*reader, sel.kept));
-  }
-  const uint64_t N = index.size();
-  for (uint64_t v = 0; v < index.volume_count(); ++v) {
-    if (o.rot90 && (o.crop_h ? o.crop_h != o.crop_w : index.height(v) != index.width(v)))
-      return Status::InvalidArgument("montage: rot90 needs square slices or a square crop");
-  }
+  // Volumes SliceDataset leaves out (no item with these options).
+  if (!sampler->skipped().empty())
+    out.warning = std::to_string(sampler->skipped().size()) + " of " + std::to_string(sampler->considered_volumes()) +
+                  " volumes give no item and are skipped" +
+                  (so.crop.none() ? std::string()
+                                  : " (crop " + std::to_string(so.crop.h) + "x" + std::to_string(so.crop.w) + ")") +
+                  ", as SliceDataset skips them: " + sampler->skipped_text();
+  const uint64_t N = sampler->size();
+  const int64_t context = so.context.Of(fname);
   const uint64_t n = std::min<uint64_t>(static_cast<uint64_t>(o.count), N);
   struct Tile {
     std::vector<float> plane, mask;
@@ -90,18 +72,11 @@ Result<VolumeMontage> RenderVolumeMontage(const VolumeMontageOptions& o) {
     const uint64_t item = static_cast<uint64_t>((static_cast<__uint128_t>(j) * N) / n);
     out.items.push_back(item);
     Tile& tl = tiles[j];
-    tl.ref = index[item];
-    const uint64_t v = [&] {
-      uint64_t lo = 0, hi = index.volume_count();
-      while (hi - lo > 1) {
-        const uint64_t mid = (lo + hi) / 2;
-        (index.first(mid) <= item ? lo : hi) = mid;
-      }
-      return lo;
-    }();
-    const int64_t H = index.height(v), W = index.width(v);
-    tl.t = DrawSliceTransform(o.seed, o.epoch, item, H, W, o.crop_h, o.crop_w, o.flip, o.rot90);
-    std::tie(tl.h, tl.w) = tl.t.OutputSize(H, W);
+    PS_ASSIGN_OR_RETURN(SliceItem it, sampler->Item(o.epoch, item));
+    tl.ref = it.ref;
+    tl.t = it.transform;
+    tl.h = it.out_h;
+    tl.w = it.out_w;
     tl.plane.resize(static_cast<size_t>(tl.h * tl.w));
     PS_RETURN_IF_ERROR(CopySliceStack(*reader, tl.ref.sample, field, tl.ref.slice, 0, tl.t, tl.plane.data()));
     if (overlay >= 0) {
@@ -148,7 +123,7 @@ Result<VolumeMontage> RenderVolumeMontage(const VolumeMontageOptions& o) {
     if (t.rows != tile || t.cols != tile) cv::resize(t, t, cv::Size(tile, tile), 0, 0, cv::INTER_AREA);
     if (o.labels) {
       std::string label = std::string(reader->id(tl.ref.sample)) + " s" + std::to_string(tl.ref.slice);
-      if (o.context > 0) label += "+-" + std::to_string(o.context);
+      if (context > 0) label += "+-" + std::to_string(context);
       if (tl.t.flip_v || tl.t.flip_h || tl.t.rot90)
         label += std::string(" ") + (tl.t.flip_v ? "v" : "") + (tl.t.flip_h ? "h" : "") +
                  (tl.t.rot90 ? "r" + std::to_string(tl.t.rot90) : "");

@@ -3,6 +3,7 @@
 #include "patchstore/reader/transform.h"
 #include "reader/parallel.h"
 #include "reader/sampling_policy.h"
+#include "reader/window_sets.h"
 #include "store/numbers.h"
 
 #include <algorithm>
@@ -96,27 +97,10 @@ Status SamplerOptions::Validate() const {
   return Status::OK();
 }
 
-bool PatchSampler::WindowSet::Draw(uint64_t r, int64_t* y, int64_t* x) const {
-  if (total == 0) return false;
-  // The last run whose start is <= r.
-  auto it = std::upper_bound(runs.begin(), runs.end(), r, [](uint64_t v, const Run& run) { return v < run.start; });
-  const Run& run = *(it - 1);
-  *y = run.y;
-  *x = run.x0 + static_cast<int64_t>(r - run.start);
-  return true;
-}
-
-bool PatchSampler::WindowSet::Contains(int64_t y, int64_t x) const {
-  // The last run starting at or before (y, x) in row-major order.
-  auto it = std::upper_bound(runs.begin(), runs.end(), std::make_pair(y, x),
-                             [](const std::pair<int64_t, int64_t>& v, const Run& run) {
-                               return v.first < run.y || (v.first == run.y && v.second < run.x0);
-                             });
-  if (it == runs.begin()) return false;
-  const Run& run = *(it - 1);
-  const uint64_t end = it == runs.end() ? total : it->start;
-  return run.y == y && x < run.x0 + static_cast<int64_t>(end - run.start);
-}
+struct PatchSampler::SampleSets {
+  WindowSet pos, neg;
+  uint64_t bytes() const { return pos.bytes() + neg.bytes() + sizeof(SampleSets) + 64; }
+};
 
 Result<std::unique_ptr<PatchSampler>> PatchSampler::Create(std::shared_ptr<const Reader> reader,
                                                            const SamplerOptions& o) {
@@ -233,34 +217,16 @@ Result<std::shared_ptr<const PatchSampler::SampleSets>> PatchSampler::Sets(uint6
   if (mask_field_ < 0) {
     auto h = reader_->Summary(sample, fields_[0]);
     if (!h.ok()) return h.status();
-    const int64_t H = static_cast<int64_t>(h->shape[1]), W = static_cast<int64_t>(h->shape[2]);
-    for (int64_t y = 0; y + ph <= H; ++y) {
-      sets->pos.runs.push_back({static_cast<int32_t>(y), 0, sets->pos.total});
-      sets->pos.total += static_cast<uint64_t>(W - pw + 1);
-    }
+    AllWindows(static_cast<int64_t>(h->shape[1]), static_cast<int64_t>(h->shape[2]), ph, pw, &sets->pos);
   } else {
     // Not cached in the Reader: this sampler keeps the (much smaller) runs.
-    // The window (y, x) qualifies when its h x w valid count, four lookups
-    // in the summed-area table, reaches the threshold.
     // The table goes into a buffer this thread keeps (the size of the
     // largest mask's table, e.g. 8.3 MB for 1920x1080), not fresh pages.
     thread_local std::vector<uint32_t> table;
     PS_ASSIGN_OR_RETURN(SatView sat, reader_->Sat(sample, mask_field_, /*cache=*/false, &table));
-    const int64_t H = sat.H, W = sat.W;
-    for (int64_t y = 0; y + ph <= H; ++y) {
-      int64_t x = 0;
-      while (x + pw <= W) {
-        const bool q = sat.Count(0, y, x, ph, pw) >= threshold_;
-        int64_t end = x + 1;
-        while (end + pw <= W && (sat.Count(0, y, end, ph, pw) >= threshold_) == q) ++end;
-        WindowSet& set = q ? sets->pos : sets->neg;
-        set.runs.push_back({static_cast<int32_t>(y), static_cast<int32_t>(x), set.total});
-        set.total += static_cast<uint64_t>(end - x);
-        x = end;
-      }
-    }
+    BuildWindowSets(sat, 0, ph, pw, threshold_, &sets->pos, &sets->neg);
   }
-  const uint64_t bytes = (sets->pos.runs.size() + sets->neg.runs.size()) * sizeof(Run) + sizeof(SampleSets) + 64;
+  const uint64_t bytes = sets->bytes();
   std::lock_guard<std::mutex> lock(mu_);
   auto [it, inserted] = sets_.emplace(sample, std::move(sets));
   if (inserted) {
@@ -270,8 +236,7 @@ Result<std::shared_ptr<const PatchSampler::SampleSets>> PatchSampler::Sets(uint6
     while (sets_bytes_ > options_.index_cache_bytes && sets_order_.size() > 1) {
       auto old = sets_.find(sets_order_.front());
       if (old != sets_.end()) {
-        const uint64_t b = (old->second->pos.runs.size() + old->second->neg.runs.size()) * sizeof(Run) +
-                           sizeof(SampleSets) + 64;
+        const uint64_t b = old->second->bytes();
         sets_bytes_ -= std::min(sets_bytes_, b);
         sets_.erase(old);
       }
@@ -309,13 +274,6 @@ uint64_t PatchSampler::SampleAt(uint64_t epoch, uint64_t p) const {
   auto perm = Permutation(epoch);
   const uint64_t global = p * static_cast<uint64_t>(options_.world_size) + static_cast<uint64_t>(options_.rank);
   return (*perm)[global % perm->size()];  // padding repeats the start, as DistributedSampler does
-}
-
-void PatchSampler::Candidate(uint64_t key, int t, int64_t ny, int64_t nx, int64_t* y, int64_t* x) {
-  // Streams key ^ 0x20 .. key ^ 0x3f: apart from the policy's (^1), the
-  // lists' (^2) and the augmentation's (^3).
-  *y = static_cast<int64_t>(Below(Mix(key ^ (0x20u + 2u * static_cast<uint64_t>(t))), static_cast<uint64_t>(ny)));
-  *x = static_cast<int64_t>(Below(Mix(key ^ (0x21u + 2u * static_cast<uint64_t>(t))), static_cast<uint64_t>(nx)));
 }
 
 void PatchSampler::WindowPositions(uint64_t sample, int field, int64_t* ny, int64_t* nx) const {
@@ -417,7 +375,7 @@ Status PatchSampler::DrawMany(const std::vector<std::pair<uint64_t, uint64_t>>& 
     int64_t ny = 0, nx = 0;
     WindowPositions(w.sample, fields_[0], &ny, &nx);
     if (ny > 0 && nx > 0) {
-      Candidate(draws[i].second, 0, ny, nx, &w.y, &w.x);
+      CandidateWindow(draws[i].second, 0, ny, nx, &w.y, &w.x);
       found[i] = 1;
     }
   }
@@ -455,7 +413,7 @@ Status PatchSampler::DrawMany(const std::vector<std::pair<uint64_t, uint64_t>>& 
     decided.assign(pending.size(), -1);
     for (size_t k = 0; k < pending.size(); ++k) {
       const size_t i = pending[k];
-      Candidate(draws[i].second, t, positions[i].first, positions[i].second, &at[k].first, &at[k].second);
+      CandidateWindow(draws[i].second, t, positions[i].first, positions[i].second, &at[k].first, &at[k].second);
       if (lists_of[i]) {
         decided[k] = lists_of[i]->pos.Contains(at[k].first, at[k].second) ? 1 : 0;
         ++by_lists;

@@ -327,19 +327,4 @@ SliceTransform DrawSliceTransform(uint64_t seed, uint64_t epoch, uint64_t index,
   return t;
 }
 
-Result<SliceItem> DrawSliceItem(const SliceIndex& index, const SliceSampling& s, uint64_t epoch, uint64_t i) {
-  PS_ASSIGN_OR_RETURN(SliceRef ref, index.At(i));
-  const uint64_t v = index.volume_of(i);
-  const int64_t H = index.height(v), W = index.width(v);
-  if (s.crop_h < 0 || s.crop_w < 0 || s.crop_h > H || s.crop_w > W)
-    return Status::InvalidArgument("drawing slice item " + std::to_string(i) + ": crop " + std::to_string(s.crop_h) +
-                                   "x" + std::to_string(s.crop_w) + " does not fit its " + std::to_string(H) + "x" +
-                                   std::to_string(W) + " slices");
-  SliceItem item;
-  item.ref = ref;
-  item.transform = DrawSliceTransform(s.seed, epoch, i, H, W, s.crop_h, s.crop_w, s.flip, s.rot90);
-  std::tie(item.out_h, item.out_w) = item.transform.OutputSize(H, W);
-  return item;
-}
-
 }  // namespace patchstore

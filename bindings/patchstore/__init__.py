@@ -54,7 +54,7 @@ from typing import Optional
 # searched first, so a folder of the same name elsewhere on sys.path changes nothing.
 __path__ = pkgutil.extend_path(__path__, __name__)
 
-from ._config import SamplerConfig
+from ._config import SamplerConfig, SliceConfig
 from ._copy_api import CopySummary, copy
 from ._export_api import ExportSummary, export
 from ._ingest_api import IngestSummary, ingest_hdf5, ingest_images
@@ -73,6 +73,7 @@ __all__ = [
     "CorruptRecordError",
     "PatchSampler",
     "SamplerConfig",
+    "SliceConfig",
     "Window",
     "Windows",
     "SliceIndex",

@@ -12,9 +12,10 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
-from ._config import UNSET, SamplerConfig, positional_options, resolve_config
+from ._config import UNSET, SamplerConfig, SliceConfig, positional_options, resolve_config, resolve_slice_config
 from ._ingest_api import PathLike, _require_ingest
 from ._sampler_options import to_native
+from ._slice_options import to_native as slice_to_native
 from ._store import Store, _encode_id, reader_of, register_layer
 
 __all__ = ["export", "ExportSummary"]  # and montage through Store.montage
@@ -198,19 +199,19 @@ def volume_montage(
     count: int = 64,
     field: Optional[str] = None,
     overlay: Optional[str] = None,
-    seed: int = 0,
     *,
+    config: Optional[SliceConfig] = None,
     epoch: int = 0,
-    crop: Any = None,
-    context: int = 0,
-    flip: Any = False,
-    rot90: bool = False,
-    ids: Optional[Iterable[str]] = None,
     window: Any = None,
     tile: Optional[int] = None,
     labels: bool = True,
+    **options: Any,
 ) -> Any:
-    """patchstore::RenderVolumeMontage as an (H, W, 3) uint8 NumPy array (see Store.montage)."""
+    """patchstore::RenderVolumeMontage as an (H, W, 3) uint8 NumPy array (see Store.montage).
+
+    options: SliceDataset's (SliceConfig: context, crop, flip, rot90, seed, require, min_valid,
+    positive_fraction, ids, ...), checked by the same C++ code; context may name any field of the store.
+    """
     _require_ingest("montage")
     import numpy as np
 
@@ -218,23 +219,12 @@ def volume_montage(
     if not 1 <= count <= 4096:
         raise ValueError(f"montage: count must be in 1..4096, got {count}")
     from ._sampler_options import _position
-    if int(seed) < 0:
-        raise ValueError("montage: seed must be >= 0")
     epoch = _position(epoch, "epoch", "montage: ")
     if tile is not None and not 8 <= int(tile) <= 4096:
         raise ValueError(f"montage: tile must be in 8..4096, got {tile}")
-    if crop is None:
-        ch = cw = 0
-    elif isinstance(crop, int):
-        ch = cw = int(crop)
-    else:
-        ch, cw = (int(v) for v in crop)
-    if crop is not None and min(ch, cw) < 1:
-        raise ValueError(f"montage: crop must be positive, got {crop!r}")
-    if flip not in (False, True, "independent"):
-        raise ValueError(f"montage: flip must be False, True or 'independent', got {flip!r}")
-    if isinstance(ids, (str, bytes)):
-        raise TypeError(f"montage: ids must be a list of volume ids, not the string {ids!r}")
+    cfg = resolve_slice_config(config, options, "montage")
+    store = Store(path)
+    slices = slice_to_native(list(store.fields), cfg, "montage", store)
     if window is None or (isinstance(window, str) and window == "auto"):
         has_window, lo, hi = False, 0.0, 1.0
     else:
@@ -245,9 +235,8 @@ def volume_montage(
     from . import _ingest
 
     h, w, pixels, _, _, warning = _ingest.render_volume_montage(
-        path, count, field or "", overlay or "", [str(i) for i in (ids or [])], ch, cw, int(context),
-        "independent" if flip == "independent" else ("both" if flip else ""), bool(rot90), int(seed), int(epoch),
-        has_window, lo, hi, 0 if tile is None else int(tile), bool(labels))
+        path, count, field or "", overlay or "", slices, int(epoch), has_window, lo, hi,
+        0 if tile is None else int(tile), bool(labels))
     if warning:
         warnings.warn(f"patchstore montage of '{path}': {warning}", RuntimeWarning, stacklevel=3)
     return np.frombuffer(pixels, dtype=np.uint8).reshape(h, w, 3)
@@ -258,16 +247,18 @@ def store_montage(store: Store, count: int, patch_size: Any = UNSET, field: Opti
     """A contact sheet of the windows a PatchSampler with these options serves first: (H, W, 3) uint8.
 
     Volume stores: the slices a :class:`patchstore.torch.SliceDataset`
-    with the same ``crop``, ``context``, ``flip`` (False, True or
-    "independent"), ``rot90``, ``seed``, ``ids`` serves in ``epoch``:
-    ``count`` items spread evenly over the dataset (item ``j * len // count``),
-    each tile the centre slice of the item's stack, cropped, flipped and
-    turned as the dataset does, in gray: ``window`` (lo, hi) in stored
-    units (after the ingest normalisation) onto 0..255, default "auto"
-    (the 1st..99th percentile of the shown values); tiles labelled
-    "<id> s<slice>" (``labels=False`` for none); ``overlay`` a mask field
-    drawn in red. ``patch_size``, ``require`` and ``patches_per_sample``
-    do not apply.
+    with the same options (``patchstore.SliceConfig``: ``crop``,
+    ``context``, ``flip`` (False, True or "independent"), ``rot90``,
+    ``seed``, ``ids``, ``require``, ``min_valid``, ``positive_fraction``;
+    or ``config=SliceConfig(...)``) serves in ``epoch``: ``count`` items
+    spread evenly over the dataset (item ``j * len // count``), each tile
+    the centre slice of the item's stack, cropped, flipped and turned as
+    the dataset does, in gray: ``window`` (lo, hi) in stored units (after
+    the ingest normalisation) onto 0..255, default "auto" (the 1st..99th
+    percentile of the shown values); tiles labelled "<id> s<slice>"
+    (``labels=False`` for none); ``overlay`` a mask field drawn in red
+    (unlike image stores, it does not imply ``require``). ``patch_size``
+    and ``patches_per_sample`` do not apply.
 
     The same picture as ``patchstore montage`` (ingest/montage.h): the
     first `count` windows of `epoch` (continuing into later epochs) of a
@@ -292,17 +283,15 @@ def store_montage(store: Store, count: int, patch_size: Any = UNSET, field: Opti
     """
     reader_of(store)  # FileNotFoundError / closed store here
     path = store.path
-    crop, context, labels = options.pop("crop", None), options.pop("context", 0), options.pop("labels", True)
-    window = options.get("window")
     if store.kind == "volumes":
-        volume: Dict[str, Any] = {k: options[k] for k in ("epoch", "flip", "rot90", "ids", "window", "tile")
-                                  if k in options}
         if seed is not UNSET:
-            volume["seed"] = seed
-        return volume_montage(path, count, field, overlay, crop=crop, context=context, labels=labels, **volume)
-    if crop is not None or context:
+            options["seed"] = seed
+        return volume_montage(path, count, field, overlay, **options)
+    if any(k in options for k in ("crop", "context")):
         raise ValueError(f"montage: crop and context are for volume stores; '{path}' holds images "
                          f"(use patch_size)")
+    options.pop("labels", None)
+    window = options.get("window")
     if isinstance(window, str):
         options["window"] = None if window == "auto" else window
     return montage(path, count, patch_size, field, overlay, seed, **options)

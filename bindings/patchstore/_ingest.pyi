@@ -91,9 +91,8 @@ def copy(src: str, dst: str, layout: str, tile_size: int, encoding: List[str], t
 def render_montage(store: str, count: int, sampler: Any, field: str, overlay: str, require_overlay: bool, epoch: int,
                    has_window: bool, window_lo: float, window_hi: float, tile: int, loader: str = "sampler",
                    with_windows: bool = False) -> Tuple[Any, ...]: ...
-def render_volume_montage(store: str, count: int, field: str, overlay: str, ids: List[str], crop_h: int, crop_w: int,
-                          context: int, flip: str, rot90: bool, seed: int, epoch: int, has_window: bool, lo: float,
-                          hi: float, tile: int, labels: bool
+def render_volume_montage(store: str, count: int, field: str, overlay: str, slices: Any, epoch: int,
+                          has_window: bool, lo: float, hi: float, tile: int, labels: bool
                           ) -> Tuple[int, int, bytearray, Tuple[float, float], List[int], str]: ...
 def export(store: str, outdir: str, ids: List[bytes], fields: List[str], format: str, has_window: bool,
            window_lo: float, window_hi: float, progress: Optional[Callable[[Progress], None]],

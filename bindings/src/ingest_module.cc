@@ -37,6 +37,7 @@
 #include "patchstore/ingest/montage.h"
 #include "patchstore/ingest/volume_montage.h"
 #include "sampler_options_py.h"
+#include "slice_options_py.h"
 #include "status_py.h"
 
 namespace py = pybind11;
@@ -293,23 +294,14 @@ py::tuple Montage(const std::string& store, int count, const py::object& sampler
 
 // RenderVolumeMontage: (height, width, bytearray of RGB bytes, (lo, hi) window used, items shown, warning).
 py::tuple VolumeMontage(const std::string& store, int count, const std::string& field, const std::string& overlay,
-                        const std::vector<std::string>& ids, int64_t crop_h, int64_t crop_w, int64_t context,
-                        const std::string& flip, bool rot90, uint64_t seed, uint64_t epoch, bool has_window, double lo,
-                        double hi, int tile, bool labels) {
+                        const py::object& slices, uint64_t epoch, bool has_window, double lo, double hi, int tile,
+                        bool labels) {
   patchstore::VolumeMontageOptions o;
   o.store = store;
   o.count = count;
   o.field = field;
   o.overlay = overlay;
-  o.ids = ids;
-  o.crop_h = crop_h;
-  o.crop_w = crop_w;
-  o.context = context;
-  o.flip = flip == "independent" ? patchstore::SliceFlip::kIndependent
-           : flip == "both"      ? patchstore::SliceFlip::kBoth
-                                 : patchstore::SliceFlip::kNone;
-  o.rot90 = rot90;
-  o.seed = seed;
+  o.slices = patchstore_py::SliceOptionsFrom(slices);
   o.epoch = epoch;
   o.has_window = has_window;
   o.window_lo = lo;
@@ -431,11 +423,10 @@ PYBIND11_MODULE(_ingest, m) {
         "patchstore::CopyStore with the GIL released. Returns the CopySummary as a dict.\n"
         "cancel: a CancelFlag polled between samples of a conversion (RuntimeError once set: nothing at dst).");
   m.def("render_volume_montage", &VolumeMontage, py::arg("store"), py::arg("count"), py::arg("field"),
-        py::arg("overlay"), py::arg("ids"), py::arg("crop_h"), py::arg("crop_w"), py::arg("context"), py::arg("flip"),
-        py::arg("rot90"), py::arg("seed"), py::arg("epoch"), py::arg("has_window"), py::arg("lo"), py::arg("hi"),
+        py::arg("overlay"), py::arg("slices"), py::arg("epoch"), py::arg("has_window"), py::arg("lo"), py::arg("hi"),
         py::arg("tile"), py::arg("labels"),
         "patchstore::RenderVolumeMontage with the GIL released: (height, width, RGB bytearray, (lo, hi), items, "
-        "warning).");
+        "warning). slices: a patchstore._patchstore.SliceOptions (fields [] = every field of the store).");
   m.def("render_montage", &Montage, py::arg("store"), py::arg("count"), py::arg("sampler"), py::arg("field"),
         py::arg("overlay"), py::arg("require_overlay"), py::arg("epoch"), py::arg("has_window"), py::arg("window_lo"),
         py::arg("window_hi"), py::arg("tile"), py::arg("loader") = "sampler", py::arg("with_windows") = false,

@@ -31,9 +31,10 @@ namespace sampler_options_detail {
 
 inline std::string Repr(py::handle v) { return py::repr(v).cast<std::string>(); }
 
+// Converts `v` into *dst by the C++ type; `name` is the option as a user
+// spells it, for the TypeError / ValueError.
 template <class T>
-void Set(T* dst, py::handle v, const std::string& member) {
-  const std::string name = patchstore::SamplerOptionSpelling(member);
+void SetNamed(T* dst, py::handle v, const std::string& name) {
   if constexpr (std::is_same_v<T, bool>) {
     const int t = PyObject_IsTrue(v.ptr());
     if (t < 0) throw py::error_already_set();
@@ -83,7 +84,7 @@ void Set(T* dst, py::handle v, const std::string& member) {
     std::vector<uint64_t> out;
     for (py::handle e : v) {
       uint64_t x = 0;
-      Set(&x, e, member);
+      SetNamed(&x, e, name);
       out.push_back(x);
     }
     *dst = std::move(out);
@@ -100,6 +101,12 @@ void Set(T* dst, py::handle v, const std::string& member) {
   } else {
     static_assert(sizeof(T) == 0, "add the conversion of this option type");
   }
+}
+
+// SetNamed for a member of the sampler's table (or a part).
+template <class T>
+void Set(T* dst, py::handle v, const std::string& member) {
+  SetNamed(dst, v, patchstore::SamplerOptionSpelling(member));
 }
 
 template <class T>

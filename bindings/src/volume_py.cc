@@ -1,10 +1,11 @@
 // patchstore/bindings/src/volume_py.cc — patchstore._patchstore.SliceIndex
-// and copy_slice_stacks: a thin skin over reader/volume.h.
+// SliceOptions, SliceSampler and copy_slice_stacks: a thin skin over
+// reader/volume.h and reader/slice_sampler.h.
 //
 // The Python layer (patchstore/_volumes.py, patchstore/torch/slice_dataset.py)
-// owns ids, fork handling and pickling; here are the O(1) index lookups, the
-// transform draws (reader/volume.h DrawSliceTransform / DrawSliceItem, the one
-// counter-based generator) and the batch copy.
+// owns fork handling and pickling; here are the O(1) index lookups, the
+// draws (reader/volume.h DrawSliceTransform, reader/slice_sampler.h
+// SliceSampler: the one counter-based generator) and the batch copy.
 //
 // Buffers crossing the boundary (all C-contiguous, checked with the GIL held,
 // then read or written with it released):
@@ -28,7 +29,9 @@
 
 #include "buffer_py.h"
 #include "patchstore/reader/reader.h"
+#include "patchstore/reader/slice_sampler.h"
 #include "patchstore/reader/volume.h"
+#include "slice_options_py.h"
 #include "status_py.h"
 
 namespace patchstore_py {
@@ -133,10 +136,21 @@ void Lookup(const PySliceIndex& p, const py::object& indices, const py::object& 
 // Copies n stacks of each of `fields` into outs[f] (n, 2c+1, h, w); one
 // CopySliceStacks per field, all with the GIL released.
 void CopySliceStacks(const std::shared_ptr<Reader>& reader, const py::object& refs_obj,
-                     const py::object& transforms_obj, const std::vector<std::string>& fields, int64_t context,
-                     const py::sequence& outs, int num_threads) {
+                     const py::object& transforms_obj, const std::vector<std::string>& fields,
+                     const py::object& context_obj, const py::sequence& outs, int num_threads) {
   const std::string ctx = "copying slice stacks of '" + reader->path() + "'";
-  if (context < 0) throw py::value_error(ctx + ": context " + std::to_string(context) + " is negative");
+  // One context for every field, or one per field.
+  std::vector<int64_t> contexts;
+  if (PyIndex_Check(context_obj.ptr())) {
+    contexts.assign(fields.size(), context_obj.cast<int64_t>());
+  } else {
+    contexts = context_obj.cast<std::vector<int64_t>>();
+    if (contexts.size() != fields.size())
+      throw py::value_error(ctx + ": " + std::to_string(contexts.size()) + " contexts for " +
+                            std::to_string(fields.size()) + " fields");
+  }
+  for (int64_t c : contexts)
+    if (c < 0) throw py::value_error(ctx + ": context " + std::to_string(c) + " is negative");
   BufferHold rb;
   int64_t n = 0;
   const int64_t* refs = Int64Rows(rb, refs_obj, 2, "refs", ctx, &n);
@@ -183,7 +197,7 @@ void CopySliceStacks(const std::shared_ptr<Reader>& reader, const py::object& re
   std::vector<patchstore::Output> kinds(fields.size());
   for (size_t f = 0; f < fields.size(); ++f) {
     const std::string what = "out['" + fields[f] + "']";
-    holds.push_back(OutputBuffer(outs[f], {n, 2 * context + 1, oh, ow}, reader->meta().fields[field_index[f]].dtype,
+    holds.push_back(OutputBuffer(outs[f], {n, 2 * contexts[f] + 1, oh, ow}, reader->meta().fields[field_index[f]].dtype,
                                  what, ctx, &kinds[f]));
     dsts.push_back(holds.back()->view().buf);
     named.emplace_back(what, holds.back().get());
@@ -197,7 +211,7 @@ void CopySliceStacks(const std::shared_ptr<Reader>& reader, const py::object& re
     std::vector<SliceStackRequest> reqs = base;
     for (size_t f = 0; f < fields.size() && st.ok(); ++f) {
       for (SliceStackRequest& r : reqs) r.field = field_index[f];
-      st = patchstore::CopySliceStacks(*reader, reqs, context, dsts[f], kinds[f], num_threads);
+      st = patchstore::CopySliceStacks(*reader, reqs, contexts[f], dsts[f], kinds[f], num_threads);
     }
   }
   Check(st);
@@ -259,24 +273,163 @@ py::tuple DrawTransform(uint64_t seed, uint64_t epoch, int64_t index, int64_t H,
       patchstore::DrawSliceTransform(seed, epoch, static_cast<uint64_t>(index), H, W, crop_h, crop_w, f, rot90));
 }
 
-// DrawSliceItem: (sample, slice, out_h, out_w, (y, x, height, width, flip_v,
-// flip_h, rot90)) of flat item `index` (0 <= index < len).
-py::tuple DrawItem(const PySliceIndex& p, uint64_t seed, uint64_t epoch, int64_t index, int64_t crop_h, int64_t crop_w,
-                   const std::string& flip, bool rot90) {
-  patchstore::SliceSampling s;
-  s.seed = seed;
-  s.crop_h = crop_h;
-  s.crop_w = crop_w;
-  s.flip = FlipOf(flip, "drawing a slice item of '" + p.path + "'");
-  s.rot90 = rot90;
-  if (index < 0) throw py::index_error("slice index " + std::to_string(index) + " is negative");
-  const patchstore::SliceItem it = Unwrap(patchstore::DrawSliceItem(p.ix, s, epoch, static_cast<uint64_t>(index)));
-  return py::make_tuple(it.ref.sample, it.ref.slice, it.out_h, it.out_w, TransformTuple(it.transform));
+// A SliceSampler and the path of its store, for messages.
+struct PySliceSampler {
+  std::unique_ptr<patchstore::SliceSampler> sampler;
+  std::string path;
+};
+
+std::unique_ptr<PySliceSampler> MakeSliceSampler(const std::shared_ptr<Reader>& reader,
+                                                 const patchstore::SliceOptions& options, const py::object& flags) {
+  std::vector<uint8_t> given;
+  const bool have = !flags.is_none();
+  if (have) {
+    if (!py::isinstance<py::bytes>(flags))
+      throw py::type_error("SliceSampler: flags must be the bytes of SliceSampler.flags, got " +
+                           py::repr(flags).cast<std::string>());
+    const std::string b = flags.cast<std::string>();
+    given.assign(b.begin(), b.end());
+  }
+  auto out = std::make_unique<PySliceSampler>();
+  out->path = reader->path();
+  patchstore::Result<std::unique_ptr<patchstore::SliceSampler>> r = Status::Internal("sampler not built");
+  {
+    py::gil_scoped_release nogil;  // may read the masks
+    r = patchstore::SliceSampler::Create(reader, options, have ? &given : nullptr);
+  }
+  out->sampler = Unwrap(std::move(r));
+  return out;
+}
+
+// Whether drawing items reads mask voxels (mask-aware crops): then the GIL
+// is released while they are drawn.
+bool ReadsMasks(const PySliceSampler& p) { return p.sampler->mask_field() >= 0 && !p.sampler->options().crop.none(); }
+
+constexpr int64_t kItemColumns = 12;
+
+void ItemRow(const patchstore::SliceItem& it, int64_t* row) {
+  const SliceTransform& t = it.transform;
+  const int64_t v[kItemColumns] = {static_cast<int64_t>(it.ref.sample),
+                                   it.ref.slice,
+                                   it.out_h,
+                                   it.out_w,
+                                   t.y,
+                                   t.x,
+                                   t.height,
+                                   t.width,
+                                   t.flip_v,
+                                   t.flip_h,
+                                   t.rot90,
+                                   it.positive};
+  std::memcpy(row, v, sizeof v);
+}
+
+// out[k] = the row of item indices[k] in `epoch` (kItemColumns int64: sample, slice, out_h, out_w, then the
+// 7 transform columns, then positive), drawn with the GIL released.
+void DrawItems(const PySliceSampler& p, uint64_t epoch, const py::object& indices, const py::object& out) {
+  const std::string ctx = "drawing slice items of '" + p.path + "'";
+  BufferHold in;
+  int64_t n = 0;
+  const int64_t* idx = Int64Rows(in, indices, 0, "indices", ctx, &n);
+  auto hold = WritableBuffer(out, {n, kItemColumns}, "qlQL", 8, "int64", "out", ctx);
+  int64_t* dst = static_cast<int64_t*>(hold->view().buf);
+  const uint64_t size = p.sampler->size();
+  for (int64_t k = 0; k < n; ++k)
+    if (idx[k] < 0 || static_cast<uint64_t>(idx[k]) >= size)
+      throw py::index_error("slice item " + std::to_string(idx[k]) + " out of range [0, " + std::to_string(size) +
+                            ") of '" + p.path + "'");
+  std::vector<patchstore::SliceItem> items(static_cast<size_t>(n));
+  Status st;
+  if (ReadsMasks(p)) {
+    py::gil_scoped_release nogil;
+    st = p.sampler->Items(epoch, reinterpret_cast<const uint64_t*>(idx), static_cast<size_t>(n), items.data());
+  } else {
+    st = p.sampler->Items(epoch, reinterpret_cast<const uint64_t*>(idx), static_cast<size_t>(n), items.data());
+  }
+  Check(st);
+  for (int64_t k = 0; k < n; ++k) ItemRow(items[k], dst + kItemColumns * k);
 }
 
 }  // namespace
 
 void BindVolumes(py::module_& m) {
+  BindSliceOptions(m);
+  py::class_<PySliceSampler>(
+      m, "SliceSampler",
+      "patchstore::SliceSampler: the items of a SliceDataset (reader/slice_sampler.h): which slice, its crop,\n"
+      "flips and turn, mask-aware on request. Use patchstore.torch.SliceDataset.")
+      .def(py::init(&MakeSliceSampler), py::arg("reader"), py::arg("options"), py::arg("flags") = py::none(),
+           "SliceSampler::Create; `flags`: the bytes of `flags` of a sampler with the same options on the same\n"
+           "store (no mask is read then). ValueError for bad options or stores, KeyError for an unknown field or\n"
+           "id.")
+      .def("__len__", [](const PySliceSampler& p) { return p.sampler->size(); })
+      .def_property_readonly(
+          "kept",
+          [](const PySliceSampler& p) {
+            std::vector<uint64_t> out;
+            const SliceIndex& ix = p.sampler->index();
+            for (uint64_t v = 0; v < ix.volume_count(); ++v) out.push_back(ix.sample(v));
+            return out;
+          },
+          "Sample indices of the served volumes, in service order.")
+      .def_property_readonly(
+          "skipped", [](const PySliceSampler& p) { return p.sampler->skipped(); },
+          "Sample indices of the volumes that give no item.")
+      .def_property_readonly(
+          "skipped_report", [](const PySliceSampler& p) { return p.sampler->SkippedReport(); },
+          "SliceSampler::SkippedReport: '' or one line for a warning.")
+      .def_property_readonly(
+          "skipped_slices", [](const PySliceSampler& p) { return p.sampler->skipped_slices(); },
+          "Slices of the served volumes that are not items (min_valid).")
+      .def_property_readonly(
+          "flags",
+          [](const PySliceSampler& p) {
+            const std::vector<uint8_t>& f = p.sampler->slice_flags();
+            return py::bytes(reinterpret_cast<const char*>(f.data()), f.size());
+          },
+          "One byte per slice of the served volumes (bit 0: has a qualifying window, bit 1: one that is not).")
+      .def_property_readonly(
+          "contexts",
+          [](const PySliceSampler& p) {
+            std::vector<int64_t> out;
+            for (size_t f = 0; f < p.sampler->options().fields.size(); ++f) out.push_back(p.sampler->context(f));
+            return out;
+          },
+          "The context of each served field, in fields order.")
+      .def(
+          "item_slices",
+          [](const PySliceSampler& p) {
+            const uint64_t n = p.sampler->size();
+            std::string b(static_cast<size_t>(n) * 8, '\0');
+            for (uint64_t i = 0; i < n; ++i) {
+              const int64_t f = static_cast<int64_t>(p.sampler->item_slice(i));
+              std::memcpy(&b[static_cast<size_t>(i) * 8], &f, 8);
+            }
+            return py::bytes(b);
+          },
+          "The flat slice (of the served volumes' index) of every item, as int64 bytes.")
+      .def("draw", &DrawItems, py::arg("epoch"), py::arg("indices"), py::arg("out"),
+           "SliceSampler::Items: writes a row of 12 int64 per item index (1-D int64) into out (n, 12): sample,\n"
+           "slice, out_h, out_w, y, x, height, width, flip_v, flip_h, rot90, positive. IndexError (nothing\n"
+           "written) for an index outside [0, len).")
+      .def(
+          "draw_item",
+          [](const PySliceSampler& p, uint64_t epoch, int64_t i) {
+            if (i < 0) throw py::index_error("slice item " + std::to_string(i) + " is negative");
+            patchstore::Result<patchstore::SliceItem> r = Status::Internal("not drawn");
+            if (ReadsMasks(p)) {
+              py::gil_scoped_release nogil;
+              r = p.sampler->Item(epoch, static_cast<uint64_t>(i));
+            } else {  // a few hashes: not worth releasing the GIL
+              r = p.sampler->Item(epoch, static_cast<uint64_t>(i));
+            }
+            const patchstore::SliceItem it = Unwrap(std::move(r));
+            return py::make_tuple(it.ref.sample, it.ref.slice, it.out_h, it.out_w, TransformTuple(it.transform),
+                                  it.positive);
+          },
+          py::arg("epoch"), py::arg("index"),
+          "SliceSampler::Item: (sample, slice, out_h, out_w, (y, x, height, width, flip_v, flip_h, rot90),\n"
+          "positive) of item `index` in `epoch`.");
   py::class_<PySliceIndex>(
       m, "SliceIndex",
       "patchstore::SliceIndex: every (volume, slice) pair of a volume store as one flat index, O(1) lookups.\n"
@@ -319,11 +472,6 @@ void BindVolumes(py::module_& m) {
             return py::make_tuple(r.sample, r.slice, r.depth);
           },
           py::arg("index"), "(sample, slice, depth) of flat slice index `index`. O(1).")
-      .def("draw_item", &DrawItem, py::arg("seed"), py::arg("epoch"), py::arg("index"), py::arg("crop_h"),
-           py::arg("crop_w"), py::arg("flip"), py::arg("rot90"),
-           "patchstore::DrawSliceItem: (sample, slice, out_h, out_w, (y, x, height, width, flip_v, flip_h,\n"
-           "rot90)) of flat item `index` in `epoch`: SliceDataset's lookup and draw in one call.\n"
-           "flip '' | 'both' | 'independent'. IndexError outside [0, len), ValueError for a crop too large.")
       .def("lookup", &Lookup, py::arg("indices"), py::arg("out"),
            "Writes (sample, slice, depth) of each flat index (1-D int64 array) into out, int64 (n, 3).\n"
            "IndexError (nothing written) when an index is outside [0, len).");
@@ -341,7 +489,8 @@ void BindVolumes(py::module_& m) {
         py::arg("fields"), py::arg("context"), py::arg("outs"), py::arg("num_threads") = 1,
         "patchstore::CopySliceStacks for each field, with the GIL released.\n"
         "refs: int64 (n, 2) (sample, slice); transforms: None or int64 (n, 7) (y, x, height, width, flip_v,\n"
-        "flip_h, rot90); outs: one writable C-contiguous float32 (n, 2c+1, h, w) buffer per field.\n"
+        "flip_h, rot90); context: one int for every field, or a list of one per field (c_f); outs: one\n"
+        "writable C-contiguous (n, 2c_f+1, h, w) buffer per field (float32, or the field's stored dtype).\n"
         "Every item is checked before anything is copied.");
 }
 

@@ -31,6 +31,7 @@ IDS = [f"v/{i:04}" for i in range(6)]
 # a re-laid-out store serves the same values) and of volume_store.
 STORE_ID = "36cd9fed7a4e108f"
 VOLUME_STORE_ID = "11cef8f0119ede72"
+MASKED_STORE_ID = "2f2b65be468322a7"  # masked_volume_store
 
 # Frame v/0002 has no mask pixel: the mask-aware loaders skip it, with a warning.
 pytestmark = pytest.mark.filterwarnings("ignore:.*skipping 1 of:RuntimeWarning")
@@ -203,3 +204,63 @@ def test_slice_dataset_items_and_state(volumes):
         "batch_sampler": {"batch_size": 4, "shuffle": True, "drop_last": False, "world_size": 2,
                           "order": "random", "cache_budget": None},
         "epoch": 1, "batch": 3}
+
+
+def masked_volume_store(base: Path) -> str:
+    """Volumes p0 (5 slices), p1 (3), p2 (4) of 10 x 12: MR and CT as volume_store's, and a MASK from a formula
+    (slices with k % 3 == 2 empty, the others a band that widens with the slice)."""
+    src = base / "m.h5"
+    with h5py.File(src, "w") as f:
+        for s, (name, depth) in enumerate((("p0", 5), ("p1", 3), ("p2", 4))):
+            y, x, k = np.mgrid[0:10, 0:12, 0:depth]
+            for g in ("MR", "CT"):
+                f.require_group(g).create_dataset(name, data=(y * 100 + x * 3 + k * 1000 + (g == "CT") * 10000)
+                                                  .astype(np.int16))
+            mask = ((y * 3 + x * 5 + s * 7) % 13 < k + 2 + s) & (k % 3 != 2)
+            f.require_group("MASK").create_dataset(name, data=mask.astype(np.uint8))
+    store = str(base / "m.ps")
+    patchstore.ingest_hdf5(src, store, groups=("MR", "CT", "MASK"), masks=["MASK"], durable=False, progress=False)
+    return store
+
+
+# Served mask-aware slices changed? That invalidates users' saved states: update only deliberately, with a
+# CHANGELOG.md note. (The C++ golden test GoldenSlices.MaskAwareItems pins the engine on the same formula.)
+def test_slice_dataset_mask_aware_items_and_state(tmp_path_factory):
+    store = masked_volume_store(tmp_path_factory.mktemp("golden_masked"))
+    ds = SliceDataset(store, ("MR", "CT"), context={"MR": 1}, crop=6, flip="independent", seed=17, require="MASK",
+                      min_valid=12)
+
+    def items(d: SliceDataset, epoch: int) -> List[str]:
+        out = []
+        for i in range(len(d)):
+            (sid, k), t = d.served(i, epoch)
+            out.append(f"{sid} {k}: {t.y},{t.x} {int(t.flip_v)}{int(t.flip_h)}{t.rot90}"
+                       + ("" if d.positive(i, epoch) else " -"))
+        return out
+
+    # "id slice: y,x" of the crop, then flip_v, flip_h and quarter turns: the qualifying slices only.
+    assert items(ds, 0) == ["p0 3: 3,3 100", "p0 4: 2,6 010", "p1 1: 2,0 100", "p2 0: 0,5 110", "p2 1: 4,0 010",
+                            "p2 3: 4,5 010"]
+    assert items(ds, 1) == ["p0 3: 2,5 110", "p0 4: 4,5 010", "p1 1: 1,1 000", "p2 0: 4,0 010", "p2 1: 0,5 100",
+                            "p2 3: 0,1 100"]
+    # Item 0 of epoch 0: MR slices 2, 3, 4 of p0, the crop at (3, 3) upside down: its pixel (0, 0) is (8, 3).
+    mr, ct = ds[0]
+    assert (tuple(mr.shape), tuple(ct.shape)) == ((3, 6, 6), (1, 6, 6))
+    assert mr[:, 0, 0].tolist() == [2809.0, 3809.0, 4809.0] and ct[:, 0, 0].tolist() == [13809.0]
+    ds.batch_sampler(2)
+    assert ds.state_dict(batch=1) == {
+        "type": "SliceDataset", "version": 3,
+        "options": {"clamp": {}, "context": {"CT": 0, "MR": 1}, "crop": [6, 6], "fields": ["MR", "CT"],
+                    "flip": "independent", "ids": ["p0", "p1", "p2"], "min_valid": 12.0, "require": "MASK",
+                    "rot90": False, "seed": 17},
+        "store": MASKED_STORE_ID, "length": 6,
+        "batch_sampler": {"batch_size": 2, "shuffle": True, "drop_last": False, "world_size": 1,
+                          "order": "random", "cache_budget": None},
+        "epoch": 0, "batch": 1}
+    pf = SliceDataset(store, ("MR", "CT"), crop=6, flip="independent", seed=17, require="MASK", min_valid=12,
+                      positive_fraction=0.5)
+    # Every slice; " -": drawn from the windows that do not qualify (a slice lacking the kind drawn is replaced
+    # by one of its volume that has it).
+    assert items(pf, 0) == ["p0 0: 3,3 100 -", "p0 1: 2,6 010 -", "p0 4: 2,4 100", "p0 1: 3,0 110 -",
+                            "p0 4: 4,0 010", "p1 0: 4,5 010 -", "p1 1: 1,6 110", "p1 1: 1,1 000", "p2 0: 1,2 100",
+                            "p2 0: 1,0 010 -", "p2 2: 0,0 010 -", "p2 3: 3,5 000"]

@@ -211,7 +211,7 @@ OTHER_OPTIONS = {
     ("_sampler.py", "read_patches"): "num_threads of a raw gather (Store.read_patches)",
     ("_store.py", "read_patches"): "num_threads of a raw gather (Store.read_patches)",
     ("_patchstore.pyi", "copy_patches"): "num_threads of a raw gather",
-    # The volume loaders have options of their own (crop, context, flip="independent"), not in the table yet.
+    # The volume loaders' options are the slice table's (checked below, SLICE_FUNCTIONS).
     ("_store.py", "slice_index"): "volumes",
     ("_volumes.py", "__init__"): "volumes (SliceIndex)",
     ("slice_dataset.py", "__init__"): "volumes (SliceDataset)",
@@ -430,3 +430,151 @@ def test_cli_reports_the_same_check(cli, frameset, tmp_path):
     out = subprocess.run([cli, "export", frameset.store, str(tmp_path / "boxes"), "--boxes", "--patch", "8",
                           "-k", "5000"], capture_output=True, text=True, timeout=120)
     assert out.returncode != 0 and "--patches-per-sample must be 1..4096, got 5000" in out.stderr, out.stderr
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Slice options (SliceDataset, the volume montage, montage and bench on volume stores): one table in C++ too
+# (PATCHSTORE_SLICE_OPTIONS and the SliceOptions member defaults, reader/slice_sampler.h).
+
+from patchstore._slice_options import slice_defaults  # noqa: E402
+
+SLICE_ROWS = _C.SLICE_OPTIONS
+SLICE_NAMES = [row[0] for row in SLICE_ROWS]
+SLICE_DEFAULTS = slice_defaults()
+# The functions that take slice options: (file, function).
+SLICE_FUNCTIONS = {("slice_dataset.py", "__init__"), ("_export_api.py", "volume_montage")}
+
+
+def _restated_slice_defaults(path):
+    """(function, parameter, default) of every slice-option parameter of SLICE_FUNCTIONS in `path` with a default
+    other than a sentinel, and every SliceConfig stub field with a value."""
+    tree = ast.parse(path.read_text(), str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (path.name, node.name) in SLICE_FUNCTIONS:
+            a = node.args
+            positional = a.posonlyargs + a.args
+            pairs = list(zip(positional[len(positional) - len(a.defaults):], a.defaults))
+            pairs += [(p, d) for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]
+            for param, default in pairs:
+                if param.arg in SLICE_NAMES and not (isinstance(default, ast.Name) and default.id in SENTINELS):
+                    found.append((node.name, param.arg, ast.unparse(default)))
+        elif isinstance(node, ast.ClassDef) and node.name == "SliceConfig":
+            for item in node.body:
+                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                    v = item.value
+                    if v is not None and not (isinstance(v, ast.Constant) and v.value is Ellipsis):
+                        found.append(("SliceConfig", item.target.id, ast.unparse(v)))
+    return found
+
+
+def test_no_python_source_or_stub_restates_a_slice_default(tmp_path):
+    restated = {str(f.relative_to(PACKAGE)): r for f in _sources() if (r := _restated_slice_defaults(f))}
+    assert not restated, (f"slice option defaults written outside the C++ table (reader/slice_sampler.h): "
+                          f"{restated}; take them from SliceConfig (leave the argument unset)")
+    # The check can fail.
+    bad = tmp_path / "slice_dataset.py"
+    bad.write_text("def __init__(self, path, fields, context=0, crop=UNSET, *, seed=UNSET, min_valid=1.0):\n"
+                   "    pass\nclass SliceConfig:\n    rot90: bool = False\n")
+    assert _restated_slice_defaults(bad) == [("__init__", "context", "0"), ("__init__", "min_valid", "1.0"),
+                                             ("SliceConfig", "rot90", "False")]
+
+
+def test_slice_config_has_every_option_with_the_cpp_default():
+    fields = {f.name: f.default for f in dataclasses.fields(patchstore.SliceConfig)}
+    assert list(fields) == SLICE_NAMES
+    assert fields == SLICE_DEFAULTS
+    # The C++ defaults themselves, as documented (a change here changes what every SliceDataset serves).
+    assert SLICE_DEFAULTS == dict(context=0, crop=None, flip=False, rot90=False, seed=0, require=None, min_valid=1.0,
+                                  positive_fraction=None, ids=None, clamp=None, clamp_warn=0.01, output="float32",
+                                  num_threads=1)
+    stub = ast.parse((PACKAGE / "_config.pyi").read_text())
+    cls = next(n for n in stub.body if isinstance(n, ast.ClassDef) and n.name == "SliceConfig")
+    assert [n.target.id for n in cls.body if isinstance(n, ast.AnnAssign)] == SLICE_NAMES
+    assert all(row[2] and f"{row[0]} (default " in patchstore.SliceConfig.__doc__ for row in SLICE_ROWS)
+
+
+# The CLI's spelling of a slice default: not shown for flags and lists; --context shows "0".
+SLICE_CLI_SPELLING = {"positive_fraction": "-1", "min_valid": "1", "flip": None, "rot90": None, "require": None,
+                      "ids": None, "crop": None}
+
+
+@pytest.mark.parametrize("command", [("montage",), ("bench",)])
+def test_slice_flags_are_the_table_with_the_cpp_defaults(cli, command):
+    if cli is None:
+        pytest.skip("the patchstore program is not built")
+    shown = _help_defaults(cli, *command)
+    text = subprocess.run([cli, *command, "--help"], capture_output=True, text=True, timeout=60).stdout
+    for python, flag, doc, _member in SLICE_ROWS:
+        if not flag:
+            continue
+        assert flag in shown, (command, flag)
+        want = SLICE_CLI_SPELLING.get(python, str(SLICE_DEFAULTS[python]))
+        assert shown[flag] == want, (command, flag, shown[flag], want)
+        assert " ".join(doc.split())[:40] in " ".join(text.split()), (command, flag)  # the table's doc
+
+
+# One value per slice option, none of them the default, that work together (a new option must be added here).
+SLICE_CHANGED = dict(context={"MR": 1}, crop=(8, 8), flip="independent", rot90=True, seed=7, require="MASK",
+                     min_valid=2.0, positive_fraction=0.5, ids=["p2", "p1"], clamp={"CT": (-1.0, 1.0)},
+                     clamp_warn=None, output="stored", num_threads=2)
+
+
+@pytest.fixture(scope="module")
+def volumes(tmp_path_factory):
+    import h5py
+    base = tmp_path_factory.mktemp("parity_volumes")
+    rng = np.random.default_rng(3)
+    with h5py.File(base / "v.h5", "w") as f:
+        for pid in ("p1", "p2"):
+            for g in ("MR", "CT", "MASK"):
+                a = rng.integers(0, 3, (4, 12, 12)) if g == "MASK" else rng.integers(-100, 100, (4, 12, 12))
+                f.create_dataset(f"{g}/{pid}", data=a.astype(np.uint8 if g == "MASK" else np.int16))
+    store = str(base / "v.ps")
+    patchstore.ingest_hdf5(base / "v.h5", store, slice_axis=0, masks=["MASK"], durable=False, progress=False)
+    return store
+
+
+def test_slice_dataset_takes_every_option_with_the_cpp_default(volumes):
+    from patchstore.torch import SliceDataset
+    assert set(SLICE_CHANGED) == set(SLICE_NAMES)
+    assert all(SLICE_CHANGED[k] != SLICE_DEFAULTS[k] for k in SLICE_CHANGED)
+    ds = SliceDataset(volumes, ("MR", "CT"))
+    assert {k: getattr(ds.config, k) for k in SLICE_NAMES} == SLICE_DEFAULTS
+    by_keyword = SliceDataset(volumes, ("MR", "CT"), **SLICE_CHANGED)
+    by_config = SliceDataset(volumes, ("MR", "CT"), config=patchstore.SliceConfig(**SLICE_CHANGED))
+    assert by_keyword.options == by_config.options
+    o = by_keyword.options
+    assert (o["context"], o["crop"], o["flip"], o["rot90"], o["seed"]) == ({"MR": 1, "CT": 0}, (8, 8),
+                                                                           "independent", True, 7)
+    assert (o["require"], o["min_valid"], o["positive_fraction"], o["ids"]) == ("MASK", 2.0, 0.5, ["p2", "p1"])
+    assert (o["clamp"], o["clamp_warn"], o["num_threads"], by_keyword.output) == ({"CT": (-1.0, 1.0)}, None, 2,
+                                                                                    "stored")
+    # Positional, as before the table: context, crop, flip, rot90, seed after fields.
+    assert SliceDataset(volumes, ("MR",), 1, 8, True, False, 3).options == SliceDataset(
+        volumes, ("MR",), context=1, crop=8, flip=True, seed=3).options
+
+
+def test_slice_values_are_checked_once_in_cpp_with_the_users_spelling(volumes, cli, tmp_path):
+    from patchstore.torch import SliceDataset
+    cases = [(dict(min_valid=0), "min_valid (--min-valid) must be positive (voxels >= 1, or a fraction of the "
+                                 "window < 1), got 0"),
+             (dict(require="MASK", positive_fraction=2), "positive_fraction (--positive-fraction) must be in [0, 1] "
+                                                         "(None, CLI -1: off), got 2"),
+             (dict(crop=(8, 6), rot90=True), "rot90 (--rot90) needs a square crop (odd turns swap height and "
+                                             "width), got 8x6"),
+             (dict(clamp=(1, 0)), "clamp for every field needs lo <= hi, got (1, 0)")]
+    for options, message in cases:
+        with pytest.raises(ValueError) as e:
+            SliceDataset(volumes, ("MR",), **options)
+        assert str(e.value) == f"SliceDataset: {message}"
+        native = _C.SliceOptions(fields=["MR"])
+        for k, v in options.items():
+            setattr(native, k, v)
+        with pytest.raises(ValueError) as e:
+            native.validate()
+        assert str(e.value) == message
+    if cli is not None:
+        r = subprocess.run([cli, "montage", volumes, str(tmp_path / "m.png"), "--require", "MASK",
+                            "--positive-fraction", "2"], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 1 and cases[1][1] in r.stderr, r.stderr

@@ -135,6 +135,7 @@ SLICE_BASE: Dict[str, Any] = dict(fields=("MR", "CT"), crop=6, seed=3)
 SLICE_CHANGES = [
     ("fields", {"fields": ("MR",)}),
     ("context", {"context": 1}),
+    ("context", {"context": {"MR": 1}}),  # per field: recorded as {"CT": 0, "MR": 1}
     ("crop", {"crop": 4}),
     ("crop", {"crop": None}),
     ("flip", {"flip": True}),

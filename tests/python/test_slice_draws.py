@@ -76,24 +76,24 @@ def test_cpp_draws_equal_the_reference(crop, flip, rot90):
 def test_draw_item_is_the_lookup_and_the_draw(vols):
     store = patchstore.Store(vols)
     ix = store.slice_index()
-    native = ix._n()
+    r = patchstore._store.reader_of(store)
+    native = _C.SliceSampler(r, _C.SliceOptions(fields=["MR"], seed=3, crop=(8, 6), flip="independent"))
     for i in range(len(ix)):
-        sample, k, oh, ow, row = native.draw_item(3, 2, i, 8, 6, "independent", False)
-        assert (sample, k) == tuple(native.at(i)[:2])
+        sample, k, oh, ow, row, positive = native.draw_item(2, i)
+        assert (sample, k) == tuple(ix._n().at(i)[:2]) and positive
         assert list(row) == reference(3, 2, i, 12, 10, (8, 6), "independent", False)
         assert (oh, ow) == (8, 6)
-    # No crop, a turn: the output plane swaps for odd turns.
-    for i in range(len(ix)):
-        _, _, oh, ow, row = native.draw_item(1, 0, i, 0, 0, "", True)
-        assert (oh, ow) == ((10, 12) if row[6] % 2 else (12, 10))
+    # Turns need square planes (a batch has one shape): non-square slices without a crop are refused.
+    with pytest.raises(ValueError, match=r"rot90 \(--rot90\) needs square slices or a square crop"):
+        _C.SliceSampler(r, _C.SliceOptions(fields=["MR"], seed=1, rot90=True))
     with pytest.raises(IndexError):
-        native.draw_item(0, 0, len(ix), 0, 0, "", False)
+        native.draw_item(0, len(ix))
     with pytest.raises(IndexError):
-        native.draw_item(0, 0, -1, 0, 0, "", False)
-    with pytest.raises(ValueError, match="crop 13x6 does not fit its 12x10 slices"):
-        native.draw_item(0, 0, 0, 13, 6, "", False)
-    with pytest.raises(ValueError, match="flip must be"):
-        native.draw_item(0, 0, 0, 0, 0, "sideways", False)
+        native.draw_item(0, -1)
+    with pytest.raises(ValueError, match="crop 13x6 is larger than the slices of every volume"):
+        _C.SliceSampler(r, _C.SliceOptions(fields=["MR"], crop=(13, 6)))
+    with pytest.raises(ValueError, match=r"flip \(--flip\) must be False, True or 'independent'"):
+        _C.SliceOptions(fields=["MR"], flip="sideways")
 
 
 def test_item_equals_the_reference_transform_applied_with_numpy(vols):

@@ -1,5 +1,5 @@
 """Helpers shared by the datasets of patchstore.torch: shared epoch counters, batch buffer rings and pools,
-shared-memory tensors, clamp arguments. Private to the package."""
+shared-memory tensors. Private to the package."""
 
 from __future__ import annotations
 
@@ -256,28 +256,3 @@ def _empty(shape: Tuple[int, ...], shared: bool, dtype: torch.dtype = torch.floa
         except (AttributeError, RuntimeError, TypeError):  # private API moved: plain memory
             pass
     return torch.empty(shape, dtype=dtype)
-
-
-def _clamps(clamp: Any, fields: Tuple[str, ...]) -> Dict[str, Tuple[float, float]]:
-    """clamp=None | (lo, hi) for every field | {field: (lo, hi)} -> {field: (lo, hi)}."""
-    if clamp is None:
-        return {}
-    if isinstance(clamp, dict):
-        extra = [f for f in clamp if f not in fields]
-        if extra:
-            raise ValueError(f"SliceDataset: clamp names fields {extra} that are not among fields {list(fields)}")
-        pairs = dict(clamp)
-    else:
-        pairs = {f: clamp for f in fields}
-    out = {}
-    for f, v in pairs.items():
-        if v is None:
-            continue
-        try:
-            lo, hi = (float(x) for x in v)
-        except (TypeError, ValueError):
-            raise ValueError(f"SliceDataset: clamp for '{f}' must be (lo, hi), got {v!r}") from None
-        if not lo <= hi:
-            raise ValueError(f"SliceDataset: clamp for '{f}' has lo > hi: {v!r}")
-        out[f] = (lo, hi)
-    return out

@@ -409,19 +409,7 @@ class PatchSampler {
   uint64_t cursor() const { return cursor_; }
 
  private:
-  struct Run {
-    int32_t y, x0;   // windows (y, x0 .. x0+len-1)
-    uint64_t start;  // number of windows in earlier runs
-  };
-  struct WindowSet {
-    std::vector<Run> runs;
-    uint64_t total = 0;
-    bool Draw(uint64_t r, int64_t* y, int64_t* x) const;
-    bool Contains(int64_t y, int64_t x) const;
-  };
-  struct SampleSets {
-    WindowSet pos, neg;
-  };
+  struct SampleSets;  // the sample's qualifying and other windows (reader/window_sets.h)
 
   PatchSampler() = default;
   Result<std::shared_ptr<const SampleSets>> Sets(uint64_t sample) const;
@@ -431,8 +419,6 @@ class PatchSampler {
   // The ny x nx window positions of `sample` (from the field's summary);
   // either is <= 0 when the window does not fit.
   void WindowPositions(uint64_t sample, int field, int64_t* ny, int64_t* nx) const;
-  // Candidate t of draw `key` in a sample with ny x nx window positions.
-  static void Candidate(uint64_t key, int t, int64_t ny, int64_t nx, int64_t* y, int64_t* x);
   // Whether window (y, x) of `sample` qualifies (>= threshold_ valid mask
   // pixels), by counting the window's own mask pixels.
   Result<bool> WindowQualifies(uint64_t sample, int64_t y, int64_t x) const;

@@ -206,26 +206,15 @@ enum class SliceFlip { kNone, kBoth, kIndependent };  // False, True, "independe
 SliceTransform DrawSliceTransform(uint64_t seed, uint64_t epoch, uint64_t index, int64_t H, int64_t W, int64_t crop_h,
                                   int64_t crop_w, SliceFlip flip, bool rot90);
 
-// SliceDataset's augmentation options.
-struct SliceSampling {
-  uint64_t seed = 0;
-  int64_t crop_h = 0, crop_w = 0;  // 0, 0: no crop
-  SliceFlip flip = SliceFlip::kNone;
-  bool rot90 = false;
-};
-
-// One item of a SliceDataset: which slice, its transform and the output
-// plane (rows, columns) it gives.
+// One item of a SliceDataset (reader/slice_sampler.h SliceSampler::Item):
+// which slice is served, its transform, the output plane (rows, columns)
+// it gives, and whether a mask-aware draw took it from the qualifying
+// windows (always true without a mask).
 struct SliceItem {
   SliceRef ref;
   SliceTransform transform;
   int64_t out_h = 0, out_w = 0;
+  bool positive = true;
 };
-
-// Flat item `i` of `index` in `epoch`: the lookup and DrawSliceTransform in
-// one call (what SliceDataset.__getitem__ and Store.slice's callers need).
-// OutOfRange for i >= index.size(); InvalidArgument when the crop is larger
-// than that volume's slices.
-Result<SliceItem> DrawSliceItem(const SliceIndex& index, const SliceSampling& s, uint64_t epoch, uint64_t i);
 
 }  // namespace patchstore

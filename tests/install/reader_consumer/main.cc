@@ -13,6 +13,7 @@
 #include "patchstore/reader/reader.h"
 #include "patchstore/reader/sampler.h"
 #include "patchstore/reader/sat.h"
+#include "patchstore/reader/slice_sampler.h"
 #include "patchstore/reader/tensor_view.h"
 #include "patchstore/reader/transform.h"
 #include "patchstore/reader/verify.h"
