@@ -429,9 +429,10 @@ class EpochBatchSampler:
 
     def batches(self, epoch: int, start: int = 0) -> Iterator[List[int]]:
         """The batches of `epoch` from batch `start` (does not touch the resume position)."""
+        from ._sampler_options import _position
         mine = self.order(epoch)
         B = self.batch_size
-        for b in range(operator.index(start), len(self)):
+        for b in range(_position(start, "start"), len(self)):
             yield mine[b * B:(b + 1) * B].tolist()
 
     def __iter__(self) -> Iterator[List[int]]:

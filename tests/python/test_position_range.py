@@ -105,3 +105,7 @@ def test_batch_sampler_order_refuses_epochs_outside_the_range(frameset, volumes,
         with pytest.raises(ValueError, match=f"got {bad}$"):
             next(bs.batches(bad))
         assert sorted(bs.order(2**63 - 1).tolist()) == list(range(len(ds)))
+        # A negative start yielded an empty batch first, then the whole epoch.
+        with pytest.raises(ValueError, match=r"^start must be >= 0 and < 2\*\*63 .*got -1$"):
+            next(bs.batches(0, -1))
+        assert list(bs.batches(0, len(bs))) == [] and len(list(bs.batches(0, 1))) == len(bs) - 1
