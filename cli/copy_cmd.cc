@@ -67,7 +67,7 @@ Runner RegisterCopy(CLI::App* app, const bool* quiet) {
   return [cmd, o, quiet, no_sync]() -> int {
     if (!cmd->parsed()) return -1;
     ProgressPrinter printer("copy", "samples", *quiet);
-    ProgressPrinter verify_printer("verify", "records", *quiet);
+    ProgressPrinter verify_printer("verify", "records", *quiet, /*counts_only=*/true);  // no byte count
     CopyOptions opts = *o;
     opts.durable = !*no_sync;
     opts.progress = [&](const Progress& p) { printer(p); };

@@ -8,6 +8,7 @@
 #include <cctype>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -207,8 +208,9 @@ struct Item {
   std::array<uint64_t, 3> shw{};
   std::vector<DatasetInfo> fields;  // one per group
   std::vector<Normalization> norms;
-  std::vector<DType> dtypes;  // record dtype per field (RecordDType)
-  uint64_t bytes = 0;         // record payload of all fields
+  std::vector<std::string> norm_specs;  // the user's text of each norm (messages)
+  std::vector<DType> dtypes;            // record dtype per field (RecordDType)
+  uint64_t bytes = 0;                   // record payload of all fields
 };
 
 class Hdf5Ingest {
@@ -250,6 +252,7 @@ class Hdf5Ingest {
     std::array<hsize_t, 3> dims{}, chunk{};
     int axis = 2;
     Normalization norm;
+    std::string norm_spec;          // as the user wrote it (messages)
     DType dtype = DType::kFloat32;  // of the record
     std::string describe;
   };
@@ -264,6 +267,15 @@ class Hdf5Ingest {
   };
   Result<std::vector<std::shared_ptr<VolumeSource>>> OpenVolume(const Item& item);
   Status ReadVolume(const VolumeSource& v, void* dst);
+  // The values of one slab as read (`n` elements of v.type.mem), before
+  // they are converted into the record: 32/64-bit integers raise `*largest`
+  // to their largest magnitude (float32 rounds those above 2^24: noted once
+  // per dataset, as for images); float values must stay finite under a
+  // normalisation, which runs in float32 (refused as for each float image's
+  // own range; the type's extremes say nothing for float sources), and
+  // float64 values beyond float32 with no normalisation are noted once
+  // (`*beyond`): they are stored as +-inf.
+  Status CheckSlabValues(const VolumeSource& v, const void* slab, uint64_t n, uint64_t* largest, bool* beyond);
   Status Flush();
   void RecordFailure(const Item& item, const Status& st);
   // Issue-17 checks on the listed volumes, before anything is written.
@@ -815,6 +827,7 @@ Status Hdf5Ingest::ResolveNorms(Item* item) {
     Status fits = n.ok() ? CheckNormalizationFor(*n, src, spec) : n.status();
     if (!fits.ok()) return fits.WithContext("reading " + Describe(*item, g) + " for field '" + field + "'");
     item->norms.push_back(*n);
+    item->norm_specs.push_back(spec);
   }
   return Status::OK();
 }
@@ -889,6 +902,80 @@ void ConvertSlab(const void* src, int64_t ns, int64_t H, int64_t W, int64_t sk, 
   }
 }
 
+namespace {
+
+// Largest magnitude of n integers.
+template <typename T>
+uint64_t LargestMagnitude(const T* x, uint64_t n) {
+  uint64_t m = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint64_t a = x[i] < 0 ? uint64_t{0} - static_cast<uint64_t>(x[i]) : static_cast<uint64_t>(x[i]);
+    m = std::max(m, a);
+  }
+  return m;
+}
+
+// The range of the finite values among n floats; false when there is none.
+template <typename T>
+bool FiniteRangeOf(const T* x, uint64_t n, double* lo, double* hi) {
+  double a = INFINITY, b = -INFINITY;
+  for (uint64_t i = 0; i < n; ++i)
+    if (std::isfinite(x[i])) {
+      a = std::min(a, static_cast<double>(x[i]));
+      b = std::max(b, static_cast<double>(x[i]));
+    }
+  *lo = a;
+  *hi = b;
+  return a <= b;
+}
+
+std::string ShowDouble(double x) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.9g", x);
+  return buf;
+}
+
+}  // namespace
+
+Status Hdf5Ingest::CheckSlabValues(const VolumeSource& v, const void* slab, uint64_t n, uint64_t* largest,
+                                   bool* beyond) {
+  using M = NumericType::Mem;
+  switch (v.type.mem) {
+    case M::kInt32: *largest = std::max(*largest, LargestMagnitude(static_cast<const int32_t*>(slab), n)); break;
+    case M::kUInt32: *largest = std::max(*largest, LargestMagnitude(static_cast<const uint32_t*>(slab), n)); break;
+    case M::kInt64: *largest = std::max(*largest, LargestMagnitude(static_cast<const int64_t*>(slab), n)); break;
+    case M::kUInt64: *largest = std::max(*largest, LargestMagnitude(static_cast<const uint64_t*>(slab), n)); break;
+    case M::kFloat:
+    case M::kDouble: {
+      double lo = 0, hi = 0;
+      const bool any = v.type.mem == M::kFloat ? FiniteRangeOf(static_cast<const float*>(slab), n, &lo, &hi)
+                                               : FiniteRangeOf(static_cast<const double*>(slab), n, &lo, &hi);
+      if (!any) break;
+      const std::string values = std::string(SourceTypeName(v.type.source)) + " value of this dataset";
+      if (v.norm.kind == NormKind::kNone && !v.norm.clamp) {
+        // No normalisation: float64 values beyond float32 become +-inf, as
+        // NumPy's astype(float32) makes them; said, not refused (the user
+        // asked for no transform, and NaN/inf are data elsewhere too).
+        for (double x : {lo, hi})
+          if (!std::isfinite(v.norm.Apply(x)) && !*beyond) {
+            *beyond = true;
+            Warn(v.describe + ": its " + SourceTypeName(v.type.source) + " value " + ShowDouble(x) +
+                 " is beyond float32 (largest 3.40282347e+38), which records hold, and is stored as " +
+                 (x < 0 ? "-inf" : "inf") +
+                 " (as NumPy's astype(float32)); map the field into float32 with --norm FIELD=range:LO,HI "
+                 "(computed in float64; the other normalisations take the value as float32 first)");
+          }
+        break;
+      }
+      Status st = CheckNormalizationOn(v.norm, lo, hi, false, v.norm_spec, values);
+      if (!st.ok()) return st.WithContext("reading " + v.describe);
+      break;
+    }
+    default: break;
+  }
+  return Status::OK();
+}
+
 Status Hdf5Ingest::ReadVolume(const VolumeSource& v, void* dst) {
   const int a = v.axis;
   int o1 = -1, o2 = -1;
@@ -903,6 +990,8 @@ Status Hdf5Ingest::ReadVolume(const VolumeSource& v, void* dst) {
   n = std::min(n, S);
   Hid filespace(H5Dget_space(v.dataset.get()), H5Sclose);
   if (!filespace.valid()) return Status::Corruption("reading " + v.describe + ": " + TakeErrorStack());
+  uint64_t largest = 0;  // of 32/64-bit integer values (float32 rounds above 2^24)
+  bool beyond = false;   // a float64 value beyond float32 was reported
   for (uint64_t s0 = 0; s0 < S; s0 += n) {
     const uint64_t ns = std::min(n, S - s0);
     std::array<hsize_t, 3> start{0, 0, 0}, count = v.dims;
@@ -920,6 +1009,7 @@ Status Hdf5Ingest::ReadVolume(const VolumeSource& v, void* dst) {
     if (H5Dread(v.dataset.get(), v.type.memtype.get(), memspace.get(), filespace.get(), H5P_DEFAULT, slab_.data()) < 0)
       return Status::Corruption("reading slices [" + std::to_string(s0) + ", " + std::to_string(s0 + ns) + ") of " +
                                 v.describe + ": " + TakeErrorStack());
+    PS_RETURN_IF_ERROR(CheckSlabValues(v, slab_.data(), ns * H * W, &largest, &beyond));
     // Element strides of the slab (C order over `count`).
     std::array<int64_t, 3> stride{static_cast<int64_t>(count[1] * count[2]), static_cast<int64_t>(count[2]), 1};
     const int64_t sk = stride[a], sh = stride[o1], sw = stride[o2];
@@ -939,6 +1029,9 @@ Status Hdf5Ingest::ReadVolume(const VolumeSource& v, void* dst) {
       case M::kDouble: ConvertSlab<double>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, v.dtype, out); break;
     }
   }
+  if (largest > (uint64_t{1} << 24))
+    Warn(v.describe + ": " + SourceTypeName(v.type.source) + " values up to " + std::to_string(largest) +
+         " exceed 2^24 = 16777216 and are rounded to the nearest float32 (e.g. 16777217 is stored as 16777216)");
   return Status::OK();
 }
 
@@ -992,6 +1085,7 @@ Result<std::vector<std::shared_ptr<Hdf5Ingest::VolumeSource>>> Hdf5Ingest::OpenV
     v->chunk = now.chunk;
     v->axis = axis_;
     v->norm = item.norms[g];
+    v->norm_spec = item.norm_specs[g];
     v->dtype = item.dtypes[g];
     out.push_back(std::move(v));
   }

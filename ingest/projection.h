@@ -4,7 +4,7 @@
 // Layout and encoding are fixed for the life of a store, and what serves a
 // store depends on whether it fits the page cache: a store read from the
 // page cache is fastest in rows, one read from disk in tiles with compact
-// records (README "Layouts and encodings", bench/results). So both ingests
+// records (docs/guide/larger-than-ram.md, bench/results). So both ingests
 // project the store's size from what they know before the first write (image
 // ingest: the first decoded sample's records x the number of samples; HDF5
 // ingest: every volume's dataset header) and report it through their

@@ -408,6 +408,8 @@ class EpochBatchSampler:
 
     def order(self, epoch: int) -> np.ndarray:
         """The indices this rank reads in `epoch`, in order (before cutting into batches)."""
+        from ._sampler_options import _position
+        epoch = _position(epoch, "epoch")
         n, w = len(self.dataset), self.world_size
         if self.shuffle and self.order_name == "locality":
             items, nbytes = self.dataset._locality_items()
@@ -428,9 +430,9 @@ class EpochBatchSampler:
     def batches(self, epoch: int, start: int = 0) -> Iterator[List[int]]:
         """The batches of `epoch` from batch `start` (does not touch the resume position)."""
         from ._sampler_options import _position
-        mine = self.order(_position(epoch, "epoch"))
+        mine = self.order(epoch)
         B = self.batch_size
-        for b in range(operator.index(start), len(self)):
+        for b in range(_position(start, "start"), len(self)):
             yield mine[b * B:(b + 1) * B].tolist()
 
     def __iter__(self) -> Iterator[List[int]]:

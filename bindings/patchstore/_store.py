@@ -76,6 +76,7 @@ class FieldInfo(NamedTuple):
     channel_names: Tuple[str, ...]
     source_format: str  #: "png", "exr", ...
     dtype: str = "float32"  #: element type of the stored records (compact: uint8/uint16/int16); arrays read are float32
+    tile: int = 0  #: tile edge of a field stored in tiles (``--layout tiles``), 0 for rows
 
 
 class Ids(Sequence[str]):
@@ -300,7 +301,7 @@ class Store:
                 names = tuple(x for x in f["channel_names"].split(",") if x)
                 out[f["name"]] = FieldInfo(
                     f["name"], int(f["channels"]), shape, f["layout"], f["norm"], f["source_type"],
-                    bool(f["is_mask"]), names, f["source_format"], f["dtype"],
+                    bool(f["is_mask"]), names, f["source_format"], f["dtype"], int(f["tile"]),
                 )
             self._fields = out
         return dict(self._fields)

@@ -98,6 +98,7 @@ py::dict FieldInfo(const FieldMeta& f) {
   d["name"] = f.name;
   d["channels"] = f.channels;
   d["layout"] = LayoutName(f.layout);
+  d["tile"] = f.tile;
   d["dtype"] = patchstore::DTypeName(f.dtype);
   d["source_type"] = patchstore::SourceTypeName(f.source_type);
   d["norm"] = f.norm.ToString();

@@ -229,6 +229,16 @@ TEST_F(Hdf5IngestTest, AnyNumericTypeBecomesFloat32) {
   auto o = Options({dir_ / "types.h5"}, dir_ / "t.ps", {"i8", "u16be", "i32", "u32", "i64", "u64", "f64", "bool"});
   auto r = IngestHdf5(o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
+  // Not silent: the 32/64-bit integers above 2^24 that float32 rounds, and
+  // the float64 value beyond float32 stored as inf, are reported once each.
+  std::vector<std::string> rounded, beyond;
+  for (const std::string& w : r->warnings) {
+    if (w.find("exceed 2^24 = 16777216 and are rounded") != std::string::npos) rounded.push_back(w.substr(0, 30));
+    if (w.find("its float64 value 1e+300 is beyond float32") != std::string::npos) beyond.push_back(w);
+  }
+  EXPECT_EQ(rounded, (std::vector<std::string>{"dataset 'p' in group 'i32' of ", "dataset 'p' in group 'u32' of ",
+                                               "dataset 'p' in group 'i64' of ", "dataset 'p' in group 'u64' of "}));
+  EXPECT_EQ(beyond.size(), 1u);
   auto reader = Open(o.store);
   EXPECT_EQ(CompareVolume(*reader, "p", "i8", i8, d, 2), "");
   EXPECT_EQ(CompareVolume(*reader, "p", "u16be", u16, d, 2), "");

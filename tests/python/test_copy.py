@@ -27,12 +27,15 @@ def test_copy_converts_rows_float32_to_tiles_compact_and_back(frameset, tmp_path
                         progress=False)
     assert s.converted and s.samples == len(frameset.frames) and s.dst_bytes < s.src_bytes
     t = patchstore.open(tmp_path / "t.ps")
-    assert {f: info.dtype for f, info in t.fields.items()} == {"rgb": "uint8", "mask": "uint8", "depth": "float32"}
+    assert {f: (info.dtype, info.tile) for f, info in t.fields.items()} == {
+        "rgb": ("uint8", 16), "mask": ("uint8", 16), "depth": ("float32", 16)}
+    assert {info.tile for info in patchstore.open(frameset.store).fields.values()} == {0}  # rows
     assert t.sealed
     _same_reads(tmp_path / "t.ps", frameset.store)
     back = patchstore.copy(tmp_path / "t.ps", tmp_path / "r.ps", layout="rows", encoding={"*": "float32"},
                            progress=False)
     assert back.converted and back.dst_bytes > back.src_bytes
+    assert {(i.dtype, i.tile) for i in patchstore.open(tmp_path / "r.ps").fields.values()} == {("float32", 0)}
     _same_reads(tmp_path / "r.ps", frameset.store)
     assert capfd.readouterr().err == ""  # progress=False
     assert not [p for p in tmp_path.iterdir() if ".copy-" in p.name]

@@ -92,3 +92,20 @@ def test_rank_local_sampler_refuses_epochs_outside_the_range(frameset, tmp_path)
     with pytest.raises(ValueError, match=rf"RankLocalSampler.load_state_dict: epoch must be .*got {2**64 + 4}$"):
         s.load_state_dict(state)
     assert s.epoch == 4
+
+
+@pytest.mark.parametrize("bad", [2**63 + 9, 2**64 + 2, -3])
+def test_batch_sampler_order_refuses_epochs_outside_the_range(frameset, volumes, bad):
+    # order(epoch) is public (what a custom loop reads); 2**63 + 9 used to be shuffled as an unsigned
+    # epoch and 2**64 + 2 ended in a pybind TypeError.
+    for ds in (PatchDataset(frameset.store, ["rgb"], 8), SliceDataset(volumes, ["MR", "CT"])):
+        bs = ds.batch_sampler(3, shuffle=True)
+        with pytest.raises(ValueError, match=rf"^epoch must be >= 0 and < 2\*\*63 .*got {bad}$"):
+            bs.order(bad)
+        with pytest.raises(ValueError, match=f"got {bad}$"):
+            next(bs.batches(bad))
+        assert sorted(bs.order(2**63 - 1).tolist()) == list(range(len(ds)))
+        # A negative start yielded an empty batch first, then the whole epoch.
+        with pytest.raises(ValueError, match=r"^start must be >= 0 and < 2\*\*63 .*got -1$"):
+            next(bs.batches(0, -1))
+        assert list(bs.batches(0, len(bs))) == [] and len(list(bs.batches(0, 1))) == len(bs) - 1

@@ -339,11 +339,12 @@ def _staging_of(folder: Path, name: str) -> List[Path]:
     return sorted(p for p in folder.iterdir() if p.name.startswith(name + ".copy-"))
 
 
-def _start_paused_copy(cli: str, src: Path, dst: Path) -> "tuple[subprocess.Popen, Path]":
-    """A `patchstore copy` held (test hook) right after it made its staging folder; (process, folder)."""
+def _start_paused_copy(cli: str, src: Path, dst: Path, *args: str) -> "tuple[subprocess.Popen, Path]":
+    """A `patchstore copy` (with `args`) held (test hook) right after it made its staging folder;
+    (process, folder)."""
     env = dict(os.environ, PATCHSTORE_TEST_STAGING_PAUSE_S="60")
     before = set(_staging_of(dst.parent, dst.name))
-    proc = subprocess.Popen([cli, "-q", "copy", str(src), str(dst)], env=env, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([cli, "-q", "copy", str(src), str(dst), *args], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     for _ in range(3000):
         new = [p for p in _staging_of(dst.parent, dst.name) if p not in before]
@@ -388,6 +389,24 @@ def test_killed_copies_are_removed_by_the_next_copy_and_skipped_by_shard_folders
     assert not left.exists() and _staging_of(local, "frames-2.ps") == []
     whole_set = patchstore.open(local)
     assert _content(whole_set) == _content(patchstore.open(single))
+
+
+def test_a_killed_conversion_leaves_no_store_and_the_next_one_cleans_up(sharded, cli, tmp_path):
+    """copy --layout/--encoding stages through the same engine: killed, it leaves no DST, and the next
+    conversion to DST removes its folder (with a half-written LMDB in it) and writes the whole store."""
+    base, root, single, shard_dir = sharded
+    src, dst = shard_dir / "frames-1.ps", tmp_path / "t.ps"
+    proc, left = _start_paused_copy(cli, src, dst, "--layout", "tiles", "--tile-size", "24", "--encoding", "compact")
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert left.is_dir() and not dst.exists()
+    (left / "data.mdb").write_bytes((src / "data.mdb").read_bytes()[:20000])  # what a kill mid-write leaves
+    r = _run(cli, "-q", "copy", str(src), str(dst), "--layout", "tiles", "--tile-size", "24", "--encoding", "compact")
+    assert f"copy: removed '{left}': left by an interrupted copy (pid {proc.pid}" in r.stderr, r.stderr
+    assert not left.exists() and _staging_of(tmp_path, "t.ps") == []
+    t = patchstore.open(dst)
+    assert {(i.dtype, i.tile) for f, i in t.fields.items() if f != "depth"} == {("uint8", 24)}
+    assert _content(t) == _content(patchstore.open(src))
 
 
 def test_a_running_copy_keeps_its_staging_folder(sharded, cli, tmp_path):
