@@ -1012,6 +1012,15 @@ void CopyWindow(const WindowSource& src, Transform t, void* dst, Output output, 
   });
 }
 
+void ConvertStored(DType dtype, const ValueTable* table, const void* src, int64_t n, float* dst, int num_threads) {
+  VisitDType(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* in = static_cast<const T*>(src);
+    ParallelBlocks(n, num_threads,
+                   [&](int64_t begin, int64_t end) { ConvertRun(in + begin, end - begin, dst + begin, table); });
+  });
+}
+
 uint64_t CountNonZero(const WindowSource& src) {
   uint64_t n = 0;
   VisitDType(src.dtype, [&](auto tag) { n = CountNonZeroT<typename decltype(tag)::type>(src); });

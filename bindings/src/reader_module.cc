@@ -388,6 +388,34 @@ PYBIND11_MODULE(_patchstore, m) {
           "uint8, 65536 for uint16 and int16 (indexed by value + 32768); None for float32/float16 fields.\n"
           "table[v] is the float32 a read returns for stored element v, bit for bit.")
       .def(
+          "convert_stored",
+          [](const Reader& r, const std::string& field, const py::object& src, const py::object& dst, int num_threads) {
+            const int f = FieldOf(r, field);
+            const patchstore::DType dtype = r.meta().fields[f].dtype;
+            const std::string ctx = "Reader.convert_stored('" + field + "')";
+            auto in = std::make_unique<BufferHold>();
+            if (!in->Get(src.ptr(), PyBUF_STRIDES | PyBUF_FORMAT) ||
+                in->view().itemsize != static_cast<Py_ssize_t>(patchstore::DTypeSize(dtype)) ||
+                !patchstore_py::FormatIs(in->view().format, patchstore::DTypeFormat(dtype)) ||
+                !PyBuffer_IsContiguous(&in->view(), 'C'))
+              throw py::value_error(ctx + ": src must be a C-contiguous buffer of " +
+                                    std::string(patchstore::DTypeName(dtype)) + ", the field's stored dtype");
+            const int64_t n = static_cast<int64_t>(in->view().len / in->view().itemsize);
+            auto out = patchstore_py::WritableBuffer(dst, {n}, "f", 4, "float32", "dst", ctx);
+            patchstore_py::CheckDisjoint({{"src", in.get()}, {"dst", out.get()}}, ctx);
+            if (num_threads < 1)
+              throw py::value_error(ctx + ": num_threads must be >= 1, got " + std::to_string(num_threads));
+            const void* s = in->view().buf;
+            float* d = static_cast<float*>(out->view().buf);
+            const patchstore::ValueTable* table = r.field_table(f);
+            py::gil_scoped_release nogil;
+            patchstore::ConvertStored(dtype, table, s, n, d, num_threads);
+          },
+          py::arg("field"), py::arg("src"), py::arg("dst"), py::arg("num_threads") = 1,
+          "Elements of `field` in its stored dtype (src: any C-contiguous buffer of them) into dst (a flat\n"
+          "float32 buffer of as many elements): the float32 values a read returns, bit for bit, on num_threads\n"
+          "threads with the GIL released.")
+      .def(
           "header",
           [](const Reader& r, int64_t sample, const std::string& field) {
             return HeaderInfo(Unwrap(r.Header(SampleOf(r, sample), FieldOf(r, field))));

@@ -175,6 +175,33 @@ def test_bad_outputs_devices_and_buffers_are_refused(frame_stores):
         conv(torch.zeros((1, 3, 4, 4), dtype=torch.int16))
     x = torch.rand(1, 3, 4, 4)
     assert conv(x) is x  # float32 already: returned as is
+    reader = conv._reader
+    with pytest.raises(ValueError, match=r"src must be a C-contiguous buffer of uint8"):
+        reader.convert_stored("rgb", np.zeros(8, dtype=np.uint16), np.empty(8, dtype=np.float32))
+    with pytest.raises(ValueError, match=r"dst has shape \(7,\), expected \(8,\)"):
+        reader.convert_stored("rgb", np.zeros(8, dtype=np.uint8), np.empty(7, dtype=np.float32))
+    with pytest.raises(ValueError, match="num_threads must be >= 1"):
+        reader.convert_stored("rgb", np.zeros(8, dtype=np.uint8), np.empty(8, dtype=np.float32), 0)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_cpu_conversion_reuses_only_buffers_nobody_holds(frame_stores, threads):
+    """to_float on the CPU converts in C++ into reused buffers: a batch still held is never overwritten by the
+    next conversion, and the thread count does not change a bit."""
+    name = "compact-f16"
+    ref = BatchLoader(frame_stores[name], FIELDS, batch_size=3, **OPTIONS)
+    raw = BatchLoader(frame_stores[name], FIELDS, batch_size=3, output="stored", **OPTIONS)
+    conv = FloatConverter(raw, num_threads=threads)
+    want = [{f: t.clone() for f, t in b.items()} for b in ref.batches(4)]
+    held = [conv({f: t.clone() for f, t in b.items()}) for b in raw.batches(4)]
+    assert len(held) == len(want) > 2
+    for w, g in zip(want, held):
+        assert all(same_bytes(g[f], w[f]) for f in FIELDS)
+    # Once dropped, buffers come back: converting again allocates nothing new for rgb.
+    ptrs = {held[0]["rgb"].data_ptr()}
+    del held
+    again = [conv({f: t.clone() for f, t in b.items()})["rgb"].data_ptr() for b in raw.batches(4)]
+    assert set(again) & ptrs or len(set(again)) < len(again)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (bench/gpu/run.sh runs it there)")

@@ -216,6 +216,16 @@ void ExpectStoredGatherConverts(const Reader& r, const PatchSampler& s, const st
         }
       }
     });
+    // The whole batch at once (ConvertStored, what to_float runs on the CPU),
+    // on one and on three threads: the same bytes.
+    for (int threads : {1, 3}) {
+      std::vector<float> conv(static_cast<size_t>(n) * item + 1, -7.0f);
+      ConvertStored(dtype, r.field_table(static_cast<int>(f)), got.data(), n * static_cast<int64_t>(item), conv.data(),
+                    threads);
+      ASSERT_EQ(conv.back(), -7.0f) << "wrote past the output";
+      ASSERT_EQ(std::memcmp(conv.data(), want[f], n * item * sizeof(float)), 0)
+          << "ConvertStored field " << f << " on " << threads << " threads";
+    }
   }
 }
 

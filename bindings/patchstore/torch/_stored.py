@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from .._store import Store, reader_of
+from ._common import _batch_tensor
 
 #: torch dtype of each stored dtype name (FieldInfo.dtype).
 TORCH_DTYPES: Dict[str, torch.dtype] = {"float32": torch.float32, "uint8": torch.uint8, "uint16": torch.uint16,
@@ -67,14 +68,15 @@ class FloatConverter:
     fields; a SliceDataset's ``clamp`` is applied after the conversion, as its float32 items have it).
     fields: the field order of tuple batches (default: the source's fields). device: where the float32 tensors
     are made (default: where each input tensor is); inputs elsewhere are copied there first
-    (``non_blocking`` for pinned inputs).
+    (``non_blocking`` for pinned inputs). num_threads: threads of a CPU conversion (default
+    ``torch.get_num_threads()``); on the CPU the result lands in buffers reused once nothing refers to them.
 
     ``conv(batch)`` accepts what the loaders yield: a dict {field: tensor}, a tuple/list in field order, or one
     tensor when there is one field. A tensor already float32 is returned as is (moved to `device`).
     """
 
     def __init__(self, source: Any, fields: Optional[Sequence[str]] = None, device: Any = None,
-                 clamp: Optional[Mapping[str, Tuple[float, float]]] = None) -> None:
+                 clamp: Optional[Mapping[str, Tuple[float, float]]] = None, num_threads: Optional[int] = None) -> None:
         store = source if isinstance(source, Store) else getattr(source, "store", None)
         if store is None:
             store = Store(source)
@@ -89,7 +91,9 @@ class FloatConverter:
         self.clamp: Dict[str, Tuple[float, float]] = dict(clamp or {})
         self.device = check_device(device, "patchstore.torch.FloatConverter")
         self.dtypes = stored_dtypes(store, self.fields)
-        r = reader_of(store)
+        # CPU conversions: C++ (the reader's own conversion) on this many threads, into reused buffers.
+        self.num_threads = torch.get_num_threads() if num_threads is None else max(1, int(num_threads))
+        r = self._reader = reader_of(store)
         self._host_tables: Dict[str, Optional[torch.Tensor]] = {}
         for f in self.fields:
             raw = r.value_table(f)
@@ -120,6 +124,12 @@ class FloatConverter:
             out = x  # float32 already (stored so, or converted): only the clamp, which is idempotent
         elif x.dtype != stored:
             raise TypeError(f"FloatConverter: field '{field}' is stored as {stored}, got a {x.dtype} tensor")
+        elif device.type == "cpu":
+            # The reader's conversion (the table, or exact float16 widening) with the GIL released, into a
+            # buffer reused once the caller lets go of it: a fresh tensor per batch costs a page fault per 4 KiB.
+            x = x.contiguous()
+            out = _batch_tensor(self, tuple(x.shape), False, len(self.fields))
+            self._reader.convert_stored(field, x.numpy(), out.view(-1).numpy(), self.num_threads)
         elif stored == torch.float16:
             out = x.float()  # exact: every float16 value is a float32 value
         else:

@@ -88,14 +88,14 @@ class BatchLoader(IterableDataset[Dict[str, torch.Tensor]]):
     its stored dtype (uint8/uint16/int16 source values of a compact store,
     float16, float32: ``store.fields[f].dtype``), 2.5-3.3x fewer bytes than
     float32; :func:`patchstore.torch.to_float` turns them into the float32
-    batch bit for bit. ``device="cuda"`` (or ``"cuda:N"``, ``"cpu"``)
-    gathers the stored bytes into the (pinned) ring, copies them to the
-    device on a side stream and converts them there (output="float32", the
-    default) or not (output="stored"): batches arrive as tensors on that
-    device, equal bit for bit to the CPU float32 batches, with the same
-    windows, determinism and state_dict. The ring slot of a batch is
-    refilled only after its copy has finished (a CUDA event). Device
-    conversion runs in the training process (CUDA cannot be used in
+    batch bit for bit. ``device="cuda"`` (or ``"cuda:N"``) gathers the
+    stored bytes into the pinned ring, copies them to the device on a side
+    stream and converts them there (output="float32", the default) or not
+    (output="stored"): batches arrive as tensors on that device, equal bit
+    for bit to the CPU float32 batches, with the same windows, determinism
+    and state_dict. The ring slot of a batch is refilled only after its copy
+    has finished (a CUDA event). ``device="cpu"`` is the default loader
+    (float32 gathered directly). Device conversion runs in the training process (CUDA cannot be used in
     DataLoader workers): there, use output="stored" and to_float after the
     DataLoader.
     """
@@ -143,9 +143,11 @@ class BatchLoader(IterableDataset[Dict[str, torch.Tensor]]):
         # CUDA copies from pinned memory overlap the gather of the next batch.
         self.pin_memory = bool(pin_memory) or (self.device is not None and self.device.type == "cuda")
         self.drop_last = bool(drop_last)
-        # The dtypes the gather writes: stored for output="stored" and for any device conversion.
+        # The dtypes the gather writes: stored for output="stored" and for a conversion on a CUDA device
+        # (device="cpu" gathers float32 directly: the same values, with no conversion pass).
+        self._cuda = self.device is not None and self.device.type == "cuda"
         self._gather_dtypes = (stored_dtypes(self.store, self.fields)
-                               if self.output == "stored" or self.device is not None else {})
+                               if self.output == "stored" or self._cuda else {})
         self._feed: Optional[DeviceFeed] = None
         if len(self.sampler) == 0:
             self.sampler._no_windows(self.sampler._s(), "BatchLoader")
@@ -246,7 +248,7 @@ class BatchLoader(IterableDataset[Dict[str, torch.Tensor]]):
             first = b * B
             n = min(B, total - first)
             if shared:
-                if self.device is not None:
+                if self._cuda:
                     raise RuntimeError(f"BatchLoader(device={str(self.device)!r}) converts in the training "
                                        "process; inside DataLoader workers use output='stored' and "
                                        "patchstore.torch.to_float(batch, loader, device=...) after the DataLoader")
@@ -259,7 +261,7 @@ class BatchLoader(IterableDataset[Dict[str, torch.Tensor]]):
             slot = self._ring_for(shapes).acquire()
             s.gather(epoch, first, n, [slot.arrays[f][:n] for f in fields])
             ahead(b)
-            if self.device is not None:
+            if self._cuda:
                 yield self._feed_for()(slot, n, fields)
                 continue
             yield {f: slot.tensors[f][:n] for f in fields}  # new views: they keep the slot busy
@@ -369,7 +371,7 @@ class BatchLoader(IterableDataset[Dict[str, torch.Tensor]]):
 
     def _feed_for(self) -> DeviceFeed:
         """The device feed of this process (made on first use: CUDA streams and tables are per process)."""
-        assert self.device is not None
+        assert self.device is not None and self._cuda
         if self._feed is None:
             self._feed = DeviceFeed(FloatConverter(self.store, self.fields, self.device), self.device,
                                     convert=self.output == "float32")

@@ -108,6 +108,15 @@ enum class Output : uint8_t { kFloat32, kStored };
 // ignored there).
 void CopyWindow(const WindowSource& src, Transform t, void* dst, Output output, bool stream = false);
 
+// n elements stored as `dtype` at `src` into float32 at `dst`: what a
+// kFloat32 read gives for them, bit for bit (ConvertRun with `table`, the
+// field's Reader::field_table, or null for fields without one), on
+// num_threads threads (contiguous blocks; the result does not depend on the
+// count). What turns an Output::kStored batch into the float32 batch on the
+// CPU (patchstore.torch.to_float).
+// REQUIRES: src holds n elements of dtype, dst n floats; they do not overlap.
+void ConvertStored(DType dtype, const ValueTable* table, const void* src, int64_t n, float* dst, int num_threads = 1);
+
 // Output bytes of one gather above which its windows are streamed
 // (CopyWindow's `stream`): the last-level cache's size (sysfs; 32 MiB when
 // unknown), or PATCHSTORE_STREAM_BYTES when set (0: always; a huge value:
