@@ -57,12 +57,12 @@ __path__ = pkgutil.extend_path(__path__, __name__)
 from ._config import SamplerConfig
 from ._copy_api import CopySummary, copy
 from ._export_api import ExportSummary, export
-from ._ingest_api import IngestSummary, ingest_hdf5, ingest_images
+from ._ingest_api import IngestSummary, ingest_hdf5, ingest_images, ingest_volumes
 from ._open import open
 from ._patchstore import __version__  # VERSION at the source root, through the C++ build
 from ._rank_local import RankLocalSampler, RankLocalShards
 from ._sampler import PatchSampler, Window, Windows
-from ._store import CorruptRecordError, FieldInfo, Ids, Store
+from ._store import CorruptRecordError, FieldInfo, Ids, Store, Volume
 from ._volumes import SliceIndex, SliceRef, SliceTransform
 
 __all__ = [
@@ -70,6 +70,7 @@ __all__ = [
     "Store",
     "FieldInfo",
     "Ids",
+    "Volume",
     "CorruptRecordError",
     "PatchSampler",
     "SamplerConfig",
@@ -82,6 +83,7 @@ __all__ = [
     "RankLocalShards",
     "ingest_images",
     "ingest_hdf5",
+    "ingest_volumes",
     "export",
     "copy",
     "IngestSummary",
