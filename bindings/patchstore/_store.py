@@ -24,9 +24,9 @@ CorruptRecordError = _C.CorruptRecordError
 #: A sample key: its index (negative counts from the end) or its id.
 Key = Union[int, str, bytes]
 
-__all__ = ["Store", "FieldInfo", "Ids", "Volume", "open", "CorruptRecordError"]
+__all__ = ["Store", "FieldInfo", "Ids", "open", "CorruptRecordError"]
 
-# Store methods implemented by modules above this one: "slice_index" (_volumes),
+# Store methods implemented by modules above this one: "slice_index" and "volume_class" (_volumes),
 # "read_patches" (_sampler) and "montage" (_export_api) register here when imported (patchstore/__init__
 # imports them all first), so _store.py imports no sibling and the package has
 # no import cycle (tests/python/test_package_layout.py).
@@ -54,64 +54,6 @@ def _encode_id(id: Union[str, bytes]) -> bytes:
 def _decode_id(raw: bytes) -> str:
     """Inverse of _encode_id: non-UTF-8 bytes become lone surrogates."""
     return raw.decode("utf-8", "surrogateescape")
-
-
-class Volume(Dict[str, np.ndarray]):
-    """One volume of a volume store: ``{field: read-only float32 (S, H, W) array}`` (no copy) and,
-    for volumes ingested with their geometry (:func:`patchstore.ingest_volumes`: NIfTI, MetaImage,
-    NRRD, DICOM), where its voxels lie in the patient.
-
-    The geometry describes the stored array read as an image whose index axes
-    are (x, y, z) = (W, H, S): element ``[s, h, w]`` lies at
-    ``origin + direction @ (spacing * (w, h, s))`` in millimetres, in ITK's
-    LPS patient coordinates. This is SimpleITK's convention:
-    ``sitk.GetImageFromArray(vol["CT"])`` with ``SetSpacing(vol.spacing)``,
-    ``SetOrigin(vol.origin)`` and ``SetDirection(vol.direction.ravel())`` is
-    the image. ``affine`` maps ``(w, h, s, 1)`` to RAS millimetres, nibabel's
-    convention (it equals nibabel's ``img.affine`` of the volume exported with
-    ``export(format="nifti")``); ``affine_lps`` is the same map in LPS.
-
-    Every geometry attribute is None for volumes stored without one (HDF5
-    ingests, stores written before geometry existed).
-    """
-
-    geometry: Optional[Dict[str, Any]]
-
-    def __init__(self, arrays: Dict[str, np.ndarray], geometry: Optional[Dict[str, Any]]) -> None:
-        super().__init__(arrays)
-        #: The raw geometry (spacing, origin, direction, affine_lps, affine_ras, qform_code, sform_code,
-        #: reoriented, resampled, source_spacing, source_size), or None.
-        self.geometry = geometry
-
-    @property
-    def spacing(self) -> Optional[Tuple[float, float, float]]:
-        """Voxel size in mm along x (W), y (H), z (S)."""
-        return None if self.geometry is None else tuple(self.geometry["spacing"])
-
-    @property
-    def origin(self) -> Optional[Tuple[float, float, float]]:
-        """LPS millimetres of element [0, 0, 0]."""
-        return None if self.geometry is None else tuple(self.geometry["origin"])
-
-    @property
-    def direction(self) -> Optional[np.ndarray]:
-        """3x3 direction cosines; column c is axis c (x = W, y = H, z = S) in LPS."""
-        return None if self.geometry is None else np.array(self.geometry["direction"], dtype=np.float64).reshape(3, 3)
-
-    @property
-    def affine(self) -> Optional[np.ndarray]:
-        """4x4 map from (w, h, s, 1) to RAS millimetres (nibabel's convention)."""
-        return None if self.geometry is None else np.array(self.geometry["affine_ras"], dtype=np.float64).reshape(4, 4)
-
-    @property
-    def affine_lps(self) -> Optional[np.ndarray]:
-        """4x4 map from (w, h, s, 1) to LPS millimetres (ITK's convention)."""
-        return None if self.geometry is None else np.array(self.geometry["affine_lps"], dtype=np.float64).reshape(4, 4)
-
-    def __repr__(self) -> str:
-        shapes = ", ".join(f"{k!r}: {tuple(v.shape)}" for k, v in self.items())
-        where = "" if self.geometry is None else f", spacing={self.spacing}"
-        return f"Volume({{{shapes}}}{where})"
 
 
 class FieldInfo(NamedTuple):
@@ -464,7 +406,7 @@ class Store:
         i = self._index(r, key)
         if field is not None:
             return _array(r.volume(i, field))
-        return Volume({f["name"]: _array(r.volume(i, f["name"])) for f in r.fields()}, r.geometry(i))
+        return _LAYERS["volume_class"]({f["name"]: _array(r.volume(i, f["name"])) for f in r.fields()}, r.geometry(i))
 
     def slice(self, key: Key, field: str, k: int, context: int = 0) -> np.ndarray:
         """Slices k-context .. k+context of one volume as a read-only float32 (2*context+1, H, W) array.
