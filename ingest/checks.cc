@@ -132,15 +132,17 @@ void FailureReport::Close(IngestSummary* summary) {
 }
 
 Result<Normalization> ResolveVolumeNorm(const std::string& spec_in, bool mask, SourceType source,
-                                        const std::string& type_name, const std::string& field) {
+                                        const std::string& type_name, const std::string& field,
+                                        const std::string& what) {
   const std::string spec = !spec_in.empty() ? spec_in : mask ? "binary" : "none";
   const double maxval = SourceMaxValue(source);
   const std::string base = spec.substr(0, spec.find('+'));
   if ((base == "unit" || base == "symmetric") && maxval == 0)
-    return Status::InvalidArgument("normalisation '" + base + "' of field '" + field +
+    return Status::InvalidArgument(what + ": normalisation '" + base + "' of field '" + field +
                                    "' needs a uint8 or uint16 source, not " + type_name + " (use affine:SCALE,OFFSET)");
-  PS_ASSIGN_OR_RETURN(Normalization n, ParseNormalization(spec, maxval));
-  PS_RETURN_IF_ERROR(CheckNormalizationFor(n, source, spec));
+  auto n = ParseNormalization(spec, maxval);
+  Status fits = n.ok() ? CheckNormalizationFor(*n, source, spec) : n.status();
+  if (!fits.ok()) return fits.WithContext(what + " for field '" + field + "'");
   return n;
 }
 

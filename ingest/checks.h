@@ -107,10 +107,13 @@ class FailureReport {
 
 // The normalisation of a volume field (HDF5 datasets, ITK volumes): `spec`
 // as --norm gives it ("" = default: "binary" for a --mask field, else
-// "none"), checked against the source type (unit and symmetric need a uint8
-// or uint16 source, `type_name` names it in the message). Errors carry no
-// context: the caller names the file and field.
+// "none"), checked against the source type. Errors start with `what` (e.g.
+// "reading dataset 'p1' in group 'MR' of 'a.h5'"): "<what>: normalisation
+// 'unit' of field 'MR' needs a uint8 or uint16 source, not <type_name> (use
+// affine:SCALE,OFFSET)", or "<what> for field 'MR': " and why the spec does
+// not parse or does not fit the type.
 Result<Normalization> ResolveVolumeNorm(const std::string& spec, bool mask, SourceType source,
-                                        const std::string& type_name, const std::string& field);
+                                        const std::string& type_name, const std::string& field,
+                                        const std::string& what);
 
 }  // namespace patchstore

@@ -802,18 +802,10 @@ Status Hdf5Ingest::ResolveNorms(Item* item) {
     const std::string& field = groups_[g].field;
     const bool mask = std::find(o_.mask_fields.begin(), o_.mask_fields.end(), field) != o_.mask_fields.end();
     auto it = o_.norm.find(field);
-    const std::string spec = it != o_.norm.end() ? it->second : mask ? "binary" : "none";
-    const SourceType src = item->fields[g].source;
-    const double maxval = SourceMaxValue(src);
-    const std::string base = spec.substr(0, spec.find('+'));
-    if ((base == "unit" || base == "symmetric") && maxval == 0)
-      return Status::InvalidArgument("reading " + Describe(*item, g) + ": normalisation '" + base + "' of field '" +
-                                     field + "' needs a uint8 or uint16 source, not " + item->fields[g].type_name +
-                                     " (use affine:SCALE,OFFSET)");
-    auto n = ParseNormalization(spec, maxval);
-    Status fits = n.ok() ? CheckNormalizationFor(*n, src, spec) : n.status();
-    if (!fits.ok()) return fits.WithContext("reading " + Describe(*item, g) + " for field '" + field + "'");
-    item->norms.push_back(*n);
+    PS_ASSIGN_OR_RETURN(Normalization n,
+                        ResolveVolumeNorm(it != o_.norm.end() ? it->second : "", mask, item->fields[g].source,
+                                          item->fields[g].type_name, field, "reading " + Describe(*item, g)));
+    item->norms.push_back(n);
   }
   return Status::OK();
 }

@@ -266,8 +266,9 @@ DecodedVolume VolumeIngest::DecodeVolume(const SampleSource& src, int slot) {
                                             "; resample every field onto one grid with --spacing X,Y,Z"));
     }
     const SourceType source = VoxelSource(reply->type);
-    auto norm = ResolveVolumeNorm(plan.norm_spec, plan.is_mask, source, SourceTypeName(source), plan.name);
-    if (!norm.ok()) return fail(norm.status().WithContext(what + " ('" + path + "')"));
+    auto norm = ResolveVolumeNorm(plan.norm_spec, plan.is_mask, source, SourceTypeName(source), plan.name,
+                                  what + ": reading '" + path + "'");
+    if (!norm.ok()) return fail(norm.status());
     DecodedField d;
     d.path = path;
     d.header.layout = Layout::kSHW;
