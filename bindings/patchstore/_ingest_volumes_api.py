@@ -49,6 +49,7 @@ def ingest_volumes(
     durable: bool = True,
     max_voxels: int = 1 << 29,
     decode_timeout: float = 600.0,
+    decode_memory: int = 0,
     shard: Optional[Tuple[int, int]] = None,
     progress: ProgressArg = None,
     callback: Optional[Callable[[Any], None]] = None,
@@ -93,8 +94,10 @@ def ingest_volumes(
     masks, norm, encoding, on_error, report, shard, durable, progress,
     callback: as :func:`ingest_hdf5`. threads: decoder processes (0: all
     cores). max_voxels: volumes whose header declares more voxels are
-    refused before anything is allocated. Decoding runs in isolated,
-    memory-limited processes, so a hostile file fails that volume only.
+    refused before anything is allocated. Decoding runs in isolated
+    processes with a memory limit (decode_memory bytes each; 0: 8 GiB) and a
+    time limit (decode_timeout seconds per volume and field), so a hostile
+    file fails that volume only.
 
     Running the same ingest again resumes; a finished ingest without
     failures seals the store. Raises FileNotFoundError for a missing input,
@@ -170,6 +173,7 @@ def ingest_volumes(
     o.durable = bool(durable)
     o.max_voxels = int(max_voxels)
     o.decode_timeout_s = float(decode_timeout)
+    o.decode_memory_bytes = operator.index(decode_memory)
     o.shard_index, o.shard_count = shard_pair
     o.command_line = "patchstore.ingest_volumes(" + ", ".join(args) + ")"
     if not native.volume_ingest_available():

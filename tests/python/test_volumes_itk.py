@@ -459,6 +459,47 @@ def test_hostile_volume_does_not_take_down_the_ingest(tmp_path):
     assert list(patchstore.open(tmp_path / "a.ps").ids) == ["ok"]
 
 
+def test_decoder_over_its_memory_limit_fails_that_volume_only(tmp_path):
+    """A valid volume that needs more memory than the decoder process may take: that volume fails with
+    a message naming its file, the ingest goes on in a fresh decoder."""
+    rng = np.random.default_rng(17)
+    write_nifti(tmp_path / "d" / "big" / "v.nii", rng.random((160, 160, 160)), affine((1, 1, 1), (0, 0, 0)))
+    write_nifti(tmp_path / "d" / "small" / "v.nii", rng.random((6, 6, 4)), affine((1, 1, 1), (0, 0, 0)))
+    s = patchstore.ingest_volumes(tmp_path / "a.ps", root=tmp_path / "d", fields={"V": "{p}/v.nii"},
+                                  on_error="skip", decode_memory=16 << 20, threads=1, progress=False)
+    assert (s.samples_written, s.samples_failed) == (1, 1), s.errors
+    assert "big/v.nii" in s.errors[0] and "field 'V'" in s.errors[0], s.errors
+    assert list(patchstore.open(tmp_path / "a.ps").ids) == ["small"]
+
+
+def test_manifest_and_shards(tmp_path):
+    rng = np.random.default_rng(18)
+    files = cohort(tmp_path / "data", rng, n=4, shape=(8, 6, 4))
+    folder = tmp_path / "dicom" / "ct"
+    arr = rng.integers(0, 100, (4, 6, 8)).astype(np.int16)
+    write_dicom_series(folder, arr, "1.2.3.77", 1, "ct", spacing=(0.8, 0.9, 2.5))
+    lines = ["id,MR,MASK"] + [f"{pid},data/{pid}/mr.nii.gz,data/{pid}/mask.nii.gz" for pid in files]
+    (tmp_path / "m.csv").write_text("\n".join(lines) + "\n")
+    s = patchstore.ingest_volumes(tmp_path / "m.ps", manifest=tmp_path / "m.csv", masks=["MASK"], progress=False)
+    assert s.samples_written == 4
+    st = patchstore.open(tmp_path / "m.ps")
+    assert same_bits(st.volume("p02")["MR"], sitk_array(files["p02"]["mr"]).astype(np.float32))
+    assert set(np.unique(st.volume("p02")["MASK"])) <= {0.0, 1.0}  # --mask: binary by default
+    # A manifest cell may name a DICOM folder.
+    (tmp_path / "d.csv").write_text("id,CT\nx,dicom/ct\n")
+    patchstore.ingest_volumes(tmp_path / "d.ps", manifest=tmp_path / "d.csv", progress=False)
+    assert same_bits(patchstore.open(tmp_path / "d.ps").volume("x")["CT"], arr.astype(np.float32))
+    # Shards: every volume in exactly one shard, with its geometry; the set reads as the whole.
+    for i in range(2):
+        patchstore.ingest_volumes(tmp_path / f"s{i}.ps", manifest=tmp_path / "m.csv", masks=["MASK"], shard=(i, 2),
+                                  progress=False)
+    parts = [list(patchstore.open(tmp_path / f"s{i}.ps").ids) for i in range(2)]
+    assert sorted(parts[0] + parts[1]) == sorted(files)
+    both = patchstore.open([tmp_path / "s0.ps", tmp_path / "s1.ps"])
+    for pid in files:
+        np.testing.assert_array_equal(both.volume(pid).affine, st.volume(pid).affine)
+
+
 def test_max_voxels_and_unknown_format(tmp_path):
     rng = np.random.default_rng(14)
     write_nifti(tmp_path / "d" / "x" / "v.nii.gz", rng.integers(0, 9, (10, 10, 10)).astype(np.int16),
