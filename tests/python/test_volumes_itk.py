@@ -556,6 +556,22 @@ def test_cli_ingest_info_ls_export_and_resume(tmp_path):
     assert subprocess.run([cli, "verify", store], capture_output=True).returncode == 0
 
 
+def test_copies_keep_the_geometry(tmp_path):
+    rng = np.random.default_rng(19)
+    cohort(tmp_path / "data", rng, n=2, shape=(8, 6, 4))
+    store = tmp_path / "v.ps"
+    patchstore.ingest_volumes(store, root=tmp_path / "data", fields=FIELDS, masks=["MASK"], orient="RAS",
+                              progress=False)
+    src = patchstore.open(store)
+    for name, encoding in (("compacted.ps", None), ("reencoded.ps", "compact")):
+        patchstore.copy(store, tmp_path / name, encoding=encoding, progress=False)
+        dst = patchstore.open(tmp_path / name)
+        for pid in ("p00", "p01"):
+            assert dst.volume(pid).geometry == src.volume(pid).geometry, name
+            assert same_bits(dst.volume(pid)["CT"], src.volume(pid)["CT"])
+    assert patchstore.open(tmp_path / "reencoded.ps").fields["MR"].dtype == "int16"
+
+
 def test_hdf5_store_has_no_geometry_and_exports_with_unit_spacing(tmp_path):
     import h5py
 
