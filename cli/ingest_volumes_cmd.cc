@@ -201,6 +201,9 @@ Runner RegisterIngestVolumes(CLI::App* ingest, const bool* quiet, std::string co
       ->check(CLI::PositiveNumber);
   cmd->add_option("--decode-timeout", o.decode_timeout_s, "Seconds allowed to decode one volume (default 600)")
       ->check(CLI::PositiveNumber & FiniteNumber());
+  cmd->add_option("--decode-memory", o.decode_memory_bytes,
+                  "Bytes of memory each decoder process may allocate (default 0: 8 GiB); a volume that needs more "
+                  "fails alone");
   cmd->add_option("--on-error", args->on_error,
                   "stop (default): stop at the first bad volume, keeping what was committed; skip: record failures "
                   "in the report and go on")
