@@ -23,10 +23,13 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <new>
 #include <sstream>
 #include <vector>
@@ -181,6 +184,89 @@ Status CheckNiftiComplete(const std::string& path, uint64_t data_bytes) {
     return Status::Corruption("reading '" + path + "': truncated or damaged gzip stream: it holds " +
                               std::to_string(total) + " bytes of the " + std::to_string(need) + " its header declares" +
                               (why.empty() ? "" : " (" + why + ")"));
+  return Status::OK();
+}
+
+// MetaImage likewise: ITK 5.2 reads a short .mha / .raw (plain or zlib)
+// without an error. The header's ElementDataFile says where the voxels are:
+// uncompressed they must all be there; compressed, the file must hold the
+// CompressedDataSize the header declares (ITK writes it), or, without one,
+// the stream must inflate to every voxel.
+Status CheckMetaImageComplete(const std::string& path, uint64_t data_bytes) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::OK();
+  std::map<std::string, std::string> kv;
+  std::string line;
+  uint64_t data_start = 0;
+  for (int n = 0; n < 200 && std::getline(in, line); ++n) {
+    const size_t eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    auto trim = [](std::string t) {
+      while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
+      while (!t.empty() && std::isspace(static_cast<unsigned char>(t.front()))) t.erase(0, 1);
+      return t;
+    };
+    const std::string key = trim(line.substr(0, eq));
+    kv[key] = trim(line.substr(eq + 1));
+    if (key == "ElementDataFile") {
+      data_start = static_cast<uint64_t>(in.tellg());
+      break;
+    }
+  }
+  auto it = kv.find("ElementDataFile");
+  if (it == kv.end() || it->second == "LIST" || it->second.find_first_of("% ") != std::string::npos)
+    return Status::OK();  // several data files: ITK's reader checks each
+  std::string data_path = path;
+  if (it->second != "LOCAL") {
+    data_path = (fs::path(path).parent_path() / it->second).string();
+    const auto hs = kv.find("HeaderSize");
+    if (hs != kv.end() && std::strtoll(hs->second.c_str(), nullptr, 10) < 0) return Status::OK();
+    data_start = hs != kv.end() ? std::strtoull(hs->second.c_str(), nullptr, 10) : 0;
+  }
+  std::error_code ec;
+  const uint64_t size = fs::file_size(data_path, ec);
+  if (ec) return Status::OK();
+  const uint64_t have = size > data_start ? size - data_start : 0;
+  const std::string compressed = Lower(kv.count("CompressedData") ? kv["CompressedData"] : "false");
+  if (compressed != "true") {
+    if (have < data_bytes)
+      return Status::Corruption("reading '" + path + "': truncated: '" + data_path + "' holds " + std::to_string(have) +
+                                " bytes of voxels, the header declares " + std::to_string(data_bytes));
+    return Status::OK();
+  }
+  if (kv.count("CompressedDataSize")) {
+    const uint64_t need = std::strtoull(kv["CompressedDataSize"].c_str(), nullptr, 10);
+    if (have < need)
+      return Status::Corruption("reading '" + path + "': truncated: '" + data_path + "' holds " + std::to_string(have) +
+                                " compressed bytes, the header declares " + std::to_string(need));
+    return Status::OK();
+  }
+  // No declared size: inflate the stream to count what it holds.
+  std::ifstream raw(data_path, std::ios::binary);
+  raw.seekg(static_cast<std::streamoff>(data_start));
+  z_stream z{};
+  if (inflateInit(&z) != Z_OK) return Status::OK();
+  std::vector<uint8_t> src(1 << 16), dst(1 << 20);
+  uint64_t total = 0;
+  int rc = Z_OK;
+  while (rc != Z_STREAM_END && total < data_bytes) {
+    if (z.avail_in == 0) {
+      raw.read(reinterpret_cast<char*>(src.data()), static_cast<std::streamsize>(src.size()));
+      z.avail_in = static_cast<uInt>(raw.gcount());
+      z.next_in = src.data();
+      if (z.avail_in == 0) break;
+    }
+    z.avail_out = static_cast<uInt>(dst.size());
+    z.next_out = dst.data();
+    rc = inflate(&z, Z_NO_FLUSH);
+    total += dst.size() - z.avail_out;
+    if (rc != Z_OK && rc != Z_STREAM_END) break;
+  }
+  inflateEnd(&z);
+  if (total < data_bytes)
+    return Status::Corruption("reading '" + path + "': truncated or damaged zlib stream: it inflates to " +
+                              std::to_string(total) + " bytes of the " + std::to_string(data_bytes) +
+                              " the header declares");
   return Status::OK();
 }
 
@@ -557,8 +643,9 @@ VolumeReply Decode(const VolumeRequest& req, uint8_t* shared, size_t shared_size
       Status gst = CheckGrid(declared, "'" + req.path + "'");
       if (!gst.ok()) return fail(gst);
     }
-    if (format == "nifti") {
-      Status cst = CheckNiftiComplete(req.path, io->GetImageSizeInBytes());
+    if (format == "nifti" || format == "metaimage") {
+      Status cst = format == "nifti" ? CheckNiftiComplete(req.path, io->GetImageSizeInBytes())
+                                     : CheckMetaImageComplete(req.path, io->GetImageSizeInBytes());
       if (!cst.ok()) return fail(cst);
     }
     using C = itk::IOComponentEnum;

@@ -380,6 +380,24 @@ def test_truncated_nifti_fails_that_volume_only(tmp_path):
     assert list(patchstore.open(tmp_path / "b.ps").ids) == ["p01"]
 
 
+@pytest.mark.parametrize("ext,compress", [(".mha", False), (".mha", True), (".mhd", False), (".nrrd", False),
+                                          (".nrrd", True), (".nii", False)])
+def test_truncated_metaimage_nrrd_and_nifti_are_refused(tmp_path, ext, compress):
+    """ITK 5.2 reads a short MetaImage or NIfTI file without an error (zeros for what is missing): ingest checks
+    the bytes against the header first."""
+    arr = np.random.default_rng(20).integers(-1000, 2000, (20, 32, 32)).astype(np.int16)
+    d = tmp_path / "d" / "x"
+    d.mkdir(parents=True)
+    sitk.WriteImage(sitk.GetImageFromArray(arr), str(d / f"v{ext}"), useCompression=compress)
+    target = d / ("v.raw" if ext == ".mhd" else f"v{ext}")
+    raw = target.read_bytes()
+    target.write_bytes(raw[: len(raw) * 2 // 3])
+    with pytest.raises(OSError) as e:
+        patchstore.ingest_volumes(tmp_path / "a.ps", root=tmp_path / "d", fields={"V": "{p}/v" + ext}, progress=False)
+    assert f"v{ext}" in str(e.value), str(e.value)
+    assert "truncated" in str(e.value) or "expected" in str(e.value) or "fread" in str(e.value), str(e.value)
+
+
 def test_four_d_refused_or_picked(tmp_path):
     rng = np.random.default_rng(12)
     data = rng.integers(0, 100, (8, 6, 5, 3)).astype(np.int16)
