@@ -20,6 +20,8 @@ using Runner = std::function<int()>;
 Runner RegisterIngestImages(CLI::App* ingest, const bool* quiet, std::string command_line);
 // `ingest hdf5 FILE.h5 [FILE.h5 ...] STORE --group MR ...`: 3D volumes.
 Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet);
+// `ingest volumes STORE --root DIR --field MR='{patient}/mr.nii.gz' ...`: NIfTI/MHA/NRRD/DICOM through ITK.
+Runner RegisterIngestVolumes(CLI::App* ingest, const bool* quiet, std::string command_line);
 // `bench STORE [--patch P] [--processes 1,2,4] ...`: read throughput on this store and machine.
 Runner RegisterBench(CLI::App* app, const bool* quiet);
 // `montage STORE OUT.png [--count 64] [--overlay mask] ...`: a contact sheet of the served windows.

@@ -106,8 +106,10 @@ Runner RegisterExport(CLI::App* app, const bool* /*quiet*/) {
   exp->add_option("--field", eo.fields, "Fields to export (default: all)");
   exp->add_option("--format", eo.format,
                   "Images: png or exr (default: png for 8/16-bit sources, exr for float). "
-                  "Volumes: png (default; OUTDIR/<id>/<field>/<slice:04>.png, 8-bit) or h5 (OUTDIR/volumes.h5)")
-      ->check(CLI::IsMember({"png", "exr", "h5"}));
+                  "Volumes: png (default; OUTDIR/<id>/<field>/<slice:04>.png, 8-bit), h5 (OUTDIR/volumes.h5), "
+                  "nifti (OUTDIR/<id>/<field>.nii.gz) or mha (OUTDIR/<id>/<field>.mha): float32, the stored values "
+                  "voxel for voxel, with the stored geometry (NIfTI and MetaImage need a build with ITK)")
+      ->check(CLI::IsMember({"png", "exr", "h5", "nifti", "mha"}));
   exp->add_option("--axis-order", eo.axis_order,
                   "Volumes as h5: source (default: slice axis back where it was in "
                   "the HDF5 input) or shw (slices first, as stored)")

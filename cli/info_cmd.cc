@@ -109,7 +109,8 @@ int RunInfo(const InfoArgs& a) {
       os << ", \"sample_shapes\": [";
       for (uint64_t i = 0; i < reader->size(); ++i)
         os << (i ? ", " : "") << "{\"id\": " << JsonString(reader->id(i))
-           << ", \"shapes\": " << SampleShapesJson(*reader, i, JsonString) << "}";
+           << ", \"shapes\": " << SampleShapesJson(*reader, i, JsonString)
+           << (m.kind == "volumes" ? ", \"geometry\": " + SampleGeometryJson(*reader, i) : std::string()) << "}";
       os << "]";
     }
     os << "}";
@@ -147,8 +148,11 @@ int RunInfo(const InfoArgs& a) {
   }
   if (a.all) {
     std::printf("samples (%s):\n", m.kind == "volumes" ? "S x H x W per field" : "C x H x W per field");
-    for (uint64_t i = 0; i < reader->size(); ++i)
-      std::printf("  %s: %s\n", Printable(reader->id(i)).c_str(), SampleShapesText(*reader, i).c_str());
+    for (uint64_t i = 0; i < reader->size(); ++i) {
+      const std::string geometry = SampleGeometryText(*reader, i);
+      std::printf("  %s: %s%s%s\n", Printable(reader->id(i)).c_str(), SampleShapesText(*reader, i).c_str(),
+                  geometry.empty() ? "" : "; ", geometry.c_str());
+    }
   }
   return 0;
 }
@@ -160,7 +164,9 @@ Runner RegisterInfo(CLI::App* app, const bool* /*quiet*/) {
   auto args = std::make_shared<InfoArgs>();
   cmd->add_option("STORE", args->store, "Store directory, or a directory of shards (read as one store)")->required();
   cmd->add_flag("--json", args->json, "Machine-readable output");
-  cmd->add_flag("--all", args->all, "Also list every sample's shapes, e.g. each volume's (S,H,W)");
+  cmd->add_flag("--all", args->all,
+                "Also list every sample's shapes, e.g. each volume's (S,H,W), and each volume's geometry (spacing, "
+                "origin, axes) when it has one");
   return [cmd, args]() -> int { return cmd->parsed() ? RunInfo(*args) : -1; };
 }
 

@@ -22,10 +22,12 @@ int RunLs(const LsArgs& a) {
   if (!r.ok()) return Fail(r.status());
   const auto& reader = *r;
   if (a.json) {
+    const bool volumes = reader->meta().kind == "volumes";
     std::cout << "[";
     for (uint64_t i = 0; i < reader->size(); ++i)
       std::cout << (i ? ", " : "") << "{\"id\": " << JsonString(reader->id(i))
-                << ", \"shapes\": " << SampleShapesJson(*reader, i, JsonString) << "}";
+                << ", \"shapes\": " << SampleShapesJson(*reader, i, JsonString)
+                << (volumes ? ", \"geometry\": " + SampleGeometryJson(*reader, i) : std::string()) << "}";
     std::cout << "]\n";
   } else {
     for (uint64_t i = 0; i < reader->size(); ++i) std::cout << Printable(reader->id(i)) << "\n";
@@ -40,7 +42,9 @@ Runner RegisterLs(CLI::App* app, const bool* /*quiet*/) {
                                         "sample's shapes");
   auto args = std::make_shared<LsArgs>();
   cmd->add_option("STORE", args->store, "Store directory, or a directory of shards (read as one store)")->required();
-  cmd->add_flag("--json", args->json, "Machine-readable output: [{\"id\": ID, \"shapes\": {FIELD: [dims]}}, ...]");
+  cmd->add_flag("--json", args->json,
+                "Machine-readable output: [{\"id\": ID, \"shapes\": {FIELD: [dims]}, \"geometry\": "
+                "{\"spacing\": ..., \"origin\": ..., \"direction\": ..., \"affine_ras\": ...} or null}, ...]");
   return [cmd, args]() -> int { return cmd->parsed() ? RunLs(*args) : -1; };
 }
 

@@ -65,6 +65,7 @@ int main(int argc, char** argv) {
   const std::vector<cli::Runner> runners = {
       cli::RegisterIngestImages(ingest, &quiet, cli::CommandLine(argc, argv)),
       cli::RegisterIngestHdf5(ingest, &quiet),
+      cli::RegisterIngestVolumes(ingest, &quiet, cli::CommandLine(argc, argv)),
       cli::RegisterBench(&app, &quiet),
       cli::RegisterMontage(&app, &quiet),
       cli::RegisterCopy(&app, &quiet),

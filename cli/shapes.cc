@@ -1,7 +1,12 @@
 #include "cli/shapes.h"
 
 #include <algorithm>
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
 #include <set>
+#include <type_traits>
 
 namespace patchstore::cli {
 namespace {
@@ -75,6 +80,73 @@ std::string SampleShapesText(const Reader& reader, uint64_t sample) {
   for (int f = 0; f < reader.field_count(); ++f) {
     auto h = reader.Summary(sample, f);
     s += (f ? ", " : "") + reader.field(f).name + " " + (h.ok() ? JoinDims(ShapeOf(*h), "x") : std::string("?"));
+  }
+  return s;
+}
+
+namespace {
+
+std::string Exact(double v) {
+  if (v != v || v - v != 0) return "null";
+  char buf[64];
+  auto res = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, res.ptr);
+}
+
+template <typename T, size_t N>
+std::string ExactList(const std::array<T, N>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < N; ++i) {
+    if constexpr (std::is_floating_point_v<T>) s += (i ? ", " : "") + Exact(v[i]);
+    else s += (i ? ", " : "") + std::to_string(v[i]);
+  }
+  return s + "]";
+}
+
+}  // namespace
+
+std::string AxisCodes(const VolumeGeometry& g) {
+  std::string out;
+  for (int c = 0; c < 3; ++c) {
+    int best = 0;
+    for (int r = 1; r < 3; ++r)
+      if (std::fabs(g.direction[r * 3 + c]) > std::fabs(g.direction[best * 3 + c])) best = r;
+    const bool positive = g.direction[best * 3 + c] > 0;
+    out += positive ? "LPS"[best] : "RAI"[best];
+  }
+  return out;
+}
+
+std::string SampleGeometryJson(const Reader& reader, uint64_t sample) {
+  auto g = reader.Geometry(sample);
+  if (!g.ok() || !g->has_value()) return "null";
+  const VolumeGeometry& v = **g;
+  return "{\"spacing\": " + ExactList(v.spacing) + ", \"origin\": " + ExactList(v.origin) +
+         ", \"direction\": " + ExactList(v.direction) + ", \"affine_lps\": " + ExactList(v.AffineLPS()) +
+         ", \"affine_ras\": " + ExactList(v.AffineRAS()) + ", \"axes\": \"" + AxisCodes(v) +
+         "\", \"qform_code\": " + std::to_string(v.qform_code) + ", \"sform_code\": " + std::to_string(v.sform_code) +
+         ", \"reoriented\": " + ((v.flags & kGeometryReoriented) ? "true" : "false") +
+         ", \"resampled\": " + ((v.flags & kGeometryResampled) ? "true" : "false") +
+         ", \"source_spacing\": " + ExactList(v.source_spacing) + ", \"source_size\": " + ExactList(v.source_size) +
+         "}";
+}
+
+std::string SampleGeometryText(const Reader& reader, uint64_t sample) {
+  auto g = reader.Geometry(sample);
+  if (!g.ok()) return "geometry unreadable: " + g.status().message();
+  if (!g->has_value()) return "";
+  const VolumeGeometry& v = **g;
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "spacing %gx%gx%g mm, origin (%g, %g, %g), axes %s (W,H,S)", v.spacing[0],
+                v.spacing[1], v.spacing[2], v.origin[0], v.origin[1], v.origin[2], AxisCodes(v).c_str());
+  std::string s = buf;
+  if (v.qform_code >= 0 || v.sform_code >= 0)
+    s += ", qform " + std::to_string(v.qform_code) + " sform " + std::to_string(v.sform_code);
+  if (v.flags & kGeometryReoriented) s += ", reoriented";
+  if (v.flags & kGeometryResampled) {
+    std::snprintf(buf, sizeof buf, ", resampled from %gx%gx%g mm", v.source_spacing[0], v.source_spacing[1],
+                  v.source_spacing[2]);
+    s += buf;
   }
   return s;
 }

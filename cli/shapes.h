@@ -31,4 +31,18 @@ std::string SampleShapesJson(const Reader& reader, uint64_t sample, std::string 
 // "MR 5x40x40, CT 5x40x40" (a '?' for an unreadable record).
 std::string SampleShapesText(const Reader& reader, uint64_t sample);
 
+// One volume's geometry (Reader::Geometry) as JSON: {"spacing": [x, y, z],
+// "origin": [...], "direction": [9 numbers, row-major], "affine_lps": [16],
+// "affine_ras": [16], "axes": "LPS", "qform_code": 1, "sform_code": 1,
+// "reoriented": false, "resampled": false, "source_spacing": [...],
+// "source_size": [...]} with every number exact (shortest round trip);
+// "null" when the sample has none.
+std::string SampleGeometryJson(const Reader& reader, uint64_t sample);
+// "spacing 0.9x0.9x2.5 mm, origin (-120, -90, 40), axes LPS (W,H,S), ..." or ""
+// when the sample has none; "geometry unreadable: ..." for a damaged entry.
+std::string SampleGeometryText(const Reader& reader, uint64_t sample);
+// The three letters (nibabel's aff2axcodes) of the directions the stored
+// axes W, H, S point to: "LPS" for ITK's identity direction.
+std::string AxisCodes(const VolumeGeometry& g);
+
 }  // namespace patchstore::cli

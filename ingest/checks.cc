@@ -3,7 +3,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 namespace patchstore {
@@ -95,6 +97,53 @@ Status CheckShard(StoreMeta* meta, const std::string& store, uint32_t shard_inde
                                    spec(shard_index, shard_count) + " needs a new store per shard");
   meta->attributes[kShardAttribute] = std::to_string(shard_index) + "/" + std::to_string(shard_count);
   return Status::OK();
+}
+
+FailureReport::~FailureReport() {
+  if (file_) std::fclose(file_);
+}
+
+void FailureReport::Add(IngestSummary* summary, const std::string& id, const std::string& file, const Status& st) {
+  ++summary->samples_failed;
+  if (summary->errors.size() < 100) summary->errors.push_back(st.message());
+  if (!file_ && !failed_) {
+    file_ = std::fopen(path_.c_str(), "a");
+    if (file_) summary->report_path = path_;
+    else summary->report_error = "writing '" + path_ + "': " + std::strerror(errno);
+    failed_ = file_ == nullptr;
+  }
+  if (!file_) return;
+  std::string msg = st.message();
+  std::replace(msg.begin(), msg.end(), '\t', ' ');
+  std::replace(msg.begin(), msg.end(), '\n', ' ');
+  std::fprintf(file_, "%s\t%s\t%s\n", id.c_str(), file.c_str(), msg.c_str());
+  if (std::fflush(file_) != 0) {
+    summary->report_error = "writing '" + path_ + "': " + std::strerror(errno);
+    summary->report_path.clear();
+  }
+}
+
+void FailureReport::Close(IngestSummary* summary) {
+  if (file_ && std::fclose(file_) != 0 && summary->report_error.empty()) {
+    summary->report_error = "writing '" + path_ + "': " + std::strerror(errno);
+    summary->report_path.clear();
+  }
+  file_ = nullptr;
+}
+
+Result<Normalization> ResolveVolumeNorm(const std::string& spec_in, bool mask, SourceType source,
+                                        const std::string& type_name, const std::string& field,
+                                        const std::string& what) {
+  const std::string spec = !spec_in.empty() ? spec_in : mask ? "binary" : "none";
+  const double maxval = SourceMaxValue(source);
+  const std::string base = spec.substr(0, spec.find('+'));
+  if ((base == "unit" || base == "symmetric") && maxval == 0)
+    return Status::InvalidArgument(what + ": normalisation '" + base + "' of field '" + field +
+                                   "' needs a uint8 or uint16 source, not " + type_name + " (use affine:SCALE,OFFSET)");
+  auto n = ParseNormalization(spec, maxval);
+  Status fits = n.ok() ? CheckNormalizationFor(*n, source, spec) : n.status();
+  if (!fits.ok()) return fits.WithContext(what + " for field '" + field + "'");
+  return n;
 }
 
 }  // namespace patchstore

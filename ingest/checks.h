@@ -3,12 +3,14 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
+#include "patchstore/ingest/ingest.h"
 #include "patchstore/store/format.h"
 #include "patchstore/store/status.h"
 #include "patchstore/store/store.h"
@@ -80,5 +82,38 @@ void KeepShard(std::vector<T>* items, uint32_t shard_index, uint32_t shard_count
     if (ShardOfId(id_of(it), shard_count) == shard_index) kept.push_back(std::move(it));
   items->swap(kept);
 }
+
+// The failure report of --on-error skip, shared by the ingests: a TSV of
+// (id, file, message), opened for appending on the first failure. Each
+// failure is counted in the summary (samples_failed, the first 100 messages
+// in errors); report_path / report_error say where it went or why it could
+// not be written. Not thread-safe: the writer thread owns it.
+class FailureReport {
+ public:
+  explicit FailureReport(std::string path) : path_(std::move(path)) {}
+  ~FailureReport();
+  FailureReport(const FailureReport&) = delete;
+  FailureReport& operator=(const FailureReport&) = delete;
+  const std::string& path() const { return path_; }
+  void Add(IngestSummary* summary, const std::string& id, const std::string& file, const Status& st);
+  // Closes the file (at the end of an ingest), noting a failed close.
+  void Close(IngestSummary* summary);
+
+ private:
+  std::string path_;
+  FILE* file_ = nullptr;
+  bool failed_ = false;
+};
+
+// The normalisation of a volume field (HDF5 datasets, ITK volumes): `spec`
+// as --norm gives it ("" = default: "binary" for a --mask field, else
+// "none"), checked against the source type. Errors start with `what` (e.g.
+// "reading dataset 'p1' in group 'MR' of 'a.h5'"): "<what>: normalisation
+// 'unit' of field 'MR' needs a uint8 or uint16 source, not <type_name> (use
+// affine:SCALE,OFFSET)", or "<what> for field 'MR': " and why the spec does
+// not parse or does not fit the type.
+Result<Normalization> ResolveVolumeNorm(const std::string& spec, bool mask, SourceType source,
+                                        const std::string& type_name, const std::string& field,
+                                        const std::string& what);
 
 }  // namespace patchstore

@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -141,7 +142,8 @@ struct ConvertedSample {
   Status status;
   std::string id;
   std::vector<ConvertedRecord> records;
-  uint64_t bytes = 0;  // target payload bytes
+  std::optional<VolumeGeometry> geometry;  // volumes: carried over as stored
+  uint64_t bytes = 0;                      // target payload bytes
 };
 
 // "(c, y, x)" of element i of a (C,H,W) or (S,H,W) record.
@@ -404,6 +406,8 @@ Status ConvertStore(const CopyOptions& o, const std::string& dst_dir) {
       prefetch(pos + window);
       ConvertedSample cs;
       cs.id = std::string(reader->id(pos));
+      if (auto g = reader->Geometry(pos); g.ok()) cs.geometry = *g;
+      else cs.status = g.status().WithContext(ctx + ": sample '" + cs.id + "'");
       for (int f = 0; f < nf && cs.status.ok(); ++f) {
         if (!reader->summary(pos, f).present) continue;
         ConvertedRecord r;
@@ -435,6 +439,7 @@ Status ConvertStore(const CopyOptions& o, const std::string& dst_dir) {
     for (const ConvertedSample& cs : batch) {
       SampleInput in;
       in.id = cs.id;
+      in.geometry = cs.geometry;
       for (const ConvertedRecord& r : cs.records) in.records.push_back(r.input);
       inputs.push_back(std::move(in));
     }

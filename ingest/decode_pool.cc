@@ -91,7 +91,7 @@ std::string GetStr(const std::string& s, size_t* pos) {
 }
 
 [[noreturn]] void ChildMain(int in, int out, uint8_t* shared, size_t shared_size, uint64_t max_pixels,
-                            uint64_t memory_limit) {
+                            uint64_t memory_limit, const DecodeJob& job) {
   // Die with the parent; never touch the parent's LMDB state.
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   signal(SIGINT, SIG_IGN);  // Ctrl-C is the parent's to handle
@@ -120,6 +120,10 @@ std::string GetStr(const std::string& s, size_t* pos) {
   }
   std::string req;
   while (ReceiveBlocking(in, &req)) {
+    if (job) {
+      if (!SendMessage(out, job(req, shared, shared_size))) break;
+      continue;
+    }
     size_t pos = 0;
     const std::string path = GetStr(req, &pos), channel = GetStr(req, &pos);
     std::string resp;
@@ -167,7 +171,7 @@ Result<std::unique_ptr<DecodePool>> DecodePool::Start(const DecodePoolOptions& o
   if (pool->options_.memory_limit == 0) pool->options_.memory_limit = o.max_pixels * 16 + (uint64_t{1} << 30);
   pool->slots_.resize(static_cast<size_t>(std::max(1, o.slots)));
   for (Slot& s : pool->slots_) {
-    s.shared_size = static_cast<size_t>(o.max_pixels) * 4;
+    s.shared_size = static_cast<size_t>(o.shared_bytes ? o.shared_bytes : o.max_pixels * 4);
     void* p = ::mmap(nullptr, s.shared_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) return Status::FromErrno("reserving decoder memory", errno);
     s.shared = static_cast<uint8_t*>(p);
@@ -192,7 +196,7 @@ Status DecodePool::Spawn(Slot* s) {
   if (pid == 0) {
     ::close(a[1]);
     ::close(b[0]);
-    ChildMain(a[0], b[1], s->shared, s->shared_size, options_.max_pixels, options_.memory_limit);
+    ChildMain(a[0], b[1], s->shared, s->shared_size, options_.max_pixels, options_.memory_limit, options_.job);
   }
   ::close(a[0]);
   ::close(b[1]);
@@ -228,15 +232,12 @@ DecodePool::~DecodePool() {
   }
 }
 
-Result<DecodedImage> DecodePool::Decode(int slot_index, const std::string& path, const std::string& channel) {
-  Slot& s = slots_[static_cast<size_t>(slot_index)];
+Result<std::string> DecodePool::Exchange(Slot* sp, const std::string& req, const std::string& what) {
+  Slot& s = *sp;
   if (s.pid < 0) PS_RETURN_IF_ERROR(Spawn(&s));
-  std::string req;
-  PutStr(&req, path);
-  PutStr(&req, channel);
   if (!SendMessage(s.to_child, req)) {
     Kill(&s);
-    return Status::Internal("decoding '" + path + "': the decoder process is gone");
+    return Status::Internal("decoding '" + what + "': the decoder process is gone");
   }
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::milliseconds(static_cast<int64_t>(options_.timeout_s * 1000));
@@ -255,8 +256,22 @@ Result<DecodedImage> DecodePool::Decode(int slot_index, const std::string& path,
       if (WIFSIGNALED(status)) why = std::string("the decoder crashed (") + strsignal(WTERMSIG(status)) + ")";
       else why = "the decoder exited unexpectedly";
     }
-    return Status::Corruption("decoding '" + path + "': " + why);
+    return Status::Corruption("decoding '" + what + "': " + why);
   }
+  return resp;
+}
+
+Result<std::string> DecodePool::Call(int slot, const std::string& request, const std::string& what) {
+  if (!options_.job) return Status::Internal("DecodePool::Call on a pool without a job");
+  return Exchange(&slots_[static_cast<size_t>(slot)], request, what);
+}
+
+Result<DecodedImage> DecodePool::Decode(int slot_index, const std::string& path, const std::string& channel) {
+  Slot& s = slots_[static_cast<size_t>(slot_index)];
+  std::string req;
+  PutStr(&req, path);
+  PutStr(&req, channel);
+  PS_ASSIGN_OR_RETURN(const std::string resp, Exchange(&s, req, path));
   size_t pos = 0;
   const auto code = static_cast<Code>(GetU64(resp, &pos));
   if (code != Code::kOk) return Status(code, GetStr(resp, &pos));

@@ -15,10 +15,12 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <random>
 
 #include "ingest/decode.h"
 #include "ingest/hdf5_internal.h"
+#include "ingest/volume_decode.h"
 #include "patchstore/ingest/ingest.h"
 #include "patchstore/ingest/montage.h"
 #include "patchstore/reader/reader.h"
@@ -288,8 +290,9 @@ Status ExportVolumePng(const TensorView& v, const ExportOptions& o, const fs::pa
 }  // namespace
 
 Result<ExportSummary> Export(const ExportOptions& o) {
-  if (!o.format.empty() && o.format != "png" && o.format != "exr" && o.format != "h5")
-    return Status::InvalidArgument("export: unknown format '" + o.format + "' (png, exr or h5)");
+  if (!o.format.empty() && o.format != "png" && o.format != "exr" && o.format != "h5" && o.format != "nifti" &&
+      o.format != "mha")
+    return Status::InvalidArgument("export: unknown format '" + o.format + "' (png, exr, h5, nifti or mha)");
   if (!o.axis_order.empty() && o.axis_order != "source" && o.axis_order != "shw")
     return Status::InvalidArgument("export: unknown axis order '" + o.axis_order + "' (source or shw)");
   if (o.has_window && (!std::isfinite(o.window_lo) || !std::isfinite(o.window_hi) || !(o.window_lo < o.window_hi)))
@@ -317,8 +320,9 @@ Result<ExportSummary> Export(const ExportOptions& o) {
   const bool volumes = reader->meta().kind == "volumes";
   if (volumes && o.format == "exr")
     return Status::Unsupported("export of '" + o.store + "': volumes are written as png slices or h5, not exr");
-  if (!volumes && o.format == "h5")
-    return Status::Unsupported("export of '" + o.store + "': h5 output is for volume stores; use png or exr");
+  if (!volumes && (o.format == "h5" || o.format == "nifti" || o.format == "mha"))
+    return Status::Unsupported("export of '" + o.store + "': " + o.format +
+                               " output is for volume stores; use png or exr");
   std::error_code ec;
   fs::create_directories(o.outdir, ec);
   if (ec) return Status::IOError("export: creating '" + o.outdir + "': " + ec.message());
@@ -336,6 +340,31 @@ Result<ExportSummary> Export(const ExportOptions& o) {
     // has no kernel readahead).
     for (int f : fields) reader->Prefetch(s, f);
     for (int f : fields) {
+      if (volumes && (o.format == "nifti" || o.format == "mha")) {
+        // One file per (volume, field): the stored float32 values with the
+        // stored geometry (identity with unit spacing for volumes without).
+        PS_ASSIGN_OR_RETURN(TensorView v, Volume(*reader, s, f));
+        v = AsFloat32(v);  // compact volumes: normalised float32 values
+        PS_ASSIGN_OR_RETURN(std::optional<VolumeGeometry> g, reader->Geometry(s));
+        if (!g && summary.warnings.empty())
+          summary.warnings.push_back("'" + std::string(reader->id(s)) +
+                                     "' has no geometry (ingested from HDF5, or before geometry was stored): "
+                                     "written with unit spacing, zero origin and identity direction");
+        const std::string path =
+            (dir / (SafeRelativePath(reader->field(f).name) + (o.format == "nifti" ? ".nii.gz" : ".mha"))).string();
+        Status st = WriteVolumeFile(path, v.data_as<float>(),
+                                    {static_cast<uint64_t>(v.shape[0]), static_cast<uint64_t>(v.shape[1]),
+                                     static_cast<uint64_t>(v.shape[2])},
+                                    g ? *g : VolumeGeometry());
+        if (!st.ok()) return st.WithContext("export of " + reader->Describe(s, f));
+        std::error_code size_ec;
+        summary.bytes_written += fs::file_size(path, size_ec);
+        ++summary.files_written;
+        if (summary.paths.size() < 1000) summary.paths.push_back(path);
+        ++progress.done;
+        if (o.progress) o.progress(progress);
+        continue;
+      }
       if (volumes) {
         PS_ASSIGN_OR_RETURN(TensorView v, Volume(*reader, s, f));
         v = AsFloat32(v);  // compact volumes: normalised float32 values

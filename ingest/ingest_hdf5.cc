@@ -23,6 +23,7 @@
 #include "ingest/encoding.h"
 #include "ingest/hdf5_internal.h"
 #include "ingest/projection.h"
+#include "ingest/volume_convert.h"
 #include "patchstore/ingest/ingest_hdf5.h"
 #include "patchstore/reader/reader.h"
 #include "patchstore/store/store.h"
@@ -308,10 +309,8 @@ class Hdf5Ingest {
   uint64_t batch_bytes_ = 0;
   std::shared_ptr<Hid> open_file_;
   size_t open_file_index_ = SIZE_MAX;
-  std::vector<uint64_t> slab_;  // source slab buffer (uint64 for alignment)
-  FILE* report_ = nullptr;
-  bool report_failed_ = false;
-  std::string report_path_;
+  std::vector<uint64_t> slab_;             // source slab buffer (uint64 for alignment)
+  std::unique_ptr<FailureReport> report_;  // --on-error skip (checks.h)
 };
 
 Status Hdf5Ingest::ParseOptions() {
@@ -816,17 +815,10 @@ Status Hdf5Ingest::ResolveNorms(Item* item) {
     const bool mask = std::find(o_.mask_fields.begin(), o_.mask_fields.end(), field) != o_.mask_fields.end();
     auto it = o_.norm.find(field);
     const std::string spec = it != o_.norm.end() ? it->second : mask ? "binary" : "none";
-    const SourceType src = item->fields[g].source;
-    const double maxval = SourceMaxValue(src);
-    const std::string base = spec.substr(0, spec.find('+'));
-    if ((base == "unit" || base == "symmetric") && maxval == 0)
-      return Status::InvalidArgument("reading " + Describe(*item, g) + ": normalisation '" + base + "' of field '" +
-                                     field + "' needs a uint8 or uint16 source, not " + item->fields[g].type_name +
-                                     " (use affine:SCALE,OFFSET)");
-    auto n = ParseNormalization(spec, maxval);
-    Status fits = n.ok() ? CheckNormalizationFor(*n, src, spec) : n.status();
-    if (!fits.ok()) return fits.WithContext("reading " + Describe(*item, g) + " for field '" + field + "'");
-    item->norms.push_back(*n);
+    PS_ASSIGN_OR_RETURN(Normalization n, ResolveVolumeNorm(spec, mask, item->fields[g].source,
+                                                           item->fields[g].type_name, field,
+                                                           "reading " + Describe(*item, g)));
+    item->norms.push_back(n);
     item->norm_specs.push_back(spec);
   }
   return Status::OK();
@@ -834,73 +826,6 @@ Status Hdf5Ingest::ResolveNorms(Item* item) {
 
 // ---------------------------------------------------------------------------
 // Streaming one dataset into its (S, H, W) float32 record.
-
-// Writes a slab of `ns` slices into dst (ns, H, W). The source element of
-// (slice k, row h, column w) is src[k*sk + h*sh + w*sw].
-template <typename T, typename F, typename Out>
-void ScatterSlab(const T* src, int64_t ns, int64_t H, int64_t W, int64_t sk, int64_t sh, int64_t sw, F conv, Out* dst) {
-  if (sw == 1) {
-    for (int64_t k = 0; k < ns; ++k)
-      for (int64_t h = 0; h < H; ++h) {
-        const T* s = src + k * sk + h * sh;
-        Out* d = dst + (k * H + h) * W;
-        for (int64_t w = 0; w < W; ++w) d[w] = conv(s[w]);
-      }
-    return;
-  }
-  // Columns are strided (the slice axis was last): transpose in blocks so
-  // the block of source rows stays in cache while every slice takes its part.
-  constexpr int64_t kBlock = 64;
-  for (int64_t h = 0; h < H; ++h)
-    for (int64_t w0 = 0; w0 < W; w0 += kBlock) {
-      const int64_t wn = std::min(kBlock, W - w0);
-      for (int64_t k = 0; k < ns; ++k) {
-        const T* s = src + h * sh + w0 * sw + k * sk;
-        Out* d = dst + (k * H + h) * W + w0;
-        for (int64_t w = 0; w < wn; ++w) d[w] = conv(s[w * sw]);
-      }
-    }
-}
-
-// Converts a slab into the record's dtype: float32 / float16 normalised,
-// or (compact encodings, StoresRawSource) the source values unchanged.
-template <typename T>
-void ConvertSlab(const void* src, int64_t ns, int64_t H, int64_t W, int64_t sk, int64_t sh, int64_t sw,
-                 const Normalization& norm, DType dtype, void* dst) {
-  const T* s = static_cast<const T*>(src);
-  const bool identity = norm.kind == NormKind::kNone && !norm.clamp;
-  auto normalised = [&norm](T x) { return norm.Apply(static_cast<double>(x)); };
-  auto plain = [](T x) { return static_cast<float>(x); };
-  switch (dtype) {
-    case DType::kFloat16:
-      if (identity)
-        ScatterSlab(
-            s, ns, H, W, sk, sh, sw, [&](T x) { return ToFloat16(plain(x)); }, static_cast<Float16*>(dst));
-      else
-        ScatterSlab(
-            s, ns, H, W, sk, sh, sw, [&](T x) { return ToFloat16(normalised(x)); }, static_cast<Float16*>(dst));
-      return;
-    case DType::kUInt8:
-    case DType::kUInt16:
-    case DType::kInt16:
-      if constexpr (std::is_integral_v<T> && sizeof(T) <= 2) {
-        // RecordDType chose a type that holds every value of T.
-        if (dtype == DType::kUInt8)
-          ScatterSlab(
-              s, ns, H, W, sk, sh, sw, [](T x) { return static_cast<uint8_t>(x); }, static_cast<uint8_t*>(dst));
-        else if (dtype == DType::kUInt16)
-          ScatterSlab(
-              s, ns, H, W, sk, sh, sw, [](T x) { return static_cast<uint16_t>(x); }, static_cast<uint16_t*>(dst));
-        else
-          ScatterSlab(
-              s, ns, H, W, sk, sh, sw, [](T x) { return static_cast<int16_t>(x); }, static_cast<int16_t*>(dst));
-      }
-      return;
-    default:
-      if (identity) ScatterSlab(s, ns, H, W, sk, sh, sw, plain, static_cast<float*>(dst));
-      else ScatterSlab(s, ns, H, W, sk, sh, sw, normalised, static_cast<float*>(dst));
-  }
-}
 
 namespace {
 
@@ -1105,25 +1030,8 @@ void Hdf5Ingest::ReportProgress() {
 }
 
 void Hdf5Ingest::RecordFailure(const Item& item, const Status& st) {
-  ++summary_.samples_failed;
   ++done_;
-  if (summary_.errors.size() < 100) summary_.errors.push_back(st.message());
-  if (!report_ && !report_failed_) {
-    report_ = std::fopen(report_path_.c_str(), "a");
-    if (report_) summary_.report_path = report_path_;
-    else summary_.report_error = "writing '" + report_path_ + "': " + std::strerror(errno);
-    report_failed_ = report_ == nullptr;
-  }
-  if (report_) {
-    std::string msg = st.message();
-    std::replace(msg.begin(), msg.end(), '\t', ' ');
-    std::replace(msg.begin(), msg.end(), '\n', ' ');
-    std::fprintf(report_, "%s\t%s\t%s\n", item.id.c_str(), o_.files[item.file].c_str(), msg.c_str());
-    if (std::fflush(report_) != 0) {
-      summary_.report_error = "writing '" + report_path_ + "': " + std::strerror(errno);
-      summary_.report_path.clear();
-    }
-  }
+  report_->Add(&summary_, item.id, o_.files[item.file], st);
   ReportProgress();
 }
 
@@ -1270,8 +1178,8 @@ Result<IngestSummary> Hdf5Ingest::Run() {
   }
   // ... and store each field in the same dtype.
   PS_RETURN_IF_ERROR(CheckResumeEncoding(meta, o_.store, encoding_, 0));
-  report_path_ = o_.report_path.empty() ? o_.store + "/ingest-errors.tsv" : o_.report_path;
-  if (o_.skip_errors) PS_RETURN_IF_ERROR(CheckReportPath(report_path_));
+  report_ = std::make_unique<FailureReport>(o_.report_path.empty() ? o_.store + "/ingest-errors.tsv" : o_.report_path);
+  if (o_.skip_errors) PS_RETURN_IF_ERROR(CheckReportPath(report_->path()));
   meta.attributes["slice_axis"] = std::to_string(axis_);
   meta.attributes["source_format"] = "hdf5";
   for (const GroupSpec& g : groups_) meta.attributes["hdf5_group." + g.field] = g.path;
@@ -1412,10 +1320,7 @@ Result<IngestSummary> Hdf5Ingest::Run() {
   Status st = Flush();
   if (failure.ok() && !st.ok()) failure = st;
   open_file_.reset();
-  if (report_ && std::fclose(report_) != 0 && summary_.report_error.empty()) {
-    summary_.report_error = "writing '" + report_path_ + "': " + std::strerror(errno);
-    summary_.report_path.clear();
-  }
+  report_->Close(&summary_);
   ReportProgress();
   summary_.seconds = Seconds(start_);
   if (!failure.ok())

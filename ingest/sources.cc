@@ -184,7 +184,8 @@ std::string RegexEscape(const std::string& s) {
 }  // namespace
 
 Result<SourceList> FindByTemplates(const std::string& root,
-                                   const std::vector<std::pair<std::string, std::string>>& templates) {
+                                   const std::vector<std::pair<std::string, std::string>>& templates,
+                                   bool match_folders) {
   if (templates.empty()) return Status::InvalidArgument("no --field templates given");
   std::error_code ec;
   if (!fs::is_directory(root, ec)) return Status::NotFound("searching '" + root + "': no such directory");
@@ -229,10 +230,12 @@ Result<SourceList> FindByTemplates(const std::string& root,
   const fs::path rootp(root);
   for (auto it = fs::recursive_directory_iterator(rootp, fs::directory_options::follow_directory_symlink, ec);
        !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    if (!it->is_regular_file(ec)) continue;
+    const bool folder = match_folders && it->is_directory(ec);
+    if (!folder && !it->is_regular_file(ec)) continue;
     const std::string rel = it->path().lexically_relative(rootp).generic_string();
     std::smatch m;
     if (!std::regex_match(rel, m, matcher)) continue;
+    if (folder) it.disable_recursion_pending();
     std::map<std::string, std::string> values;
     std::vector<std::string> ordered;
     for (const std::string& n : first.names) {

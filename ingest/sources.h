@@ -35,7 +35,10 @@ Result<SourceList> ReadManifest(const std::string& manifest_path);
 // placeholder values (a missing file is reported when it is decoded). Ids
 // join the placeholder values of the first template with '/', in order of
 // appearance. Samples are sorted by id. A template may end in ":CHANNEL".
+// With `match_folders`, the first template also matches folders (a DICOM
+// series is a folder); a folder that matches is not searched further.
 Result<SourceList> FindByTemplates(const std::string& root,
-                                   const std::vector<std::pair<std::string, std::string>>& templates);
+                                   const std::vector<std::pair<std::string, std::string>>& templates,
+                                   bool match_folders = false);
 
 }  // namespace patchstore

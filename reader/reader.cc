@@ -570,6 +570,13 @@ Result<RecordHeader> Reader::CheckedHeader(uint64_t sample, int field, const uin
 
 Result<RecordHeader> Reader::Header(uint64_t sample, int field) const { return CheckedHeader(sample, field); }
 
+Result<std::optional<VolumeGeometry>> Reader::Geometry(uint64_t sample) const {
+  if (sample >= size()) return Status::OutOfRange("sample " + std::to_string(sample) + " of " + std::to_string(size()));
+  uint64_t local = 0;
+  const StoreRef& store = Locate(sample, &local);
+  return store.snapshot->Geometry(local);
+}
+
 Result<RecordSummary> Reader::Summary(uint64_t sample, int field) const {
   if (sample >= ids_.size())
     return Status::OutOfRange("sample index " + std::to_string(sample) + " out of range [0, " +

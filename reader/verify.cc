@@ -150,6 +150,19 @@ Result<VerifyReport> VerifyStore(const std::string& path, const std::function<vo
       }
     }
   }
+  // Volume geometry (optional): every entry belongs to a sample and decodes.
+  {
+    Status gst = snap->ForEachGeometry([&](uint64_t idx, const uint8_t* data, size_t size) -> Status {
+      if (idx >= ids.size()) {
+        report.problems.push_back({sample_name(idx), "", "volume geometry entry belongs to no sample"});
+        return Status::OK();
+      }
+      auto g = DecodeVolumeGeometry(idx, data, size);
+      if (!g.ok()) report.problems.push_back({sample_name(idx), "", g.status().message()});
+      return Status::OK();
+    });
+    if (!gst.ok()) report.problems.push_back({"", "", gst.message()});
+  }
   std::set<std::pair<uint64_t, uint16_t>> seen;
   // Streaming with the map opened for random access (no kernel readahead):
   // list the records first (keys only, no record is touched), then keep

@@ -13,7 +13,7 @@ ROOT=$PWD
 
 APT_PACKAGES=(build-essential cmake pkg-config liblmdb-dev lmdb-utils libopencv-dev
   libtiff-dev libopenexr-dev libhdf5-dev libxxhash-dev libbenchmark-dev libgtest-dev libcli11-dev
-  clang-14 libclang-rt-14-dev clang-format-14 ccache)
+  clang-14 libclang-rt-14-dev clang-format-14 ccache libinsighttoolkit5-dev)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -969,6 +969,122 @@ Result<std::vector<uint64_t>> DecodeInputOrder(const void* data, size_t size) {
   return out;
 }
 
+// ---------------------------------------------------------------------------
+// Volume geometry.
+
+namespace {
+constexpr uint8_t kGeometryMagic[4] = {'P', 'S', 'G', 'M'};
+constexpr uint16_t kGeometryVersion = 1;
+
+std::string FormatNumber(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+std::string Triple(const std::array<double, 3>& v) {
+  return "(" + FormatNumber(v[0]) + ", " + FormatNumber(v[1]) + ", " + FormatNumber(v[2]) + ")";
+}
+}  // namespace
+
+std::array<double, 16> VolumeGeometry::AffineLPS() const {
+  std::array<double, 16> a{};
+  for (int r = 0; r < 3; ++r) {
+    for (int c = 0; c < 3; ++c) a[r * 4 + c] = direction[r * 3 + c] * spacing[c];
+    a[r * 4 + 3] = origin[r];
+  }
+  a[15] = 1;
+  return a;
+}
+
+std::array<double, 16> VolumeGeometry::AffineRAS() const {
+  std::array<double, 16> a = AffineLPS();
+  for (int c = 0; c < 4; ++c) {
+    a[c] = -a[c] + 0.0;  // + 0.0: no negative zeros
+    a[4 + c] = -a[4 + c] + 0.0;
+  }
+  return a;
+}
+
+bool VolumeGeometry::operator==(const VolumeGeometry& o) const {
+  return spacing == o.spacing && origin == o.origin && direction == o.direction && qform_code == o.qform_code &&
+         sform_code == o.sform_code && flags == o.flags && source_spacing == o.source_spacing &&
+         source_size == o.source_size;
+}
+
+Status CheckVolumeGeometry(const VolumeGeometry& g) {
+  for (double s : g.spacing)
+    if (!std::isfinite(s) || !(s > 0))
+      return Status::InvalidArgument("spacing " + Triple(g.spacing) + ": every voxel size must be a positive number");
+  for (double o : g.origin)
+    if (!std::isfinite(o)) return Status::InvalidArgument("origin " + Triple(g.origin) + ": not a finite point");
+  for (double d : g.direction)
+    if (!std::isfinite(d)) return Status::InvalidArgument("direction: not finite");
+  for (int a = 0; a < 3; ++a)
+    for (int b = a; b < 3; ++b) {
+      double dot = 0;
+      for (int r = 0; r < 3; ++r) dot += g.direction[r * 3 + a] * g.direction[r * 3 + b];
+      const double want = a == b ? 1.0 : 0.0;
+      if (std::fabs(dot - want) > 1e-4) {
+        std::string m = "direction [";
+        for (int i = 0; i < 9; ++i) m += (i ? (i % 3 ? ", " : "; ") : "") + FormatNumber(g.direction[i]);
+        m += "] is not orthonormal: ";
+        if (a == b) m += "axis " + std::to_string(a) + " has length " + FormatNumber(std::sqrt(dot));
+        else m += "axes " + std::to_string(a) + " and " + std::to_string(b) + " have dot product " + FormatNumber(dot);
+        return Status::InvalidArgument(m + " (a sheared or scaled grid)");
+      }
+    }
+  for (double s : g.source_spacing)
+    if (!std::isfinite(s))
+      return Status::InvalidArgument("source spacing " + Triple(g.source_spacing) + ": not finite");
+  return Status::OK();
+}
+
+std::string EncodeVolumeGeometry(uint64_t sample, const VolumeGeometry& g) {
+  std::string out(8 + kVolumeGeometrySize, '\0');
+  auto* k = reinterpret_cast<uint8_t*>(out.data());
+  const auto key = IndexKey(sample);
+  std::memcpy(k, key.data(), 8);
+  uint8_t* p = k + 8;
+  std::memcpy(p, kGeometryMagic, 4);
+  PutU16(p + 4, kGeometryVersion);
+  PutU16(p + 6, g.flags);
+  PutU16(p + 8, static_cast<uint16_t>(g.qform_code));
+  PutU16(p + 10, static_cast<uint16_t>(g.sform_code));
+  for (int i = 0; i < 3; ++i) PutF64(p + 16 + 8 * i, g.spacing[i]);
+  for (int i = 0; i < 3; ++i) PutF64(p + 40 + 8 * i, g.origin[i]);
+  for (int i = 0; i < 9; ++i) PutF64(p + 64 + 8 * i, g.direction[i]);
+  for (int i = 0; i < 3; ++i) PutF64(p + 136 + 8 * i, g.source_spacing[i]);
+  for (int i = 0; i < 3; ++i) PutU64(p + 160 + 8 * i, g.source_size[i]);
+  PutU64(p + 184, Checksum64(k, 8 + 184));
+  return out.substr(8);
+}
+
+Result<VolumeGeometry> DecodeVolumeGeometry(uint64_t sample, const void* data, size_t size) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  if (data == nullptr || size != kVolumeGeometrySize || std::memcmp(p, kGeometryMagic, 4) != 0)
+    return Status::Corruption("bad volume geometry (magic or length)");
+  if (GetU16(p + 4) != kGeometryVersion)
+    return Status::Corruption("unknown volume geometry version " + std::to_string(GetU16(p + 4)));
+  uint8_t keyed[8 + kVolumeGeometrySize];
+  const auto key = IndexKey(sample);
+  std::memcpy(keyed, key.data(), 8);
+  std::memcpy(keyed + 8, p, kVolumeGeometrySize);
+  if (GetU64(p + 184) != Checksum64(keyed, 8 + 184)) return Status::Corruption("volume geometry checksum mismatch");
+  VolumeGeometry g;
+  g.flags = GetU16(p + 6);
+  g.qform_code = static_cast<int16_t>(GetU16(p + 8));
+  g.sform_code = static_cast<int16_t>(GetU16(p + 10));
+  for (int i = 0; i < 3; ++i) g.spacing[i] = GetF64(p + 16 + 8 * i);
+  for (int i = 0; i < 3; ++i) g.origin[i] = GetF64(p + 40 + 8 * i);
+  for (int i = 0; i < 9; ++i) g.direction[i] = GetF64(p + 64 + 8 * i);
+  for (int i = 0; i < 3; ++i) g.source_spacing[i] = GetF64(p + 136 + 8 * i);
+  for (int i = 0; i < 3; ++i) g.source_size[i] = GetU64(p + 160 + 8 * i);
+  Status st = CheckVolumeGeometry(g);
+  if (!st.ok()) return Status::Corruption("volume geometry: " + st.message());
+  return g;
+}
+
 uint32_t ShardOfId(std::string_view id, uint32_t count) {
   return static_cast<uint32_t>(XXH3_64bits(id.data(), id.size()) % count);
 }

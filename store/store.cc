@@ -38,7 +38,7 @@ class Env {
   // True when called in the process that opened the environment.
   bool InOpeningProcess() const;
 
-  MDB_dbi meta_dbi = 0, ids_dbi = 0, records_dbi = 0, index_dbi = 0;
+  MDB_dbi meta_dbi = 0, ids_dbi = 0, records_dbi = 0, index_dbi = 0, geometry_dbi = 0;
 
  private:
   friend class Writer;
@@ -427,6 +427,13 @@ Result<std::shared_ptr<Snapshot>> Snapshot::Open(const std::string& path, const 
                                   " store without its 'index' database");
       }
     }
+    {
+      // Volume geometry (FORMAT.md): optional, absent in stores written
+      // before it existed.
+      int grc = mdb_dbi_open(static_cast<MDB_txn*>(snap->txn_), "geometry", 0, &env->geometry_dbi);
+      if (grc == 0) snap->has_geometry_ = true;
+      else if (grc != MDB_NOTFOUND) return LmdbError("opening database 'geometry' of", path, grc);
+    }
     if (probing && !snap->meta_.sealed) {
       probing = no_lock = false;  // a live store: readers take slots in the lock table
       continue;
@@ -535,6 +542,27 @@ Result<std::vector<uint64_t>> Snapshot::InputOrder() const {
     return Status::Corruption("store '" + path() + "': the input order lists " + std::to_string(order->size()) +
                               " samples, the store holds " + std::to_string(id_count_));
   return order;
+}
+
+Result<std::optional<VolumeGeometry>> Snapshot::Geometry(uint64_t sample) const {
+  if (empty_ || !has_geometry_) return std::optional<VolumeGeometry>();
+  auto key = IndexKey(sample);
+  MDB_val k = Val(key.data(), key.size()), v;
+  int rc = mdb_get(static_cast<MDB_txn*>(txn_), env_->geometry_dbi, &k, &v);
+  if (rc == MDB_NOTFOUND) return std::optional<VolumeGeometry>();
+  if (rc != 0) return LmdbError("reading the geometry of", path(), rc);
+  auto g = DecodeVolumeGeometry(sample, v.mv_data, v.mv_size);
+  if (!g.ok())
+    return g.status().WithContext("reading the geometry of sample #" + std::to_string(sample) + " of '" + path() + "'");
+  return std::optional<VolumeGeometry>(*g);
+}
+
+Status Snapshot::ForEachGeometry(const std::function<Status(uint64_t, const uint8_t*, size_t)>& visit) const {
+  if (empty_ || !has_geometry_) return Status::OK();
+  return WalkByIndex(static_cast<MDB_txn*>(txn_), env_->geometry_dbi, "the geometry", path(),
+                     [&](uint64_t idx, const MDB_val& v) -> Status {
+                       return visit(idx, static_cast<const uint8_t*>(v.mv_data), v.mv_size);
+                     });
 }
 
 Result<std::string_view> Snapshot::SealedIndex() const {
@@ -730,6 +758,10 @@ Result<std::unique_ptr<Writer>> Writer::Open(const std::string& path, const Writ
   if (st.ok()) {
     rc = mdb_dbi_open(txn, "index", MDB_CREATE, &env->index_dbi);
     if (rc != 0) st = LmdbError("opening database 'index' of", path, rc);
+  }
+  if (st.ok()) {
+    rc = mdb_dbi_open(txn, "geometry", MDB_CREATE, &env->geometry_dbi);
+    if (rc != 0) st = LmdbError("opening database 'geometry' of", path, rc);
   }
   if (st.ok()) {
     MDB_val k = Val(kMetaKey, sizeof(kMetaKey) - 1), v;
@@ -1012,6 +1044,14 @@ Status Writer::WriteSamples(WriteTxn& t, const std::vector<SampleInput>& samples
     MDB_val sk = Val(ikey.data(), ikey.size()), sv = Val(sval.data(), sval.size());
     rc = mdb_put(txn, env_->index_dbi, &sk, &sv, MDB_NOOVERWRITE);
     if (rc != 0) return t.Lmdb("writing the index entry of sample '" + s.id + "' to", rc);
+    if (s.geometry) {
+      Status gs = CheckVolumeGeometry(*s.geometry);
+      if (!gs.ok()) return gs.WithContext("writing the geometry of sample '" + s.id + "' to '" + path + "'");
+      const std::string gval = EncodeVolumeGeometry(index, *s.geometry);
+      MDB_val gv = Val(gval.data(), gval.size());
+      rc = mdb_put(txn, env_->geometry_dbi, &sk, &gv, MDB_NOOVERWRITE);
+      if (rc != 0) return t.Lmdb("writing the geometry of sample '" + s.id + "' to", rc);
+    }
     ++index;
   }
   next.sample_count = index;

@@ -18,8 +18,8 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COMMANDS = [[], ["ingest", "images"], ["ingest", "hdf5"], ["info"], ["ls"], ["verify"], ["upgrade"], ["export"],
-            ["montage"], ["bench"], ["copy"]]
+COMMANDS = [[], ["ingest", "images"], ["ingest", "hdf5"], ["ingest", "volumes"], ["info"], ["ls"], ["verify"],
+            ["upgrade"], ["export"], ["montage"], ["bench"], ["copy"]]
 
 
 def read(rel):

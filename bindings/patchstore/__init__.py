@@ -58,18 +58,20 @@ from ._config import SamplerConfig, SliceConfig
 from ._copy_api import CopySummary, copy
 from ._export_api import ExportSummary, export
 from ._ingest_api import IngestSummary, ingest_hdf5, ingest_images
+from ._ingest_volumes_api import ingest_volumes
 from ._open import open
 from ._patchstore import __version__  # VERSION at the source root, through the C++ build
 from ._rank_local import RankLocalSampler, RankLocalShards
 from ._sampler import PatchSampler, Window, Windows
 from ._store import CorruptRecordError, FieldInfo, Ids, Store
-from ._volumes import SliceIndex, SliceRef, SliceTransform
+from ._volumes import SliceIndex, SliceRef, SliceTransform, Volume
 
 __all__ = [
     "open",
     "Store",
     "FieldInfo",
     "Ids",
+    "Volume",
     "CorruptRecordError",
     "PatchSampler",
     "SamplerConfig",
@@ -83,6 +85,7 @@ __all__ = [
     "RankLocalShards",
     "ingest_images",
     "ingest_hdf5",
+    "ingest_volumes",
     "export",
     "copy",
     "IngestSummary",

@@ -55,13 +55,17 @@ def export(
     depth and channels; EXR output is float32, bit-exact. Ids are made safe as
     paths (each '/'-part a folder; other bytes percent-encoded).
 
-    Volume stores (from :func:`ingest_hdf5`): format "png" (default) writes
+    Volume stores (from :func:`ingest_hdf5` or :func:`ingest_volumes`): format "png" (default) writes
     OUTDIR/<id>/<field>/<slice:04>.png, one 8-bit gray PNG per slice, window
     (lo, hi) -> [0, 255] (default: each volume's finite min..max); format
     "h5" writes one file OUTDIR/volumes.h5 mirroring the source (one group per
     field, one float32 dataset per id, values bit-exact) with axis_order
     "source" (default: the slice axis back where it was in the HDF5 input)
-    or "shw" (slices first, as stored).
+    or "shw" (slices first, as stored). Format "nifti" (OUTDIR/<id>/<field>.nii.gz)
+    or "mha" (OUTDIR/<id>/<field>.mha) writes one float32 file per (volume,
+    field), voxel for voxel the stored values, with the volume's stored
+    geometry (:func:`ingest_volumes`), so nibabel and SimpleITK read back the
+    same affine; these need a build with ITK.
 
     Raises FileNotFoundError for a missing store, KeyError for an unknown id
     or field, OSError when writing fails. The GIL is released while it runs.

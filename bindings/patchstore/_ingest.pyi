@@ -80,6 +80,39 @@ class Hdf5IngestOptions:
     command_line: str
     def __init__(self) -> None: ...
 
+class VolumeIngestOptions:
+    """patchstore::VolumeIngestOptions (ingest/ingest_volumes.h); defaults are the C++ ones."""
+
+    _fields: Tuple[str, ...]
+    store: str
+    manifest: str
+    root: str
+    field_templates: List[Tuple[str, str]]
+    slice_axis: str
+    orient: str
+    spacing: List[float]
+    interpolation: Dict[str, str]
+    series: str
+    volume_index: int
+    mask_fields: List[str]
+    norm: Dict[str, str]
+    encoding: List[str]
+    threads: int
+    skip_errors: bool
+    report_path: str
+    batch_bytes: int
+    durable: bool
+    max_voxels: int
+    decode_timeout_s: float
+    decode_memory_bytes: int
+    shard_index: int
+    shard_count: int
+    command_line: str
+    def __init__(self) -> None: ...
+
+def ingest_volumes(options: VolumeIngestOptions, progress: Optional[Callable[[Progress], None]] = None,
+                   cancel: Optional[CancelFlag] = None) -> Dict[str, Any]: ...
+def volume_ingest_available() -> bool: ...
 def ingest_images(options: ImageIngestOptions, progress: Optional[Callable[[Progress], None]] = None,
                   cancel: Optional[CancelFlag] = None) -> Dict[str, Any]: ...
 def ingest_hdf5(options: Hdf5IngestOptions, progress: Optional[Callable[[Progress], None]] = None,

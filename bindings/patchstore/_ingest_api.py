@@ -598,3 +598,4 @@ def ingest_hdf5(
     for w in summary.warnings:
         warnings.warn(f"patchstore.ingest_hdf5: {w}", RuntimeWarning, stacklevel=2)
     return summary
+

@@ -26,7 +26,7 @@ Key = Union[int, str, bytes]
 
 __all__ = ["Store", "FieldInfo", "Ids", "open", "CorruptRecordError"]
 
-# Store methods implemented by modules above this one: "slice_index" (_volumes),
+# Store methods implemented by modules above this one: "slice_index" and "volume_class" (_volumes),
 # "read_patches" (_sampler) and "montage" (_export_api) register here when imported (patchstore/__init__
 # imports them all first), so _store.py imports no sibling and the package has
 # no import cycle (tests/python/test_package_layout.py).
@@ -394,7 +394,9 @@ class Store:
     # -- volumes (stores of kind "volumes") ------------------------------------
 
     def volume(self, key: Key, field: Optional[str] = None) -> Any:
-        """The (S, H, W) volumes of one sample of a volume store: {field: read-only float32 array}, no copy.
+        """The (S, H, W) volumes of one sample of a volume store: a :class:`Volume`, i.e.
+        {field: read-only float32 array} (no copy) with the volume's geometry
+        (``.spacing``, ``.origin``, ``.direction``, ``.affine``; None when it has none).
 
         With `field`, that field's array alone. Each array is a view of the
         record in the store's memory map (slice k is ``vol[k]``, contiguous)
@@ -405,7 +407,7 @@ class Store:
         i = self._index(r, key)
         if field is not None:
             return _array(r.volume(i, field))
-        return {f["name"]: _array(r.volume(i, f["name"])) for f in r.fields()}
+        return _LAYERS["volume_class"]({f["name"]: _array(r.volume(i, f["name"])) for f in r.fields()}, r.geometry(i))
 
     def slice(self, key: Key, field: str, k: int, context: int = 0) -> np.ndarray:
         """Slices k-context .. k+context of one volume as a read-only float32 (2*context+1, H, W) array.

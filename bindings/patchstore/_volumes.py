@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import operator
 import os
-from typing import TYPE_CHECKING, Any, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union, overload
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union, overload
 
 import numpy as np
 
@@ -27,7 +27,7 @@ from ._store import reader_of, register_layer
 if TYPE_CHECKING:  # pragma: no cover
     from ._store import Store
 
-__all__ = ["SliceIndex", "SliceRef", "SliceTransform"]
+__all__ = ["SliceIndex", "SliceRef", "SliceTransform", "Volume"]
 
 
 class SliceRef(NamedTuple):
@@ -268,3 +268,64 @@ def _unpickle_slice_index(store: "Store", samples: Optional[List[int]]) -> Slice
 
 
 register_layer("slice_index", SliceIndex)  # Store.slice_index / Store.slices
+
+
+class Volume(Dict[str, np.ndarray]):
+    """One volume of a volume store: ``{field: read-only float32 (S, H, W) array}`` (no copy) and,
+    for volumes ingested with their geometry (:func:`patchstore.ingest_volumes`: NIfTI, MetaImage,
+    NRRD, DICOM), where its voxels lie in the patient.
+
+    The geometry describes the stored array read as an image whose index axes
+    are (x, y, z) = (W, H, S): element ``[s, h, w]`` lies at
+    ``origin + direction @ (spacing * (w, h, s))`` in millimetres, in ITK's
+    LPS patient coordinates. This is SimpleITK's convention:
+    ``sitk.GetImageFromArray(vol["CT"])`` with ``SetSpacing(vol.spacing)``,
+    ``SetOrigin(vol.origin)`` and ``SetDirection(vol.direction.ravel())`` is
+    the image. ``affine`` maps ``(w, h, s, 1)`` to RAS millimetres, nibabel's
+    convention (it equals nibabel's ``img.affine`` of the volume exported with
+    ``export(format="nifti")``); ``affine_lps`` is the same map in LPS.
+
+    Every geometry attribute is None for volumes stored without one (HDF5
+    ingests, stores written before geometry existed).
+    """
+
+    geometry: Optional[Dict[str, Any]]
+
+    def __init__(self, arrays: Dict[str, np.ndarray], geometry: Optional[Dict[str, Any]]) -> None:
+        super().__init__(arrays)
+        #: The raw geometry (spacing, origin, direction, affine_lps, affine_ras, qform_code, sform_code,
+        #: reoriented, resampled, source_spacing, source_size), or None.
+        self.geometry = geometry
+
+    @property
+    def spacing(self) -> Optional[Tuple[float, float, float]]:
+        """Voxel size in mm along x (W), y (H), z (S)."""
+        return None if self.geometry is None else tuple(self.geometry["spacing"])
+
+    @property
+    def origin(self) -> Optional[Tuple[float, float, float]]:
+        """LPS millimetres of element [0, 0, 0]."""
+        return None if self.geometry is None else tuple(self.geometry["origin"])
+
+    @property
+    def direction(self) -> Optional[np.ndarray]:
+        """3x3 direction cosines; column c is axis c (x = W, y = H, z = S) in LPS."""
+        return None if self.geometry is None else np.array(self.geometry["direction"], dtype=np.float64).reshape(3, 3)
+
+    @property
+    def affine(self) -> Optional[np.ndarray]:
+        """4x4 map from (w, h, s, 1) to RAS millimetres (nibabel's convention)."""
+        return None if self.geometry is None else np.array(self.geometry["affine_ras"], dtype=np.float64).reshape(4, 4)
+
+    @property
+    def affine_lps(self) -> Optional[np.ndarray]:
+        """4x4 map from (w, h, s, 1) to LPS millimetres (ITK's convention)."""
+        return None if self.geometry is None else np.array(self.geometry["affine_lps"], dtype=np.float64).reshape(4, 4)
+
+    def __repr__(self) -> str:
+        shapes = ", ".join(f"{k!r}: {tuple(v.shape)}" for k, v in self.items())
+        where = "" if self.geometry is None else f", spacing={self.spacing}"
+        return f"Volume({{{shapes}}}{where})"
+
+
+register_layer("volume_class", Volume)  # what Store.volume(key) returns

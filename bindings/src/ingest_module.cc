@@ -34,6 +34,7 @@
 #include "patchstore/ingest/convert.h"
 #include "patchstore/ingest/ingest.h"
 #include "patchstore/ingest/ingest_hdf5.h"
+#include "patchstore/ingest/ingest_volumes.h"
 #include "patchstore/ingest/montage.h"
 #include "patchstore/ingest/volume_montage.h"
 #include "sampler_options_py.h"
@@ -48,6 +49,7 @@ using patchstore::ImageIngestOptions;
 using patchstore::IngestSummary;
 using patchstore::Progress;
 using patchstore::ProgressCallback;
+using patchstore::VolumeIngestOptions;
 using patchstore_py::RaiseStatus;
 using patchstore_py::SamplerOptionsFrom;
 using patchstore_py::Where;
@@ -144,6 +146,10 @@ py::dict IngestImages(ImageIngestOptions o, py::object progress, std::shared_ptr
 
 py::dict IngestHdf5(Hdf5IngestOptions o, py::object progress, std::shared_ptr<CancelFlag> cancel) {
   return RunIngest(o, patchstore::IngestHdf5, std::move(progress), std::move(cancel), Where::kLookup);
+}
+
+py::dict IngestVolumes(VolumeIngestOptions o, py::object progress, std::shared_ptr<CancelFlag> cancel) {
+  return RunIngest(o, patchstore::IngestVolumes, std::move(progress), std::move(cancel), Where::kFiles);
 }
 
 // patchstore::CopyStore with the GIL released: progress (the conversion's
@@ -408,6 +414,44 @@ PYBIND11_MODULE(_ingest, m) {
   BindField(ho, ho_fields, "command_line", &HO::command_line, "recorded in the metadata");
   ho.attr("_fields") = py::tuple(ho_fields);
   ho.def("__repr__", [](py::handle self) { return OptionsRepr(self, "Hdf5IngestOptions"); });
+
+  using VO = VolumeIngestOptions;
+  py::class_<VO> vo(m, "VolumeIngestOptions",
+                    "patchstore::VolumeIngestOptions (ingest/ingest_volumes.h): what `patchstore ingest volumes`\n"
+                    "takes. Defaults are the C++ ones; patchstore.ingest_volumes fills one from its keywords.");
+  vo.def(py::init<>());
+  py::list vo_fields;
+  BindField(vo, vo_fields, "store", &VO::store, "destination directory (created if missing)");
+  BindField(vo, vo_fields, "manifest", &VO::manifest, "CSV manifest id,<field>,...");
+  BindField(vo, vo_fields, "root", &VO::root, "root folder for the field templates");
+  BindField(vo, vo_fields, "field_templates", &VO::field_templates, "[(field, template), ...]");
+  BindField(vo, vo_fields, "slice_axis", &VO::slice_axis, "\"axial\" | \"coronal\" | \"sagittal\"");
+  BindField(vo, vo_fields, "orient", &VO::orient, "\"\" or three letters (\"RAS\", \"LPS\", ...)");
+  BindField(vo, vo_fields, "spacing", &VO::spacing, "[] or [X, Y, Z] mm: resample");
+  BindField(vo, vo_fields, "interpolation", &VO::interpolation, "{field: \"nearest\" | \"linear\"}");
+  BindField(vo, vo_fields, "series", &VO::series, "DICOM series to read (UID or number)");
+  BindField(vo, vo_fields, "volume_index", &VO::volume_index, "4-D images: the volume to take (-1: refuse)");
+  BindField(vo, vo_fields, "mask_fields", &VO::mask_fields, "fields stored as masks (--mask)");
+  BindField(vo, vo_fields, "norm", &VO::norm, "{field: normalisation spec}");
+  BindField(vo, vo_fields, "encoding", &VO::encoding, "--encoding specs");
+  BindField(vo, vo_fields, "threads", &VO::threads, "decoder processes (0: all cores)");
+  BindField(vo, vo_fields, "skip_errors", &VO::skip_errors, "--on-error skip");
+  BindField(vo, vo_fields, "report_path", &VO::report_path, "failures as TSV (--report)");
+  BindField(vo, vo_fields, "batch_bytes", &VO::batch_bytes, "commit after this many record bytes");
+  BindField(vo, vo_fields, "durable", &VO::durable, "fsync each commit (--no-sync: False)");
+  BindField(vo, vo_fields, "max_voxels", &VO::max_voxels, "refuse larger volumes (--max-voxels)");
+  BindField(vo, vo_fields, "decode_timeout_s", &VO::decode_timeout_s, "seconds per volume and field");
+  BindField(vo, vo_fields, "decode_memory_bytes", &VO::decode_memory_bytes, "per decoder process (0: 8 GiB)");
+  BindField(vo, vo_fields, "shard_index", &VO::shard_index, "--shard I/N: this shard (I)");
+  BindField(vo, vo_fields, "shard_count", &VO::shard_count, "--shard I/N: number of shards (N); 0 = no sharding");
+  BindField(vo, vo_fields, "command_line", &VO::command_line, "recorded in the metadata");
+  vo.attr("_fields") = py::tuple(vo_fields);
+  vo.def("__repr__", [](py::handle self) { return OptionsRepr(self, "VolumeIngestOptions"); });
+  m.def("ingest_volumes", &IngestVolumes, py::arg("options"), py::arg("progress") = py::none(),
+        py::arg("cancel") = nullptr,
+        "patchstore::IngestVolumes with the GIL released. Returns the IngestSummary as a dict.");
+  m.def("volume_ingest_available", &patchstore::VolumeIngestAvailable,
+        "Whether this build reads NIfTI, MetaImage, NRRD and DICOM through ITK.");
 
   m.def("ingest_images", &IngestImages, py::arg("options"), py::arg("progress") = py::none(),
         py::arg("cancel") = nullptr,

@@ -301,6 +301,36 @@ PYBIND11_MODULE(_patchstore, m) {
            "Reader::windows_read_ahead: windows whose bytes window reads requested before copying (tests).")
       .def("__len__", &Reader::size)
       .def(
+          "geometry",
+          [](const Reader& r, int64_t i) -> py::object {
+            auto g = r.Geometry(SampleOf(r, i));
+            if (!g.ok()) patchstore_py::RaiseStatus(g.status());
+            if (!g->has_value()) return py::none();
+            const patchstore::VolumeGeometry& v = **g;
+            auto list = [](const auto& a) {
+              py::list out;
+              for (auto x : a) out.append(x);
+              return out;
+            };
+            py::dict d;
+            d["spacing"] = list(v.spacing);
+            d["origin"] = list(v.origin);
+            d["direction"] = list(v.direction);
+            d["affine_lps"] = list(v.AffineLPS());
+            d["affine_ras"] = list(v.AffineRAS());
+            d["qform_code"] = v.qform_code;
+            d["sform_code"] = v.sform_code;
+            d["reoriented"] = (v.flags & patchstore::kGeometryReoriented) != 0;
+            d["resampled"] = (v.flags & patchstore::kGeometryResampled) != 0;
+            d["source_spacing"] = list(v.source_spacing);
+            d["source_size"] = list(v.source_size);
+            return std::move(d);
+          },
+          py::arg("index"),
+          "Reader::Geometry of sample `index` as a dict of lists (spacing, origin, direction row-major, "
+          "affine_lps / affine_ras 4x4 row-major, qform_code, sform_code, reoriented, resampled, source_spacing, "
+          "source_size), or None.")
+      .def(
           "id", [](const Reader& r, int64_t i) { return py::bytes(std::string(r.id(SampleOf(r, i)))); },
           py::arg("index"), "The id bytes of sample `index`.")
       .def(

@@ -144,9 +144,12 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& options);
 struct ExportOptions {
   std::string store;
   std::string outdir;
-  std::vector<std::string> ids;         // empty: all samples
-  std::vector<std::string> fields;      // empty: all fields
-  std::string format;                   // "" (by source: png for integer, exr for float), "png", "exr", "h5"
+  std::vector<std::string> ids;     // empty: all samples
+  std::vector<std::string> fields;  // empty: all fields
+  // "" (by source: png for integer, exr for float), "png", "exr", "h5";
+  // volume stores also "nifti" and "mha" (ingest_volumes.h: one file per
+  // (volume, field), float32 with the stored geometry; needs ITK).
+  std::string format;
   bool has_window = false;              // --window LO,HI for float data written as PNG, in STORED units
   double window_lo = 0, window_hi = 1;  //   (after the ingest normalisation)
   // --window auto: each record's (volume's) 1st..99th percentile of its finite values.

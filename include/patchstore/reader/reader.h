@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -201,6 +202,13 @@ class Reader {
   // read for a store that is not in the page cache. Errors: OutOfRange,
   // NotFound (field, or no such record).
   Result<RecordSummary> Summary(uint64_t sample, int field) const;
+  // The physical grid of volume `sample` (store/format.h VolumeGeometry:
+  // spacing, origin, direction of the (S,H,W) records read as an image of
+  // index (w, h, s), LPS millimetres): nullopt for images and for volumes
+  // ingested without one (HDF5, or stores written before geometry existed).
+  // Reads a small value from the store. Errors: OutOfRange, Corruption.
+  Result<std::optional<VolumeGeometry>> Geometry(uint64_t sample) const;
+
   // The same, unchecked. REQUIRES: sample < size(), 0 <= field < field_count().
   const RecordSummary& summary(uint64_t sample, int field) const {
     return summaries_[sample * meta().fields.size() + field];

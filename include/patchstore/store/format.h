@@ -361,6 +361,51 @@ std::string EncodeInputOrder(const std::vector<uint64_t>& ordinals);
 // Checks magic, version, length and the checksum.
 Result<std::vector<uint64_t>> DecodeInputOrder(const void* data, size_t size);
 
+// ---------------------------------------------------------------------------
+// Volume geometry (FORMAT.md "Volume geometry"): where the voxels of a volume
+// lie in the patient, for volumes ingested from NIfTI, MetaImage, NRRD or
+// DICOM. Just numbers: this room knows no imaging library.
+//
+// The (S, H, W) records of a volume are read as an image whose index axes are
+// (x, y, z) = (W, H, S): element [s, h, w] lies at the physical point
+//   origin + direction * diag(spacing) * (w, h, s)
+// in millimetres, in ITK's patient coordinates LPS (x towards the patient's
+// Left, y Posterior, z Superior). This is ITK's and SimpleITK's convention
+// (sitk.GetArrayFromImage gives the (S, H, W) array of such an image).
+struct VolumeGeometry {
+  std::array<double, 3> spacing{1, 1, 1};                      // mm along x (W), y (H), z (S)
+  std::array<double, 3> origin{0, 0, 0};                       // LPS mm of element [0, 0, 0]
+  std::array<double, 9> direction{1, 0, 0, 0, 1, 0, 0, 0, 1};  // row-major 3x3; column c: axis c in LPS
+  int16_t qform_code = -1, sform_code = -1;                    // NIfTI sources: their codes; -1 otherwise
+  uint16_t flags = 0;                                          // kGeometry* bits: what ingest did
+  // The source image's own grid as read (before --orient / --spacing), in
+  // its index order (i, j, k): its voxel size and its number of voxels.
+  std::array<double, 3> source_spacing{1, 1, 1};
+  std::array<uint64_t, 3> source_size{0, 0, 0};
+
+  // The 4x4 affine (row-major) from (w, h, s, 1) to LPS millimetres.
+  std::array<double, 16> AffineLPS() const;
+  // The same to RAS millimetres (nibabel's and NIfTI's convention): the
+  // first two rows of AffineLPS negated. It equals nibabel's `img.affine`
+  // of the volume exported as NIfTI.
+  std::array<double, 16> AffineRAS() const;
+  bool operator==(const VolumeGeometry& o) const;
+};
+inline constexpr uint16_t kGeometryReoriented = 1;  // --orient permuted/flipped the source axes
+inline constexpr uint16_t kGeometryResampled = 2;   // --spacing resampled the source grid
+inline constexpr size_t kVolumeGeometrySize = 192;  // encoded bytes, checksum included
+
+// OK when every number is finite, spacings are positive and the direction's
+// columns are unit vectors at right angles (within 1e-4); else
+// InvalidArgument naming what is wrong ("spacing (1, 0, 2): not positive").
+Status CheckVolumeGeometry(const VolumeGeometry& g);
+
+// Encodes a geometry with a checksum over (IndexKey(sample) || bytes), so a
+// damaged or misplaced value is detected; decoding checks magic, version,
+// length, checksum and CheckVolumeGeometry.
+std::string EncodeVolumeGeometry(uint64_t sample, const VolumeGeometry& g);
+Result<VolumeGeometry> DecodeVolumeGeometry(uint64_t sample, const void* data, size_t size);
+
 // Parses a normalisation spec as the command line takes it:
 //   "none" | "symmetric" | "unit" | "binary" | "affine:SCALE,OFFSET"
 // optionally followed by "+clamp:LO,HI" ("clamp:LO,HI" alone means none+clamp),

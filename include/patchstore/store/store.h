@@ -1,10 +1,12 @@
 // patchstore/store/store.h — the LMDB environment: writer and read snapshots.
 //
 // A store is an LMDB environment (a directory holding data.mdb and lock.mdb)
-// with four named databases, described in store/FORMAT.md:
+// with named databases, described in store/FORMAT.md:
 //   meta     "store" -> StoreMeta text
 //   ids      8-byte big-endian sample index -> sample id bytes
+//   index    8-byte big-endian sample index -> sample summary
 //   records  (sample index, field index) -> record (header + float32 body)
+//   geometry 8-byte big-endian sample index -> volume geometry (optional)
 // Sample indices are dense, 0..sample_count-1, in commit order.
 //
 // This layer knows LMDB and bytes, nothing about images. Writers are
@@ -21,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_set>
@@ -90,6 +93,14 @@ class Snapshot {
   // decoded and checked. A store of format 1 has none (NotFound).
   Status ForEachSummary(const std::function<Status(uint64_t, const SampleSummary&)>& visit) const;
   bool has_index() const { return has_index_; }
+  // The geometry of volume `sample` (FORMAT.md "Volume geometry"): nullopt
+  // when the store has no geometry database (written before it existed, or
+  // holding images) or none for this sample; Corruption when the entry is
+  // damaged.
+  Result<std::optional<VolumeGeometry>> Geometry(uint64_t sample) const;
+  bool has_geometry() const { return has_geometry_; }
+  // Visits every geometry entry (raw bytes, unvalidated) in index order.
+  Status ForEachGeometry(const std::function<Status(uint64_t, const uint8_t*, size_t)>& visit) const;
   // The sealed index blob (FORMAT.md) of a sealed store, unvalidated
   // (DecodeSealedIndex checks it); NotFound when unsealed or absent.
   Result<std::string_view> SealedIndex() const;
@@ -133,6 +144,7 @@ class Snapshot {
   StoreMeta meta_;
   uint64_t id_count_ = 0;
   bool has_index_ = false;
+  bool has_geometry_ = false;
   bool empty_ = false;  // an environment without databases: a store with nothing committed
 };
 
@@ -151,6 +163,9 @@ struct RecordInput {
 struct SampleInput {
   std::string id;
   std::vector<RecordInput> records;
+  // Volumes with a physical grid (FORMAT.md "Volume geometry"): written to
+  // the `geometry` database in the same transaction as the records.
+  std::optional<VolumeGeometry> geometry;
 };
 
 struct WriterOptions {

@@ -3,7 +3,7 @@
 # projects against it with find_package(patchstore):
 #   reader_consumer  COMPONENTS reader, links patchstore::reader alone, includes
 #                    every installed header as "patchstore/<room>/<name>.h";
-#                    its link line must name no OpenCV, OpenEXR or HDF5 library
+#                    its link line must name no OpenCV, OpenEXR, HDF5 or ITK library
 #   consumer         the full package (patchstore::ingest as well)
 # then the installed program and pkg-config file. Usage: run.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
@@ -41,8 +41,8 @@ cmake -S "$SRC/tests/install/reader_consumer" -B "$TMP/rbuild" -DCMAKE_PREFIX_PA
 cmake --build "$TMP/rbuild" -j2 -v > "$TMP/rbuild.log" 2>&1 || { cat "$TMP/rbuild.log"; exit 1; }
 link_line=$(grep -- "-o reader_consumer" "$TMP/rbuild.log" || true)
 if [ -z "$link_line" ]; then echo "no link line found"; cat "$TMP/rbuild.log"; exit 1; fi
-if echo "$link_line" | grep -qi "opencv\|openexr\|imath\|hdf5"; then
-  echo "reader consumer links an image or HDF5 library: $link_line"; exit 1
+if echo "$link_line" | grep -qi "opencv\|openexr\|imath\|hdf5" || echo "$link_line" | grep -q "libITK"; then
+  echo "reader consumer links an image, HDF5 or ITK library: $link_line"; exit 1
 fi
 "$TMP/rbuild/reader_consumer" "$TMP/rstore"
 

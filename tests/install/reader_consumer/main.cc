@@ -7,6 +7,7 @@
 #include "patchstore/ingest/convert.h"
 #include "patchstore/ingest/ingest.h"
 #include "patchstore/ingest/ingest_hdf5.h"
+#include "patchstore/ingest/ingest_volumes.h"
 #include "patchstore/ingest/montage.h"
 #include "patchstore/ingest/volume_montage.h"
 #include "patchstore/reader/order.h"

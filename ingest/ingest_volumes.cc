@@ -1,0 +1,574 @@
+// Medical volumes through ITK (patchstore/ingest/ingest_volumes.h): decoder
+// threads, each driving one isolated child (DecodePool running the ITK job),
+// turn a patient's fields into (S, H, W) records; one writer commits them in
+// input order, so sample indices do not depend on thread timing and a resumed
+// ingest ends as an uninterrupted one. The pieces every ingest shares come
+// from checks.h (shard, resume settings, failure report, volume
+// normalisation), encoding.h (record dtypes), projection.h and
+// volume_convert.h (the one voxel conversion, also HDF5's).
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <thread>
+
+#include "ingest/checks.h"
+#include "ingest/decode_pool.h"
+#include "ingest/encoding.h"
+#include "ingest/projection.h"
+#include "ingest/sources.h"
+#include "ingest/volume_convert.h"
+#include "ingest/volume_decode.h"
+#include "patchstore/ingest/ingest_volumes.h"
+#include "patchstore/store/store.h"
+
+namespace patchstore {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
+
+struct FieldPlan {
+  std::string name;
+  bool is_mask = false;
+  bool nearest = false;
+  std::string norm_spec;  // "" = default
+  FieldEncoding encoding = FieldEncoding::kFloat32;
+};
+
+struct DecodedField {
+  std::unique_ptr<uint8_t[]> data;  // (S, H, W) payload in header.dtype
+  RecordHeader header;
+  FieldMeta meta;
+  std::string path;
+};
+
+struct DecodedVolume {
+  Status status;
+  std::string failed_file;
+  std::vector<DecodedField> fields;
+  VolumeGeometry geometry;
+  std::vector<std::string> warnings;
+  uint64_t bytes = 0;
+};
+
+// The image axis (0 = i, 1 = j, 2 = k) closest to LPS axis `row` (0 L-R,
+// 1 A-P, 2 S-I); "" or why it cannot be told.
+int ClosestAxis(const std::array<double, 9>& d, int row, std::string* why) {
+  int best = 0;
+  for (int c = 1; c < 3; ++c)
+    if (std::fabs(d[row * 3 + c]) > std::fabs(d[row * 3 + best])) best = c;
+  for (int c = 0; c < 3; ++c)
+    if (c != best && std::fabs(std::fabs(d[row * 3 + c]) - std::fabs(d[row * 3 + best])) < 1e-3) {
+      *why = "image axes " + std::to_string(std::min(c, best)) + " and " + std::to_string(std::max(c, best)) +
+             " are equally close to it (an oblique volume at 45 degrees; reorient it with --orient)";
+      return -1;
+    }
+  return best;
+}
+
+template <typename T>
+void Convert(const void* src, const std::array<int64_t, 3>& shw, const std::array<int64_t, 3>& strides,
+             const Normalization& norm, DType dtype, void* dst) {
+  ConvertSlab<T>(src, shw[0], shw[1], shw[2], strides[0], strides[1], strides[2], norm, dtype, dst);
+}
+
+class VolumeIngest {
+ public:
+  explicit VolumeIngest(const VolumeIngestOptions& o) : o_(o) {}
+  Result<IngestSummary> Run();
+
+ private:
+  Status ParseOptions();
+  DecodedVolume DecodeVolume(const SampleSource& src, int slot);
+  void Warn(std::string m) {
+    if (summary_.warnings.size() < 100) summary_.warnings.push_back(std::move(m));
+  }
+
+  const VolumeIngestOptions& o_;
+  int anatomical_row_ = 2;  // LPS row of the slice direction
+  EncodingPlan encoding_;
+  SourceList list_;
+  std::vector<FieldPlan> plans_;
+  std::unique_ptr<DecodePool> pool_;
+  IngestSummary summary_;
+};
+
+Status VolumeIngest::ParseOptions() {
+  if (o_.store.empty()) return Status::InvalidArgument("ingest: no store path given");
+  if (o_.threads < 0)
+    return Status::InvalidArgument("ingest: threads must be 0 (all cores) or positive, got " +
+                                   std::to_string(o_.threads));
+  if (!(o_.decode_timeout_s > 0) || !std::isfinite(o_.decode_timeout_s))
+    return Status::InvalidArgument("ingest: the decode timeout must be a positive number of seconds");
+  if (o_.max_voxels == 0) return Status::InvalidArgument("ingest: max_voxels must be positive");
+  if (o_.batch_bytes == 0) return Status::InvalidArgument("ingest: batch_bytes must be positive");
+  if (o_.slice_axis == "sagittal") anatomical_row_ = 0;
+  else if (o_.slice_axis == "coronal") anatomical_row_ = 1;
+  else if (o_.slice_axis == "axial") anatomical_row_ = 2;
+  else
+    return Status::InvalidArgument("ingest volumes: --slice-axis must be axial, coronal or sagittal, got '" +
+                                   o_.slice_axis + "'");
+  if (!o_.orient.empty()) {
+    const std::string pairs[3] = {"LR", "AP", "SI"};
+    bool seen[3] = {false, false, false}, ok = o_.orient.size() == 3;
+    for (size_t i = 0; ok && i < 3; ++i) {
+      int which = -1;
+      for (int p = 0; p < 3; ++p)
+        if (pairs[p].find(o_.orient[i]) != std::string::npos) which = p;
+      ok = which >= 0 && !seen[which];
+      if (ok) seen[which] = true;
+    }
+    if (!ok)
+      return Status::InvalidArgument("ingest volumes: --orient takes three letters, one of each pair R/L, A/P, S/I "
+                                     "(e.g. RAS or LPS), got '" +
+                                     o_.orient + "'");
+  }
+  if (!o_.spacing.empty()) {
+    bool ok = o_.spacing.size() == 3;
+    for (double s : o_.spacing) ok = ok && std::isfinite(s) && s > 0;
+    if (!ok) return Status::InvalidArgument("ingest volumes: --spacing takes three positive numbers X,Y,Z (mm)");
+  }
+  if (o_.volume_index < -1) return Status::InvalidArgument("ingest volumes: --volume-index must be 0 or more");
+  if (o_.shard_count > 0 || o_.shard_index > 0) {
+    StoreMeta probe;
+    PS_RETURN_IF_ERROR(CheckShard(&probe, o_.store, o_.shard_index, o_.shard_count));
+  }
+  const bool by_manifest = !o_.manifest.empty();
+  if (by_manifest == !o_.root.empty())
+    return Status::InvalidArgument("ingest: give either a manifest or a root folder with --field templates");
+  if (by_manifest) {
+    PS_ASSIGN_OR_RETURN(list_, ReadManifest(o_.manifest));
+  } else {
+    PS_ASSIGN_OR_RETURN(list_, FindByTemplates(o_.root, o_.field_templates, /*match_folders=*/true));
+    if (list_.samples.empty())
+      return Status::NotFound("ingest: nothing under '" + o_.root + "' matches the template of field '" +
+                              o_.field_templates[0].first + "' ('" + o_.field_templates[0].second + "')");
+  }
+  for (const SampleSource& s : list_.samples)
+    for (size_t f = 0; f < s.files.size(); ++f)
+      if (!s.files[f].channel.empty())
+        return Status::InvalidArgument("ingest volumes: field '" + list_.fields[f] +
+                                       "' names a channel (':" + s.files[f].channel + "'), which volumes do not have");
+  auto has_field = [&](const std::string& f) {
+    return std::find(list_.fields.begin(), list_.fields.end(), f) != list_.fields.end();
+  };
+  for (const std::string& m : o_.mask_fields)
+    if (!has_field(m))
+      return Status::InvalidArgument("ingest: --mask names field '" + m + "', which the input does not have");
+  for (const auto& [f, spec] : o_.norm) {
+    if (!has_field(f))
+      return Status::InvalidArgument("ingest: --norm names field '" + f + "', which the input does not have");
+    auto check = ParseNormalization(spec, 255.0);
+    if (!check.ok()) return check.status().WithContext("ingest: --norm for field '" + f + "'");
+  }
+  for (const auto& [f, how] : o_.interpolation) {
+    if (!has_field(f))
+      return Status::InvalidArgument("ingest volumes: --interpolation names field '" + f +
+                                     "', which the input does not have");
+    if (how != "nearest" && how != "linear")
+      return Status::InvalidArgument("ingest volumes: --interpolation " + f + "=" + how +
+                                     ": must be nearest or linear");
+  }
+  PS_ASSIGN_OR_RETURN(encoding_, ParseEncodings(o_.encoding));
+  PS_RETURN_IF_ERROR(CheckEncodingFields(encoding_, list_.fields));
+  for (const std::string& f : list_.fields) {
+    FieldPlan p;
+    p.name = f;
+    p.is_mask = std::find(o_.mask_fields.begin(), o_.mask_fields.end(), f) != o_.mask_fields.end();
+    auto it = o_.interpolation.find(f);
+    p.nearest = it != o_.interpolation.end() ? it->second == "nearest" : p.is_mask;
+    auto n = o_.norm.find(f);
+    if (n != o_.norm.end()) p.norm_spec = n->second;
+    p.encoding = encoding_.For(f);
+    plans_.push_back(p);
+  }
+  return Status::OK();
+}
+
+DecodedVolume VolumeIngest::DecodeVolume(const SampleSource& src, int slot) {
+  DecodedVolume out;
+  VolumeGrid grid0;
+  std::array<int, 3> axes{};  // image axes of S, H, W
+  std::array<uint64_t, 3> shw{};
+  for (size_t f = 0; f < plans_.size(); ++f) {
+    const FieldPlan& plan = plans_[f];
+    const std::string& path = src.files[f].path;
+    const std::string what = "volume '" + src.id + "' field '" + plan.name + "'";
+    auto fail = [&](Status st) {
+      out.status = std::move(st);
+      out.failed_file = path;
+      return std::move(out);
+    };
+    VolumeRequest req;
+    req.path = path;
+    req.series = o_.series;
+    req.volume_index = o_.volume_index;
+    req.orient = o_.orient;
+    req.nearest = plan.nearest;
+    req.max_voxels = o_.max_voxels;
+    if (!o_.spacing.empty()) {
+      if (f == 0) {
+        req.resample = true;
+        req.spacing = {o_.spacing[0], o_.spacing[1], o_.spacing[2]};
+      } else {
+        req.to_reference = true;
+        req.reference = grid0;
+      }
+    }
+    auto raw = pool_->Call(slot, EncodeVolumeRequest(req), path);
+    if (!raw.ok()) return fail(raw.status().WithContext(what));
+    auto reply = DecodeVolumeReply(*raw);
+    if (!reply.ok()) return fail(reply.status().WithContext(what));
+    if (!reply->status.ok()) return fail(reply->status.WithContext(what));
+    for (const std::string& w : reply->warnings) out.warnings.push_back(what + ": " + w);
+    const VolumeGrid& g = reply->grid;
+    if (f == 0) {
+      grid0 = g;
+      std::string why;
+      const int s = ClosestAxis(g.direction, anatomical_row_, &why);
+      if (s < 0)
+        return fail(
+            Status::InvalidArgument(what + " ('" + path + "'): cannot tell its " + o_.slice_axis + " axis: " + why));
+      // H, W: the two other axes in array order (k, j, i: slowest first).
+      int k = 0;
+      axes[0] = s;
+      for (int a = 2; a >= 0; --a)
+        if (a != s) axes[1 + k++] = a;
+      for (int i = 0; i < 3; ++i) shw[i] = g.size[axes[i]];
+      VolumeGeometry& geo = out.geometry;
+      // The stored image's axes x, y, z are W, H, S.
+      const int xyz[3] = {axes[2], axes[1], axes[0]};
+      for (int c = 0; c < 3; ++c) {
+        geo.spacing[c] = g.spacing[xyz[c]];
+        for (int r = 0; r < 3; ++r) geo.direction[r * 3 + c] = g.direction[r * 3 + xyz[c]];
+      }
+      geo.origin = g.origin;
+      geo.qform_code = static_cast<int16_t>(reply->qform_code);
+      geo.sform_code = static_cast<int16_t>(reply->sform_code);
+      geo.flags = reply->flags;
+      geo.source_spacing = reply->source.spacing;
+      geo.source_size = reply->source.size;
+      Status gs = CheckVolumeGeometry(geo);
+      if (!gs.ok()) return fail(gs.WithContext(what + " ('" + path + "')"));
+    } else {
+      const std::string diff = GridDifference(grid0, g);
+      if (!diff.empty())
+        return fail(Status::InvalidArgument("volume '" + src.id + "': field '" + plan.name + "' ('" + path +
+                                            "') is on another grid than field '" + plans_[0].name + "' ('" +
+                                            src.files[0].path + "'): " + diff +
+                                            "; resample every field onto one grid with --spacing X,Y,Z"));
+    }
+    const SourceType source = VoxelSource(reply->type);
+    auto norm = ResolveVolumeNorm(plan.norm_spec, plan.is_mask, source, SourceTypeName(source), plan.name,
+                                  what + ": reading '" + path + "'");
+    if (!norm.ok()) return fail(norm.status());
+    DecodedField d;
+    d.path = path;
+    d.header.layout = Layout::kSHW;
+    d.header.rank = 3;
+    d.header.shape = {shw[0], shw[1], shw[2], 0};
+    d.header.norm = *norm;
+    d.header.source_type = source;
+    d.header.dtype = RecordDType(plan.encoding, source, *norm);
+    const uint64_t n = shw[0] * shw[1] * shw[2];
+    const uint64_t bytes = n * DTypeSize(d.header.dtype);
+    if (reply->bytes != n * VoxelSize(reply->type) || reply->bytes > pool_->shared_size(slot))
+      return fail(Status::Internal(what + ": the decoder returned an impossible size"));
+    d.data.reset(new (std::nothrow) uint8_t[bytes]);
+    if (!d.data) return fail(Status::IOError(what + ": out of memory for its record"));
+    const std::array<int64_t, 3> stride_ijk{1, static_cast<int64_t>(g.size[0]),
+                                            static_cast<int64_t>(g.size[0] * g.size[1])};
+    const std::array<int64_t, 3> strides{stride_ijk[axes[0]], stride_ijk[axes[1]], stride_ijk[axes[2]]};
+    const std::array<int64_t, 3> dims{static_cast<int64_t>(shw[0]), static_cast<int64_t>(shw[1]),
+                                      static_cast<int64_t>(shw[2])};
+    const void* voxels = pool_->shared(slot);
+    switch (reply->type) {
+      case VoxelType::kUInt8: Convert<uint8_t>(voxels, dims, strides, *norm, d.header.dtype, d.data.get()); break;
+      case VoxelType::kInt8: Convert<int8_t>(voxels, dims, strides, *norm, d.header.dtype, d.data.get()); break;
+      case VoxelType::kUInt16: Convert<uint16_t>(voxels, dims, strides, *norm, d.header.dtype, d.data.get()); break;
+      case VoxelType::kInt16: Convert<int16_t>(voxels, dims, strides, *norm, d.header.dtype, d.data.get()); break;
+      case VoxelType::kUInt32: Convert<uint32_t>(voxels, dims, strides, *norm, d.header.dtype, d.data.get()); break;
+      case VoxelType::kInt32: Convert<int32_t>(voxels, dims, strides, *norm, d.header.dtype, d.data.get()); break;
+      case VoxelType::kFloat32: Convert<float>(voxels, dims, strides, *norm, d.header.dtype, d.data.get()); break;
+      case VoxelType::kFloat64: Convert<double>(voxels, dims, strides, *norm, d.header.dtype, d.data.get()); break;
+    }
+    if (plan.is_mask) {
+      RecordHeader h = d.header;
+      h.payload_bytes = bytes;
+      if (AllZeroAfterNorm(h, d.data.get()))
+        out.warnings.push_back(what + " ('" + path + "') is all zero: an empty mask (require= finds nothing in it)");
+    }
+    d.meta.name = plan.name;
+    d.meta.channels = 1;
+    d.meta.layout = Layout::kSHW;
+    d.meta.source_type = source;
+    d.meta.norm = *norm;
+    d.meta.dtype = d.header.dtype;
+    d.meta.is_mask = plan.is_mask;
+    d.meta.source_format = reply->format;
+    out.bytes += bytes;
+    out.fields.push_back(std::move(d));
+  }
+  return out;
+}
+
+Result<IngestSummary> VolumeIngest::Run() {
+  const auto start = Clock::now();
+  if (ItkVolumeDecoder() == nullptr)
+    return Status::Unsupported("ingest volumes: this patchstore was built without ITK, which reads NIfTI, MetaImage, "
+                               "NRRD and DICOM (install libinsighttoolkit5-dev and build again)");
+  PS_RETURN_IF_ERROR(ParseOptions());
+  auto input_ordinals = InputOrdinals(list_.samples, o_.shard_count,
+                                      [](const SampleSource& s) -> std::string_view { return s.id; });
+  KeepShard(&list_.samples, o_.shard_index, o_.shard_count,
+            [](const SampleSource& s) -> std::string_view { return s.id; });
+
+  FailureReport report(o_.report_path.empty() ? o_.store + "/ingest-errors.tsv" : o_.report_path);
+  if (o_.skip_errors && !o_.report_path.empty()) PS_RETURN_IF_ERROR(CheckReportPath(o_.report_path));
+  WriterOptions wo;
+  wo.kind = "volumes";
+  wo.durable = o_.durable;
+  PS_ASSIGN_OR_RETURN(auto writer, Writer::Open(o_.store, wo));
+  StoreMeta& meta = writer->mutable_meta();
+  PS_RETURN_IF_ERROR(CheckShard(&meta, o_.store, o_.shard_index, o_.shard_count));
+  if (!meta.fields.empty()) {
+    std::string have, want;
+    for (const FieldMeta& f : meta.fields) have += (have.empty() ? "" : ",") + f.name;
+    for (const std::string& f : list_.fields) want += (want.empty() ? "" : ",") + f;
+    if (have != want)
+      return Status::InvalidArgument("ingest into '" + o_.store + "': the store has fields " + have +
+                                     " but this ingest gives " + want +
+                                     " (the same --field options in the same order)");
+  }
+  // A resumed ingest must shape every record as the first one did.
+  auto spacing_text = [&] {
+    if (o_.spacing.empty()) return std::string("none");
+    return FormatTriple({o_.spacing[0], o_.spacing[1], o_.spacing[2]});
+  };
+  PS_RETURN_IF_ERROR(CheckResumeSetting(&meta, o_.store, "volume.slice_axis", o_.slice_axis, "--slice-axis"));
+  PS_RETURN_IF_ERROR(
+      CheckResumeSetting(&meta, o_.store, "volume.orient", o_.orient.empty() ? "none" : o_.orient, "--orient"));
+  PS_RETURN_IF_ERROR(CheckResumeSetting(&meta, o_.store, "volume.spacing", spacing_text(), "--spacing"));
+  for (const FieldPlan& p : plans_) {
+    PS_RETURN_IF_ERROR(CheckResumeSetting(&meta, o_.store, "norm." + p.name,
+                                          !p.norm_spec.empty() ? p.norm_spec
+                                          : p.is_mask          ? "default (mask: binary)"
+                                                               : "default",
+                                          "--norm of field '" + p.name + "'"));
+    if (!o_.spacing.empty())
+      PS_RETURN_IF_ERROR(CheckResumeSetting(&meta, o_.store, "volume.interpolation." + p.name,
+                                            p.nearest ? "nearest" : "linear",
+                                            "--interpolation of field '" + p.name + "'"));
+  }
+  PS_RETURN_IF_ERROR(CheckResumeEncoding(meta, o_.store, encoding_, 0));
+  if (o_.skip_errors) PS_RETURN_IF_ERROR(CheckReportPath(report.path()));
+  meta.attributes["source_format"] = "itk";
+  if (!o_.command_line.empty()) meta.attributes["ingest_command"] = o_.command_line;
+
+  summary_.samples_total = list_.samples.size();
+  std::vector<const SampleSource*> todo;
+  for (const SampleSource& s : list_.samples) {
+    if (writer->Contains(s.id)) ++summary_.samples_present;
+    else todo.push_back(&s);
+  }
+
+  const int threads = o_.threads > 0 ? o_.threads : std::max(1u, std::thread::hardware_concurrency());
+  const size_t nthreads = std::min<size_t>(static_cast<size_t>(threads), std::max<size_t>(todo.size(), 1));
+  const size_t window = nthreads + 1;  // decoded volumes in flight: they are large
+  if (!todo.empty()) {
+    DecodePoolOptions po;
+    po.slots = static_cast<int>(nthreads);
+    po.timeout_s = o_.decode_timeout_s;
+    po.job = ItkVolumeDecoder();
+    po.shared_bytes = o_.max_voxels * 8;
+    po.memory_limit = o_.decode_memory_bytes ? o_.decode_memory_bytes : uint64_t{8} << 30;
+    PS_ASSIGN_OR_RETURN(pool_, DecodePool::Start(po));
+  }
+
+  std::mutex mu;
+  std::condition_variable cv_done, cv_room;
+  std::map<size_t, DecodedVolume> ready;
+  size_t next = 0, consumed = 0;  // guarded by mu
+  bool stop = false;
+  auto worker = [&](int slot) {
+    for (;;) {
+      size_t pos;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv_room.wait(lock, [&] { return stop || next < consumed + window; });
+        if (stop || next >= todo.size()) return;
+        pos = next++;
+      }
+      DecodedVolume d = DecodeVolume(*todo[pos], slot);
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        ready.emplace(pos, std::move(d));
+      }
+      cv_done.notify_all();
+    }
+  };
+  std::vector<std::thread> workers;
+  for (size_t t = 0; t < nthreads && !todo.empty(); ++t) workers.emplace_back(worker, static_cast<int>(t));
+
+  std::vector<SampleInput> batch;
+  std::vector<DecodedVolume> batch_data;
+  uint64_t batch_bytes = 0;
+  Status failure;
+  bool projected = false;
+  auto flush = [&]() -> Status {
+    if (batch.empty()) return Status::OK();
+    Status st = writer->WriteBatch(batch);
+    if (st.ok()) {
+      summary_.samples_written += batch.size();
+      summary_.bytes_written += batch_bytes;
+    }
+    batch.clear();
+    batch_data.clear();
+    batch_bytes = 0;
+    return st;
+  };
+  auto report_progress = [&](size_t done) {
+    if (!o_.progress) return;
+    Progress p;
+    p.total = todo.size();
+    p.done = done;
+    p.failed = summary_.samples_failed;
+    p.skipped = summary_.samples_present;
+    p.bytes = summary_.bytes_decoded;
+    p.seconds = Seconds(start);
+    o_.progress(p);
+  };
+
+  for (size_t pos = 0; pos < todo.size(); ++pos) {
+    if (o_.cancelled && o_.cancelled()) {
+      failure = Status::Aborted("cancelled");
+      break;
+    }
+    DecodedVolume d;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      cv_done.wait(lock, [&] { return ready.count(pos) != 0; });
+      d = std::move(ready[pos]);
+      ready.erase(pos);
+    }
+    const SampleSource& src = *todo[pos];
+    std::vector<uint16_t> field_index;
+    for (size_t f = 0; f < d.fields.size() && d.status.ok(); ++f) {
+      auto idx = writer->EnsureField(d.fields[f].meta);
+      if (!idx.ok()) {
+        const FieldMeta& want = d.fields[f].meta;
+        const int have = writer->meta().FieldIndex(want.name);
+        if (have >= 0 && writer->meta().fields[have].dtype != want.dtype) {
+          const FieldMeta& fm = writer->meta().fields[have];
+          d.status = Status::InvalidArgument(
+              "volume '" + src.id + "' ('" + d.fields[f].path + "'): field '" + fm.name + "' is stored as " +
+              DTypeName(fm.dtype) + " (--encoding " + FieldEncodingName(encoding_.For(fm.name)) + ", " +
+              SourceTypeName(fm.source_type) + " sources) but this file is " + SourceTypeName(want.source_type) +
+              ", which needs " + DTypeName(want.dtype) + "; give the field one voxel type, or --encoding " + fm.name +
+              "=float32");
+        } else {
+          d.status = idx.status().WithContext("volume '" + src.id + "' ('" + d.fields[f].path + "')");
+        }
+        d.failed_file = d.fields[f].path;
+      } else {
+        field_index.push_back(*idx);
+      }
+    }
+    if (!d.status.ok()) {
+      if (!o_.skip_errors) {
+        failure = d.status;
+        break;
+      }
+      report.Add(&summary_, src.id, d.failed_file, d.status);
+    } else {
+      if (!projected) {
+        projected = true;
+        std::vector<ProjectedRecord> records;
+        for (const DecodedField& f : d.fields) {
+          ProjectedRecord r;
+          r.field = f.meta.name;
+          r.header = f.header;
+          r.is_mask = f.meta.is_mask;
+          records.push_back(std::move(r));
+        }
+        StoreProjector projector("ingest", /*frames=*/false);
+        projector.Add(records, todo.size() + summary_.samples_present, src.id.size());
+        const StoreProjection proj = projector.Finish();
+        summary_.projected_bytes = proj.bytes;
+        summary_.ram_bytes = proj.ram_bytes;
+        summary_.advice = proj.advice;
+        if (o_.progress) {
+          Progress p;
+          p.total = todo.size();
+          p.skipped = summary_.samples_present;
+          p.seconds = Seconds(start);
+          p.message = proj.message;
+          o_.progress(p);
+        }
+      }
+      SampleInput in;
+      in.id = src.id;
+      in.geometry = d.geometry;
+      for (size_t f = 0; f < d.fields.size(); ++f) {
+        RecordInput r;
+        r.field = field_index[f];
+        r.header = d.fields[f].header;
+        r.data = d.fields[f].data.get();
+        in.records.push_back(std::move(r));
+      }
+      for (std::string& w : d.warnings) Warn(std::move(w));
+      summary_.bytes_decoded += d.bytes;
+      batch_bytes += d.bytes;
+      batch.push_back(std::move(in));
+      batch_data.push_back(std::move(d));
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      consumed = pos + 1;
+    }
+    cv_room.notify_all();
+    if (batch_bytes >= o_.batch_bytes || batch.size() >= 256) {
+      Status st = flush();
+      if (!st.ok()) {
+        failure = st;
+        break;
+      }
+    }
+    report_progress(pos + 1);
+  }
+  // Commit what was decoded before a failure: those volumes are complete.
+  Status st = flush();
+  if (failure.ok() && !st.ok()) failure = st;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    stop = true;
+  }
+  cv_room.notify_all();
+  for (auto& t : workers) t.join();
+  report.Close(&summary_);
+  summary_.seconds = Seconds(start);
+  if (!failure.ok())
+    return failure.WithContext("ingest into '" + o_.store + "' stopped after " +
+                               std::to_string(summary_.samples_written) + " new volumes");
+  if (summary_.samples_failed == 0 && !writer->meta().sealed)
+    PS_RETURN_IF_ERROR(writer->Seal(OrdinalLookup(input_ordinals)));
+  return summary_;
+}
+
+}  // namespace
+
+bool VolumeIngestAvailable() { return ItkVolumeDecoder() != nullptr; }
+
+Result<IngestSummary> IngestVolumes(const VolumeIngestOptions& options) {
+  VolumeIngest ingest(options);
+  return ingest.Run();
+}
+
+}  // namespace patchstore
