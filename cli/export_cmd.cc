@@ -41,7 +41,7 @@ int RunBoxes(ExportArgs& a) {
   bo.store = eo.store;
   bo.field = eo.fields.empty() ? "" : eo.fields[0];
   bo.count = 4096;
-  if (!ApplySamplerFlags(a.box_flags, &bo)) return 2;
+  if (!ApplySamplerFlags(a.box_flags, &bo.sampler, &bo.loader, &bo.epoch)) return 2;
   std::vector<std::string> ids = eo.ids;
   if (ids.empty()) {
     auto r = Reader::Open(eo.store);
@@ -123,7 +123,7 @@ Runner RegisterExport(CLI::App* app, const bool* /*quiet*/) {
                 "Instead of the records, draw the windows the --loader takes from each frame "
                 "(OUTDIR/<id>/boxes.png)");
   exp->add_option("--overlay", args->box_options.overlay, "With --boxes: mask field to overlay and require");
-  AddSamplerFlags(exp, &args->box_flags, "With --boxes: ", /*ids=*/false);
+  AddSamplerFlags(exp, &args->box_flags, "With --boxes: ", /*ids=*/false, /*loader=*/true);
   exp->footer("PNG output inverts the stored normalisation: an 8/16-bit PNG ingested and exported is "
               "pixel-identical.\nEXR output is float32, bit-exact. Ids become folders; unsafe bytes are "
               "percent-encoded.\nIn PNG output, non-finite values (NaN, +inf, -inf) are magenta (255,0,255), never "

@@ -72,7 +72,7 @@ Runner RegisterMontage(CLI::App* app, const bool* quiet) {
   cmd->add_flag("--no-require", *no_require, "Do not require overlay pixels in the windows");
   // The slice table first: the flags both tables have take its spelling (--flip=independent).
   AddSliceFlags(cmd, slices.get(), "Volumes: ");
-  AddSamplerFlags(cmd, flags.get(), "", /*ids=*/true);
+  AddSamplerFlags(cmd, flags.get(), "", /*ids=*/true, /*loader=*/true);
   cmd->add_option("--window", *window,
                   "LO,HI display range in stored units (after the ingest normalisation), or "
                   "auto: the 1st..99th percentile of the shown values (volumes; the default "
@@ -131,7 +131,7 @@ Runner RegisterMontage(CLI::App* app, const bool* quiet) {
                    o->store.c_str());
       return 2;
     }
-    if (!ApplySamplerFlags(*flags, o.get())) return 2;
+    if (!ApplySamplerFlags(*flags, &o->sampler, &o->loader, &o->epoch)) return 2;
     auto img = RenderMontage(*o);
     if (!img.ok()) {
       std::fprintf(stderr, "patchstore: error: %s\n", img.status().message().c_str());

@@ -79,7 +79,7 @@ bool ReadShared(CLI::Option* opt, T* member, const std::string& flag) {
 
 }  // namespace
 
-void AddSamplerFlags(CLI::App* cmd, SamplerFlags* f, const std::string& when, bool ids) {
+void AddSamplerFlags(CLI::App* cmd, SamplerFlags* f, const std::string& when, bool ids, bool loader) {
   SamplerOptions* o = &f->options;
 #define PATCHSTORE_FLAG_ROW(member, python, flag, doc)                                                          \
   if (std::string(flag).empty() || (!ids && std::string(#member) == "ids")) {                                   \
@@ -95,6 +95,7 @@ void AddSamplerFlags(CLI::App* cmd, SamplerFlags* f, const std::string& when, bo
   }
   PATCHSTORE_SAMPLER_OPTIONS(PATCHSTORE_FLAG_ROW)
 #undef PATCHSTORE_FLAG_ROW
+  if (!loader) return;
   cmd->add_option("--loader", f->loader,
                   when + "show the windows this loader serves: sampler (PatchSampler), "
                          "batchloader (BatchLoader: the same as sampler) or patchdataset (PatchDataset, items in index "
@@ -104,9 +105,11 @@ void AddSamplerFlags(CLI::App* cmd, SamplerFlags* f, const std::string& when, bo
   cmd->add_option("--epoch", f->epoch, when + "epoch")->capture_default_str();
 }
 
-bool ApplySamplerFlags(const SamplerFlags& f, MontageOptions* o) {
-  o->sampler = f.options;
-  SamplerOptions& s = o->sampler;
+bool ApplySamplerFlags(const SamplerFlags& f, SamplerOptions* sampler, LoaderKind* loader, uint64_t* epoch) {
+  std::vector<std::string> fields = std::move(sampler->fields);
+  *sampler = f.options;
+  sampler->fields = std::move(fields);
+  SamplerOptions& s = *sampler;
   if (f.patch.size() == 1) s.patch_size = f.patch[0];
   if (f.patch.size() == 2) {
     s.patch_size = std::max(f.patch[0], f.patch[1]);
@@ -121,13 +124,15 @@ bool ApplySamplerFlags(const SamplerFlags& f, MontageOptions* o) {
 #undef PATCHSTORE_SHARED_ROW
     if (!ok) return false;
   }
-  auto loader = ParseLoaderKind(f.loader);
-  if (!loader.ok()) {
-    std::fprintf(stderr, "patchstore: error: --loader: %s\n", loader.status().message().c_str());
-    return false;
+  if (loader != nullptr) {
+    auto kind = ParseLoaderKind(f.loader);
+    if (!kind.ok()) {
+      std::fprintf(stderr, "patchstore: error: --loader: %s\n", kind.status().message().c_str());
+      return false;
+    }
+    *loader = *kind;
   }
-  o->loader = *loader;
-  o->epoch = f.epoch;
+  if (epoch != nullptr) *epoch = f.epoch;
   return true;
 }
 

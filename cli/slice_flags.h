@@ -5,7 +5,7 @@
 // flag is written here by hand; values are checked by
 // SliceOptions::Validate, not here.
 //
-// A command may take the frames sampler's flags too (montage): the slice
+// A command may take the frames sampler's flags too (montage, bench): the slice
 // flags are added first, and a sampler flag of the same name (--flip,
 // --rot90, --seed, --require, --min-valid, --positive-fraction, --ids) is
 // then the same option, read into both tables (cli/sampler_flags.h).

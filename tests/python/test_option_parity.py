@@ -1,7 +1,7 @@
 """One source per option: the sampler's options live in the C++ table, ingest options are reachable from Python.
 
 Sampling options (PatchSampler, BatchLoader, PatchDataset, montage, the CLI
-flag set): their names, flags, docs and defaults come from one C++ table
+flag set of montage, export --boxes and bench): their names, flags, docs and defaults come from one C++ table
 (PATCHSTORE_SAMPLER_OPTIONS and the SamplerOptions member defaults,
 reader/sampler.h). The tests below check that nothing restates a default
 (the Python sources and stubs are parsed), and that every option of the table
@@ -311,19 +311,22 @@ CLI_SPELLING = {"positive_fraction": "-1", "min_valid": "1", "flip": None, "rot9
                 "ids": None, "patch_size": None}
 
 
-@pytest.mark.parametrize("command", [("montage",), ("export",)])
+@pytest.mark.parametrize("command", [("montage",), ("export",), ("bench",)])
 def test_cli_flag_set_is_the_table_with_the_cpp_defaults(cli, command):
+    # bench takes the table's flags for image stores (its gathers are a PatchSampler's with them); export
+    # draws --boxes of every sample, so it has no --ids.
     if cli is None:
         pytest.skip("the patchstore program is not built")
     shown = _help_defaults(cli, *command)
-    for python, flag, _doc, _member in SAMPLER_ROWS:
+    text = subprocess.run([cli, *command, "--help"], capture_output=True, text=True, timeout=60).stdout
+    for python, flag, doc, _member in SAMPLER_ROWS:
         if not flag or (command == ("export",) and python == "ids"):
             continue
         assert flag in shown, (command, flag)
         want = CLI_SPELLING.get(python, str(CPP_DEFAULTS[python]))
         assert shown[flag] == want, (command, flag, shown[flag], want)
+        assert " ".join(doc.split())[:40] in " ".join(text.split()), (command, flag)  # the table's doc
     # The window size's default is in its help text, from C++ too.
-    text = subprocess.run([cli, *command, "--help"], capture_output=True, text=True, timeout=60).stdout
     assert f"default {CPP_DEFAULTS['patch_size']}" in text
 
 

@@ -128,3 +128,72 @@ def test_cli_montage_and_boxes_take_the_loader_and_its_options(frameset, tmp_pat
     r = subprocess.run([exe, "montage", frameset.store, str(tmp_path / "x.png"), "--loader", "dataloader"],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "--loader" in r.stderr
+
+
+def _bench(exe, store, *flags):
+    import json
+    r = subprocess.run([exe, "bench", store, "--seconds", "0.1", "--processes", "1", "--json", *flags],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout), r.stderr
+
+
+def test_cli_bench_gathers_the_windows_the_sampler_serves(frameset, cli):
+    # Every mask holds one small rectangle (one sample's none): with --require, bench's batches are the
+    # sampler's windows, each holding mask pixels; without, uniform windows that mostly miss them.
+    if cli is None:
+        pytest.skip("no patchstore CLI")
+    flags = ["--patch", "8", "--field", "rgb", "--field", "mask", "--seed", "5", "--flip", "--batch", "24"]
+    got, err = _bench(cli, frameset.store, *flags, "--require", "mask")
+    s = quiet(patchstore.PatchSampler, frameset.store, FIELDS, 8, require="mask", seed=5, flip=True)
+    assert (got["samples"], got["skipped"], s.eligible, s.skipped) == (19, 1, 19, 1)
+    assert (got["policy"], got["require"], got["height"], got["width"], got["batch"]) == ("min_valid", "mask", 8, 8,
+                                                                                       24)
+    assert err.count("warning: skipping 1 of 20 samples") == 1 and EMPTY_MASK_ID in err
+    # Process 0's first batch: windows 0..23 of the stream, epoch 0's 19 and then epoch 1's first 5.
+    want = [s.windows(0), s.windows(1)]
+    rows = np.concatenate([w.array for w in want])[:24]
+    ids = (want[0].ids + want[1].ids)[:24]
+    shown = got["first_windows"]
+    assert [(w["id"], w["y"], w["x"], w["flip"], w["rot"]) for w in shown] == [
+        (i, int(r[1]), int(r[2]), int(r[3]), int(r[4])) for i, r in zip(ids, rows)]
+    assert any(w["flip"] for w in shown) and EMPTY_MASK_ID not in {w["id"] for w in shown}
+    for w in shown:
+        assert frameset.frames[w["id"]].mask[w["y"]:w["y"] + 8, w["x"]:w["x"] + 8].any(), w
+    # The same flags without --require: the uniform sampler's windows, most of them off the rectangles.
+    got, err = _bench(cli, frameset.store, *flags)
+    u = patchstore.PatchSampler(frameset.store, FIELDS, 8, seed=5, flip=True)
+    assert (got["samples"], got["skipped"], got["policy"], got["require"], err) == (20, 0, "uniform", None, "")
+    want = [(i, int(r[1]), int(r[2])) for e in (0, 1) for i, r in zip(u.windows(e).ids, u.windows(e).array)]
+    assert [(w["id"], w["y"], w["x"]) for w in got["first_windows"]] == want[:24]
+    assert sum(not frameset.frames[w["id"]].mask[w["y"]:w["y"] + 8, w["x"]:w["x"] + 8].any()
+               for w in got["first_windows"]) > 12
+
+
+def test_cli_bench_refuses_what_images_cannot_do(frameset, cli):
+    if cli is None:
+        pytest.skip("no patchstore CLI")
+    # No sample holds a 100x100 window (frames are 64x48): the sampler's skip report, no measurement.
+    r = subprocess.run([cli, "bench", frameset.store, "--seconds", "0.1", "--patch", "100"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 1 and "no window to measure: skipping 20 of 20 samples" in r.stderr, r.stderr
+    assert r.stdout == ""
+    r = subprocess.run([cli, "bench", frameset.store, "--seconds", "0.1", "--patch", "8", "--crop", "8"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "--crop, --context and --flip=independent are for volume stores" in r.stderr
+    # A value is checked by SamplerOptions::Validate, in its words.
+    r = subprocess.run([cli, "bench", frameset.store, "--seconds", "0.1", "--patch", "8,12", "--rot90"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "rot90 (--rot90) needs a square window (a quarter turn of a 8x12 window is 12x8" in (
+        r.stderr), r.stderr
+    # Rectangles and the table's options reach the gather: -k, ids, sharding.
+    got, _ = _bench(cli, frameset.store, "--patch", "6,10", "-k", "3", "--ids", "video01/0002", "video02/0005",
+                    "--rank", "1", "--world-size", "2", "--batch", "4")
+    s = patchstore.PatchSampler(frameset.store, ["rgb", "mask", "depth"], (6, 10), patches_per_sample=3,
+                                ids=["video01/0002", "video02/0005"], rank=1, world_size=2)
+    assert (got["height"], got["width"], got["channels"], got["samples"]) == (6, 10, 5, 2)
+    w = s.windows(0)
+    want = [(i, int(r[1]), int(r[2])) for i, r in zip(w.ids, w.array)]  # 3 windows of one visit, then epoch 1
+    w1 = s.windows(1)
+    want += [(i, int(r[1]), int(r[2])) for i, r in zip(w1.ids, w1.array)]
+    assert [(x["id"], x["y"], x["x"]) for x in got["first_windows"]] == want[:4]
