@@ -5,8 +5,10 @@ Generates seed-like 1920x1080 frames (rgb PNG, mask PNG, depth EXR; bench/python
 generator), ingests them once as `--layout tiles --encoding compact` and once more with `depth=float16`, then
 measures, per store, in windows/s (256x256 rgb+mask+depth, 4 windows per frame visit, mask required):
 
-  * DataLoader(PatchDataset, num_workers=W, collate) with output="float32" against output="stored"
-    followed by patchstore.torch.to_float in the training process (on --device, default cpu);
+  * DataLoader(PatchDataset, num_workers=W, collate) with output="float32" against output="stored",
+    delivered as a float32 batch in the training process's memory on --device (default cpu): the float32
+    batch copied there (what pin_memory or .to(device) does), the stored one converted there by
+    patchstore.torch.to_float; and both as the workers left them (untouched);
   * BatchLoader in the training process: float32, output="stored", and device=--device (stored bytes
     gathered, copied, converted there), with --threads gather threads;
   * bytes per window that cross from the loader to the device.
@@ -55,11 +57,15 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def dataloader_run(ds: PatchDataset, workers: int, epochs: int, convert: bool,
+def dataloader_run(ds: PatchDataset, workers: int, epochs: int, consume: str,
                    device: torch.device) -> Callable[[], int]:
+    """windows of `epochs` epochs through DataLoader(ds, num_workers=workers), each batch consumed as:
+    "raw" (left where the workers put it), "land" (float32 copied into reused memory on `device`, as
+    pin_memory's copy or .to(device) does) or "to_float" (stored bytes converted into float32 on `device`)."""
     loader = DataLoader(ds, batch_size=4, shuffle=True, num_workers=workers, collate_fn=collate,
                         persistent_workers=workers > 0, pin_memory=device.type == "cuda")
     state = {"epoch": 0}
+    landed: Dict[Tuple[str, Tuple[int, ...]], torch.Tensor] = {}
 
     def run() -> int:
         n = 0
@@ -67,10 +73,11 @@ def dataloader_run(ds: PatchDataset, workers: int, epochs: int, convert: bool,
             ds.set_epoch(state["epoch"])
             state["epoch"] += 1
             for batch in loader:
-                if convert:
+                if consume == "to_float":
                     batch = to_float(batch, ds, device=device, non_blocking=True)
-                elif device.type != "cpu":
-                    batch = {f: t.to(device, non_blocking=True) for f, t in batch.items()}
+                elif consume == "land":
+                    batch = {f: landed.setdefault((f, tuple(t.shape)), torch.empty(t.shape, device=device))
+                             .copy_(t, non_blocking=True) for f, t in batch.items()}
                 n += batch["rgb"].shape[0]
         sync(device)
         return n
@@ -178,12 +185,17 @@ def main() -> None:
                 f"{4 * 5 * 256 * 256 / 1e6:.2f} / {stored_b / 1e6:.2f} MB")
             opts = dict(patch_size=256, patches_per_sample=4, require="mask", seed=0)
             for w in args.workers:
-                for output in ("float32", "stored"):
+                # Delivered: a float32 batch in the training process's memory on the device (the float32
+                # batch copied there as pin_memory / .to(device) does, or the stored batch converted there);
+                # as left: the batch where the workers put it, untouched.
+                for output, consume, label in (("float32", "land", "float32, delivered"),
+                                               ("stored", "to_float", "stored + to_float, delivered"),
+                                               ("float32", "raw", "float32, as left"),
+                                               ("stored", "raw", "stored, as left")):
                     ds = PatchDataset(path, FIELDS, output=output, **opts)
                     epochs = -(-args.windows // (4 * len(ds)))
-                    rates = timed(dataloader_run(ds, w, epochs, output == "stored", device), args.repeats)
-                    what = f"DataLoader(PatchDataset(output='{output}'), num_workers={w})"
-                    row(name, what + (" + to_float" if output == "stored" else ""), fmt(rates) + " w/s")
+                    rates = timed(dataloader_run(ds, w, epochs, consume, device), args.repeats)
+                    row(name, f"DataLoader(PatchDataset, num_workers={w}): {label}", fmt(rates) + " w/s")
             for t in args.threads:
                 for label, kw, to_dev in (("float32", {}, device.type != "cpu"),
                                           ("output='stored'", {"output": "stored"}, False),
