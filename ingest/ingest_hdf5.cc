@@ -815,9 +815,9 @@ Status Hdf5Ingest::ResolveNorms(Item* item) {
     const bool mask = std::find(o_.mask_fields.begin(), o_.mask_fields.end(), field) != o_.mask_fields.end();
     auto it = o_.norm.find(field);
     const std::string spec = it != o_.norm.end() ? it->second : mask ? "binary" : "none";
-    PS_ASSIGN_OR_RETURN(Normalization n, ResolveVolumeNorm(spec, mask, item->fields[g].source,
-                                                           item->fields[g].type_name, field,
-                                                           "reading " + Describe(*item, g)));
+    PS_ASSIGN_OR_RETURN(Normalization n,
+                        ResolveVolumeNorm(spec, mask, item->fields[g].source, item->fields[g].type_name, field,
+                                          "reading " + Describe(*item, g)));
     item->norms.push_back(n);
     item->norm_specs.push_back(spec);
   }
