@@ -1,10 +1,8 @@
 """patchstore.ingest_images and ingest_hdf5: the command line's ingest, from Python (export: _export_api.py).
 
-The compiled module (``patchstore._ingest``, which links OpenCV, OpenEXR and
-HDF5) is imported on first use, so processes that only read never load it.
-A reader-only build has no such module: every function that needs it raises
-ImportError saying so (:func:`_require_ingest`). Both calls release the GIL
-while they run.
+The compiled module (``patchstore._ingest``, which links OpenCV, OpenEXR and HDF5) is imported on first use,
+so processes that only read never load it. A reader-only build has no such module: every function that needs
+it raises ImportError saying so (:func:`_require_ingest`). Both calls release the GIL while they run.
 """
 
 from __future__ import annotations

@@ -191,7 +191,7 @@ def test_cpu_conversion_reuses_only_buffers_nobody_holds(frame_stores, threads):
     name = "compact-f16"
     ref = BatchLoader(frame_stores[name], FIELDS, batch_size=3, **OPTIONS)
     raw = BatchLoader(frame_stores[name], FIELDS, batch_size=3, output="stored", **OPTIONS)
-    conv = FloatConverter(raw, num_threads=threads)
+    conv = FloatConverter(raw, convert_threads=threads)
     want = [{f: t.clone() for f, t in b.items()} for b in ref.batches(4)]
     held = [conv({f: t.clone() for f, t in b.items()}) for b in raw.batches(4)]
     assert len(held) == len(want) > 2

@@ -68,7 +68,7 @@ class FloatConverter:
     fields; a SliceDataset's ``clamp`` is applied after the conversion, as its float32 items have it).
     fields: the field order of tuple batches (default: the source's fields). device: where the float32 tensors
     are made (default: where each input tensor is); inputs elsewhere are copied there first
-    (``non_blocking`` for pinned inputs). num_threads: threads of a CPU conversion (default
+    (``non_blocking`` for pinned inputs). convert_threads: threads of a CPU conversion (default
     ``torch.get_num_threads()``); on the CPU the result lands in buffers reused once nothing refers to them.
 
     ``conv(batch)`` accepts what the loaders yield: a dict {field: tensor}, a tuple/list in field order, or one
@@ -76,7 +76,8 @@ class FloatConverter:
     """
 
     def __init__(self, source: Any, fields: Optional[Sequence[str]] = None, device: Any = None,
-                 clamp: Optional[Mapping[str, Tuple[float, float]]] = None, num_threads: Optional[int] = None) -> None:
+                 clamp: Optional[Mapping[str, Tuple[float, float]]] = None,
+                 convert_threads: Optional[int] = None) -> None:
         store = source if isinstance(source, Store) else getattr(source, "store", None)
         if store is None:
             store = Store(source)
@@ -92,7 +93,7 @@ class FloatConverter:
         self.device = check_device(device, "patchstore.torch.FloatConverter")
         self.dtypes = stored_dtypes(store, self.fields)
         # CPU conversions: C++ (the reader's own conversion) on this many threads, into reused buffers.
-        self.num_threads = torch.get_num_threads() if num_threads is None else max(1, int(num_threads))
+        self.convert_threads = torch.get_num_threads() if convert_threads is None else max(1, int(convert_threads))
         r = self._reader = reader_of(store)
         self._host_tables: Dict[str, Optional[torch.Tensor]] = {}
         for f in self.fields:
@@ -129,7 +130,7 @@ class FloatConverter:
             # buffer reused once the caller lets go of it: a fresh tensor per batch costs a page fault per 4 KiB.
             x = x.contiguous()
             out = _batch_tensor(self, tuple(x.shape), False, len(self.fields))
-            self._reader.convert_stored(field, x.numpy(), out.view(-1).numpy(), self.num_threads)
+            self._reader.convert_stored(field, x.numpy(), out.view(-1).numpy(), self.convert_threads)
         elif stored == torch.float16:
             out = x.float()  # exact: every float16 value is a float32 value
         else:
