@@ -13,7 +13,10 @@ VERSION=$(cat "$SRC/VERSION")
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-${PATCHSTORE_JOBS:-2}}
 # Build isolation off: the build tools (scikit-build-core, pybind11) come
 # from the developer venv, so this works without network access too.
-"$PY" -m pip wheel -q --no-build-isolation --no-deps -w "$TMP/wheels" "$SRC"
+# The build folder: build-pip in the source (pyproject.toml's build-wheel/TAG
+# is one level deeper), so ccache serves the objects the main build compiled
+# (see CCACHE_BASEDIR in CMakeLists.txt) and a second run builds only what changed.
+"$PY" -m pip wheel -q --no-build-isolation --no-deps -Cbuild-dir=build-pip -w "$TMP/wheels" "$SRC"
 WHEEL=$(ls "$TMP"/wheels/patchstore-"$VERSION"-*.whl)
 python3 -m venv "$TMP/venv"
 "$TMP/venv/bin/pip" install -q "$WHEEL" numpy==2.4.6
