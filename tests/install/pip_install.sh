@@ -2,9 +2,12 @@
 # Builds a wheel of the project with pip (scikit-build-core, the same CMake
 # project), installs it into a fresh virtual environment that has nothing but
 # the wheel and NumPy, and uses it: import, ingest with the bundled program,
-# read a patch. Usage: pip_install.sh SOURCE_DIR PYTHON
+# read a patch. Usage: pip_install.sh SOURCE_DIR PYTHON [GENERATOR CC CXX]
+# GENERATOR, CC, CXX: those of the build that runs the test (CTest passes
+# them), so the wheel's build compiles the same commands and ccache serves it.
 set -euo pipefail
 SRC=$1; PY=$2
+if [ $# -ge 5 ]; then export CMAKE_GENERATOR=$3 CC=$4 CXX=$5; fi
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 VERSION=$(cat "$SRC/VERSION")
@@ -14,8 +17,9 @@ export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-${PATCHSTORE_JOB
 # Build isolation off: the build tools (scikit-build-core, pybind11) come
 # from the developer venv, so this works without network access too.
 # The build folder: build-pip in the source (pyproject.toml's build-wheel/TAG
-# is one level deeper), so ccache serves the objects the main build compiled
-# (see CCACHE_BASEDIR in CMakeLists.txt) and a second run builds only what changed.
+# is one level deeper), so with the same generator and compilers ccache serves
+# the objects the main build compiled (see CCACHE_BASEDIR in CMakeLists.txt),
+# and a second run builds only what changed.
 "$PY" -m pip wheel -q --no-build-isolation --no-deps -Cbuild-dir=build-pip -w "$TMP/wheels" "$SRC"
 WHEEL=$(ls "$TMP"/wheels/patchstore-"$VERSION"-*.whl)
 python3 -m venv "$TMP/venv"
