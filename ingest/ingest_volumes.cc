@@ -1,27 +1,19 @@
-// Medical volumes through ITK (patchstore/ingest/ingest_volumes.h): decoder
-// threads, each driving one isolated child (DecodePool running the ITK job),
-// turn a patient's fields into (S, H, W) records; one writer commits them in
-// input order, so sample indices do not depend on thread timing and a resumed
-// ingest ends as an uninterrupted one. The pieces every ingest shares come
-// from checks.h (shard, resume settings, failure report, volume
-// normalisation), encoding.h (record dtypes), projection.h and
-// volume_convert.h (the one voxel conversion, also HDF5's).
+// Medical volumes through ITK (patchstore/ingest/ingest_volumes.h): the ITK
+// source of the ingest driver (ingest/driver.h). What is specific to ITK
+// volumes lives here: the options (slice axis, --orient, --spacing,
+// interpolation), asking the isolated ITK child (DecodePool running the ITK
+// job) for each field, and the geometry: which image axis is the slice
+// axis, the stored direction and spacing, and that every field lies on the
+// first one's grid. The voxel conversion is volume_convert.h (also HDF5's).
 #include <algorithm>
-#include <atomic>
-#include <chrono>
+#include <array>
 #include <cmath>
-#include <condition_variable>
-#include <cstring>
-#include <map>
 #include <memory>
-#include <mutex>
-#include <new>
-#include <thread>
 
 #include "ingest/checks.h"
 #include "ingest/decode_pool.h"
+#include "ingest/driver.h"
 #include "ingest/encoding.h"
-#include "ingest/projection.h"
 #include "ingest/sources.h"
 #include "ingest/volume_convert.h"
 #include "ingest/volume_decode.h"
@@ -31,31 +23,12 @@
 namespace patchstore {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
-
 struct FieldPlan {
   std::string name;
   bool is_mask = false;
   bool nearest = false;
   std::string norm_spec;  // "" = default
   FieldEncoding encoding = FieldEncoding::kFloat32;
-};
-
-struct DecodedField {
-  std::unique_ptr<uint8_t[]> data;  // (S, H, W) payload in header.dtype
-  RecordHeader header;
-  FieldMeta meta;
-  std::string path;
-};
-
-struct DecodedVolume {
-  Status status;
-  std::string failed_file;
-  std::vector<DecodedField> fields;
-  VolumeGeometry geometry;
-  std::vector<std::string> warnings;
-  uint64_t bytes = 0;
 };
 
 // The image axis (0 = i, 1 = j, 2 = k) closest to LPS axis `row` (0 L-R,
@@ -79,28 +52,33 @@ void Convert(const void* src, const std::array<int64_t, 3>& shw, const std::arra
   ConvertSlab<T>(src, shw[0], shw[1], shw[2], strides[0], strides[1], strides[2], norm, dtype, dst);
 }
 
-class VolumeIngest {
+class VolumeSource : public IngestSource {
  public:
-  explicit VolumeIngest(const VolumeIngestOptions& o) : o_(o) {}
-  Result<IngestSummary> Run();
-
- private:
+  explicit VolumeSource(const VolumeIngestOptions& o) : o_(o) {}
+  // Checks the options and lists the volumes.
   Status ParseOptions();
-  DecodedVolume DecodeVolume(const SampleSource& src, int slot);
-  void Warn(std::string m) {
-    if (summary_.warnings.size() < 100) summary_.warnings.push_back(std::move(m));
+  const SourceList& list() const { return list_; }
+
+  Status Prepare(StoreMeta* meta) override;
+  Status Start(int slots) override;
+  DecodedUnit Decode(size_t index, int slot, BufferPool* buffers) override;
+  Status FieldRefused(const IngestUnit& unit, const UnitField& field, const Status& why,
+                      const StoreMeta& meta) const override {
+    Status clash = RefusedDType("volume", "voxel type", unit.id, field, meta,
+                                FieldEncodingName(encoding_.For(field.meta.name)));
+    return clash.ok() ? why.WithContext("volume '" + unit.id + "' ('" + field.path + "')") : clash;
   }
 
+ private:
   const VolumeIngestOptions& o_;
   int anatomical_row_ = 2;  // LPS row of the slice direction
   EncodingPlan encoding_;
   SourceList list_;
   std::vector<FieldPlan> plans_;
   std::unique_ptr<DecodePool> pool_;
-  IngestSummary summary_;
 };
 
-Status VolumeIngest::ParseOptions() {
+Status VolumeSource::ParseOptions() {
   if (o_.store.empty()) return Status::InvalidArgument("ingest: no store path given");
   if (o_.threads < 0)
     return Status::InvalidArgument("ingest: threads must be 0 (all cores) or positive, got " +
@@ -192,8 +170,9 @@ Status VolumeIngest::ParseOptions() {
   return Status::OK();
 }
 
-DecodedVolume VolumeIngest::DecodeVolume(const SampleSource& src, int slot) {
-  DecodedVolume out;
+DecodedUnit VolumeSource::Decode(size_t index, int slot, BufferPool* buffers) {
+  const SampleSource& src = list_.samples[index];
+  DecodedUnit out;
   VolumeGrid grid0;
   std::array<int, 3> axes{};  // image axes of S, H, W
   std::array<uint64_t, 3> shw{};
@@ -242,7 +221,7 @@ DecodedVolume VolumeIngest::DecodeVolume(const SampleSource& src, int slot) {
       for (int a = 2; a >= 0; --a)
         if (a != s) axes[1 + k++] = a;
       for (int i = 0; i < 3; ++i) shw[i] = g.size[axes[i]];
-      VolumeGeometry& geo = out.geometry;
+      VolumeGeometry& geo = out.geometry.emplace();
       // The stored image's axes x, y, z are W, H, S.
       const int xyz[3] = {axes[2], axes[1], axes[0]};
       for (int c = 0; c < 3; ++c) {
@@ -269,7 +248,7 @@ DecodedVolume VolumeIngest::DecodeVolume(const SampleSource& src, int slot) {
     auto norm = ResolveVolumeNorm(plan.norm_spec, plan.is_mask, source, SourceTypeName(source), plan.name,
                                   what + ": reading '" + path + "'");
     if (!norm.ok()) return fail(norm.status());
-    DecodedField d;
+    UnitField d;
     d.path = path;
     d.header.layout = Layout::kSHW;
     d.header.rank = 3;
@@ -281,8 +260,9 @@ DecodedVolume VolumeIngest::DecodeVolume(const SampleSource& src, int slot) {
     const uint64_t bytes = n * DTypeSize(d.header.dtype);
     if (reply->bytes != n * VoxelSize(reply->type) || reply->bytes > pool_->shared_size(slot))
       return fail(Status::Internal(what + ": the decoder returned an impossible size"));
-    d.data.reset(new (std::nothrow) uint8_t[bytes]);
-    if (!d.data) return fail(Status::IOError(what + ": out of memory for its record"));
+    d.buffer = buffers->Acquire(bytes);
+    if (!d.buffer.data) return fail(Status::IOError(what + ": out of memory for its record"));
+    void* data = d.buffer.data.get();
     const std::array<int64_t, 3> stride_ijk{1, static_cast<int64_t>(g.size[0]),
                                             static_cast<int64_t>(g.size[0] * g.size[1])};
     const std::array<int64_t, 3> strides{stride_ijk[axes[0]], stride_ijk[axes[1]], stride_ijk[axes[2]]};
@@ -290,19 +270,19 @@ DecodedVolume VolumeIngest::DecodeVolume(const SampleSource& src, int slot) {
                                       static_cast<int64_t>(shw[2])};
     const void* voxels = pool_->shared(slot);
     switch (reply->type) {
-      case VoxelType::kUInt8: Convert<uint8_t>(voxels, dims, strides, *norm, d.header.dtype, d.data.get()); break;
-      case VoxelType::kInt8: Convert<int8_t>(voxels, dims, strides, *norm, d.header.dtype, d.data.get()); break;
-      case VoxelType::kUInt16: Convert<uint16_t>(voxels, dims, strides, *norm, d.header.dtype, d.data.get()); break;
-      case VoxelType::kInt16: Convert<int16_t>(voxels, dims, strides, *norm, d.header.dtype, d.data.get()); break;
-      case VoxelType::kUInt32: Convert<uint32_t>(voxels, dims, strides, *norm, d.header.dtype, d.data.get()); break;
-      case VoxelType::kInt32: Convert<int32_t>(voxels, dims, strides, *norm, d.header.dtype, d.data.get()); break;
-      case VoxelType::kFloat32: Convert<float>(voxels, dims, strides, *norm, d.header.dtype, d.data.get()); break;
-      case VoxelType::kFloat64: Convert<double>(voxels, dims, strides, *norm, d.header.dtype, d.data.get()); break;
+      case VoxelType::kUInt8: Convert<uint8_t>(voxels, dims, strides, *norm, d.header.dtype, data); break;
+      case VoxelType::kInt8: Convert<int8_t>(voxels, dims, strides, *norm, d.header.dtype, data); break;
+      case VoxelType::kUInt16: Convert<uint16_t>(voxels, dims, strides, *norm, d.header.dtype, data); break;
+      case VoxelType::kInt16: Convert<int16_t>(voxels, dims, strides, *norm, d.header.dtype, data); break;
+      case VoxelType::kUInt32: Convert<uint32_t>(voxels, dims, strides, *norm, d.header.dtype, data); break;
+      case VoxelType::kInt32: Convert<int32_t>(voxels, dims, strides, *norm, d.header.dtype, data); break;
+      case VoxelType::kFloat32: Convert<float>(voxels, dims, strides, *norm, d.header.dtype, data); break;
+      case VoxelType::kFloat64: Convert<double>(voxels, dims, strides, *norm, d.header.dtype, data); break;
     }
     if (plan.is_mask) {
       RecordHeader h = d.header;
       h.payload_bytes = bytes;
-      if (AllZeroAfterNorm(h, d.data.get()))
+      if (AllZeroAfterNorm(h, data))
         out.warnings.push_back(what + " ('" + path + "') is all zero: an empty mask (require= finds nothing in it)");
     }
     d.meta.name = plan.name;
@@ -319,28 +299,10 @@ DecodedVolume VolumeIngest::DecodeVolume(const SampleSource& src, int slot) {
   return out;
 }
 
-Result<IngestSummary> VolumeIngest::Run() {
-  const auto start = Clock::now();
-  if (ItkVolumeDecoder() == nullptr)
-    return Status::Unsupported("ingest volumes: this patchstore was built without ITK, which reads NIfTI, MetaImage, "
-                               "NRRD and DICOM (install libinsighttoolkit5-dev and build again)");
-  PS_RETURN_IF_ERROR(ParseOptions());
-  auto input_ordinals = InputOrdinals(list_.samples, o_.shard_count,
-                                      [](const SampleSource& s) -> std::string_view { return s.id; });
-  KeepShard(&list_.samples, o_.shard_index, o_.shard_count,
-            [](const SampleSource& s) -> std::string_view { return s.id; });
-
-  FailureReport report(o_.report_path.empty() ? o_.store + "/ingest-errors.tsv" : o_.report_path);
-  if (o_.skip_errors && !o_.report_path.empty()) PS_RETURN_IF_ERROR(CheckReportPath(o_.report_path));
-  WriterOptions wo;
-  wo.kind = "volumes";
-  wo.durable = o_.durable;
-  PS_ASSIGN_OR_RETURN(auto writer, Writer::Open(o_.store, wo));
-  StoreMeta& meta = writer->mutable_meta();
-  PS_RETURN_IF_ERROR(CheckShard(&meta, o_.store, o_.shard_index, o_.shard_count));
-  if (!meta.fields.empty()) {
+Status VolumeSource::Prepare(StoreMeta* meta) {
+  if (!meta->fields.empty()) {
     std::string have, want;
-    for (const FieldMeta& f : meta.fields) have += (have.empty() ? "" : ",") + f.name;
+    for (const FieldMeta& f : meta->fields) have += (have.empty() ? "" : ",") + f.name;
     for (const std::string& f : list_.fields) want += (want.empty() ? "" : ",") + f;
     if (have != want)
       return Status::InvalidArgument("ingest into '" + o_.store + "': the store has fields " + have +
@@ -352,223 +314,73 @@ Result<IngestSummary> VolumeIngest::Run() {
     if (o_.spacing.empty()) return std::string("none");
     return FormatTriple({o_.spacing[0], o_.spacing[1], o_.spacing[2]});
   };
-  PS_RETURN_IF_ERROR(CheckResumeSetting(&meta, o_.store, "volume.slice_axis", o_.slice_axis, "--slice-axis"));
+  PS_RETURN_IF_ERROR(CheckResumeSetting(meta, o_.store, "volume.slice_axis", o_.slice_axis, "--slice-axis"));
   PS_RETURN_IF_ERROR(
-      CheckResumeSetting(&meta, o_.store, "volume.orient", o_.orient.empty() ? "none" : o_.orient, "--orient"));
-  PS_RETURN_IF_ERROR(CheckResumeSetting(&meta, o_.store, "volume.spacing", spacing_text(), "--spacing"));
+      CheckResumeSetting(meta, o_.store, "volume.orient", o_.orient.empty() ? "none" : o_.orient, "--orient"));
+  PS_RETURN_IF_ERROR(CheckResumeSetting(meta, o_.store, "volume.spacing", spacing_text(), "--spacing"));
   for (const FieldPlan& p : plans_) {
-    PS_RETURN_IF_ERROR(CheckResumeSetting(&meta, o_.store, "norm." + p.name,
+    PS_RETURN_IF_ERROR(CheckResumeSetting(meta, o_.store, "norm." + p.name,
                                           !p.norm_spec.empty() ? p.norm_spec
                                           : p.is_mask          ? "default (mask: binary)"
                                                                : "default",
                                           "--norm of field '" + p.name + "'"));
     if (!o_.spacing.empty())
-      PS_RETURN_IF_ERROR(CheckResumeSetting(&meta, o_.store, "volume.interpolation." + p.name,
+      PS_RETURN_IF_ERROR(CheckResumeSetting(meta, o_.store, "volume.interpolation." + p.name,
                                             p.nearest ? "nearest" : "linear",
                                             "--interpolation of field '" + p.name + "'"));
   }
-  PS_RETURN_IF_ERROR(CheckResumeEncoding(meta, o_.store, encoding_, 0));
-  if (o_.skip_errors) PS_RETURN_IF_ERROR(CheckReportPath(report.path()));
-  meta.attributes["source_format"] = "itk";
-  if (!o_.command_line.empty()) meta.attributes["ingest_command"] = o_.command_line;
+  PS_RETURN_IF_ERROR(CheckResumeEncoding(*meta, o_.store, encoding_, 0));
+  meta->attributes["source_format"] = "itk";
+  return Status::OK();
+}
 
-  summary_.samples_total = list_.samples.size();
-  std::vector<const SampleSource*> todo;
-  for (const SampleSource& s : list_.samples) {
-    if (writer->Contains(s.id)) ++summary_.samples_present;
-    else todo.push_back(&s);
-  }
-
-  const int threads = o_.threads > 0 ? o_.threads : std::max(1u, std::thread::hardware_concurrency());
-  const size_t nthreads = std::min<size_t>(static_cast<size_t>(threads), std::max<size_t>(todo.size(), 1));
-  const size_t window = nthreads + 1;  // decoded volumes in flight: they are large
-  if (!todo.empty()) {
-    DecodePoolOptions po;
-    po.slots = static_cast<int>(nthreads);
-    po.timeout_s = o_.decode_timeout_s;
-    po.job = ItkVolumeDecoder();
-    po.shared_bytes = o_.max_voxels * 8;
-    po.memory_limit = o_.decode_memory_bytes ? o_.decode_memory_bytes : uint64_t{8} << 30;
-    PS_ASSIGN_OR_RETURN(pool_, DecodePool::Start(po));
-  }
-
-  std::mutex mu;
-  std::condition_variable cv_done, cv_room;
-  std::map<size_t, DecodedVolume> ready;
-  size_t next = 0, consumed = 0;  // guarded by mu
-  bool stop = false;
-  auto worker = [&](int slot) {
-    for (;;) {
-      size_t pos;
-      {
-        std::unique_lock<std::mutex> lock(mu);
-        cv_room.wait(lock, [&] { return stop || next < consumed + window; });
-        if (stop || next >= todo.size()) return;
-        pos = next++;
-      }
-      DecodedVolume d = DecodeVolume(*todo[pos], slot);
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        ready.emplace(pos, std::move(d));
-      }
-      cv_done.notify_all();
-    }
-  };
-  std::vector<std::thread> workers;
-  for (size_t t = 0; t < nthreads && !todo.empty(); ++t) workers.emplace_back(worker, static_cast<int>(t));
-
-  std::vector<SampleInput> batch;
-  std::vector<DecodedVolume> batch_data;
-  uint64_t batch_bytes = 0;
-  Status failure;
-  bool projected = false;
-  auto flush = [&]() -> Status {
-    if (batch.empty()) return Status::OK();
-    Status st = writer->WriteBatch(batch);
-    if (st.ok()) {
-      summary_.samples_written += batch.size();
-      summary_.bytes_written += batch_bytes;
-    }
-    batch.clear();
-    batch_data.clear();
-    batch_bytes = 0;
-    return st;
-  };
-  auto report_progress = [&](size_t done) {
-    if (!o_.progress) return;
-    Progress p;
-    p.total = todo.size();
-    p.done = done;
-    p.failed = summary_.samples_failed;
-    p.skipped = summary_.samples_present;
-    p.bytes = summary_.bytes_decoded;
-    p.seconds = Seconds(start);
-    o_.progress(p);
-  };
-
-  for (size_t pos = 0; pos < todo.size(); ++pos) {
-    if (o_.cancelled && o_.cancelled()) {
-      failure = Status::Aborted("cancelled");
-      break;
-    }
-    DecodedVolume d;
-    {
-      std::unique_lock<std::mutex> lock(mu);
-      cv_done.wait(lock, [&] { return ready.count(pos) != 0; });
-      d = std::move(ready[pos]);
-      ready.erase(pos);
-    }
-    const SampleSource& src = *todo[pos];
-    std::vector<uint16_t> field_index;
-    for (size_t f = 0; f < d.fields.size() && d.status.ok(); ++f) {
-      auto idx = writer->EnsureField(d.fields[f].meta);
-      if (!idx.ok()) {
-        const FieldMeta& want = d.fields[f].meta;
-        const int have = writer->meta().FieldIndex(want.name);
-        if (have >= 0 && writer->meta().fields[have].dtype != want.dtype) {
-          const FieldMeta& fm = writer->meta().fields[have];
-          d.status = Status::InvalidArgument(
-              "volume '" + src.id + "' ('" + d.fields[f].path + "'): field '" + fm.name + "' is stored as " +
-              DTypeName(fm.dtype) + " (--encoding " + FieldEncodingName(encoding_.For(fm.name)) + ", " +
-              SourceTypeName(fm.source_type) + " sources) but this file is " + SourceTypeName(want.source_type) +
-              ", which needs " + DTypeName(want.dtype) + "; give the field one voxel type, or --encoding " + fm.name +
-              "=float32");
-        } else {
-          d.status = idx.status().WithContext("volume '" + src.id + "' ('" + d.fields[f].path + "')");
-        }
-        d.failed_file = d.fields[f].path;
-      } else {
-        field_index.push_back(*idx);
-      }
-    }
-    if (!d.status.ok()) {
-      if (!o_.skip_errors) {
-        failure = d.status;
-        break;
-      }
-      report.Add(&summary_, src.id, d.failed_file, d.status);
-    } else {
-      if (!projected) {
-        projected = true;
-        std::vector<ProjectedRecord> records;
-        for (const DecodedField& f : d.fields) {
-          ProjectedRecord r;
-          r.field = f.meta.name;
-          r.header = f.header;
-          r.is_mask = f.meta.is_mask;
-          records.push_back(std::move(r));
-        }
-        StoreProjector projector("ingest", /*frames=*/false);
-        projector.Add(records, todo.size() + summary_.samples_present, src.id.size());
-        const StoreProjection proj = projector.Finish();
-        summary_.projected_bytes = proj.bytes;
-        summary_.ram_bytes = proj.ram_bytes;
-        summary_.advice = proj.advice;
-        if (o_.progress) {
-          Progress p;
-          p.total = todo.size();
-          p.skipped = summary_.samples_present;
-          p.seconds = Seconds(start);
-          p.message = proj.message;
-          o_.progress(p);
-        }
-      }
-      SampleInput in;
-      in.id = src.id;
-      in.geometry = d.geometry;
-      for (size_t f = 0; f < d.fields.size(); ++f) {
-        RecordInput r;
-        r.field = field_index[f];
-        r.header = d.fields[f].header;
-        r.data = d.fields[f].data.get();
-        in.records.push_back(std::move(r));
-      }
-      for (std::string& w : d.warnings) Warn(std::move(w));
-      summary_.bytes_decoded += d.bytes;
-      batch_bytes += d.bytes;
-      batch.push_back(std::move(in));
-      batch_data.push_back(std::move(d));
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      consumed = pos + 1;
-    }
-    cv_room.notify_all();
-    if (batch_bytes >= o_.batch_bytes || batch.size() >= 256) {
-      Status st = flush();
-      if (!st.ok()) {
-        failure = st;
-        break;
-      }
-    }
-    report_progress(pos + 1);
-  }
-  // Commit what was decoded before a failure: those volumes are complete.
-  Status st = flush();
-  if (failure.ok() && !st.ok()) failure = st;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    stop = true;
-  }
-  cv_room.notify_all();
-  for (auto& t : workers) t.join();
-  report.Close(&summary_);
-  summary_.seconds = Seconds(start);
-  if (!failure.ok())
-    return failure.WithContext("ingest into '" + o_.store + "' stopped after " +
-                               std::to_string(summary_.samples_written) + " new volumes");
-  if (summary_.samples_failed == 0 && !writer->meta().sealed)
-    PS_RETURN_IF_ERROR(writer->Seal(OrdinalLookup(input_ordinals)));
-  return summary_;
+Status VolumeSource::Start(int slots) {
+  DecodePoolOptions po;
+  po.slots = slots;
+  po.timeout_s = o_.decode_timeout_s;
+  po.job = ItkVolumeDecoder();
+  po.shared_bytes = o_.max_voxels * 8;
+  po.memory_limit = o_.decode_memory_bytes ? o_.decode_memory_bytes : uint64_t{8} << 30;
+  PS_ASSIGN_OR_RETURN(pool_, DecodePool::Start(po));
+  return Status::OK();
 }
 
 }  // namespace
 
 bool VolumeIngestAvailable() { return ItkVolumeDecoder() != nullptr; }
 
-Result<IngestSummary> IngestVolumes(const VolumeIngestOptions& options) {
-  VolumeIngest ingest(options);
-  return ingest.Run();
+Result<IngestSummary> IngestVolumes(const VolumeIngestOptions& o) {
+  DriverOptions d;
+  if (ItkVolumeDecoder() == nullptr)
+    return Status::Unsupported("ingest volumes: this patchstore was built without ITK, which reads NIfTI, MetaImage, "
+                               "NRRD and DICOM (install libinsighttoolkit5-dev and build again)");
+  d.store = o.store;
+  d.shard_index = o.shard_index;
+  d.shard_count = o.shard_count;
+  VolumeSource source(o);
+  PS_RETURN_IF_ERROR(source.ParseOptions());
+  std::vector<IngestUnit> units;
+  for (const SampleSource& s : source.list().samples) {
+    IngestUnit u;
+    u.id = s.id;
+    units.push_back(std::move(u));
+  }
+  d.writer.kind = "volumes";
+  d.writer.durable = o.durable;
+  d.command_line = o.command_line;
+  d.threads = o.threads;
+  d.window_per_thread = 1;  // decoded volumes in flight: they are large
+  d.window_extra = 1;
+  d.keep_buffers = 0;
+  d.batch_bytes = o.batch_bytes;
+  d.batch_samples = 256;
+  d.skip_errors = o.skip_errors;
+  d.report_path = o.report_path;
+  d.frames = false;
+  d.noun = "volumes";
+  d.progress = o.progress;
+  d.cancelled = o.cancelled;
+  return RunIngest(d, std::move(units), &source);
 }
 
 }  // namespace patchstore
