@@ -1,10 +1,8 @@
 // `patchstore ingest hdf5` — 3D volumes from HDF5 files (see ingest/ingest_hdf5.h).
-#include <malloc.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -12,9 +10,8 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "cli/progress.h"
+#include "cli/ingest_run.h"
 #include "patchstore/ingest/ingest_hdf5.h"
-#include "store/shard.h"
 
 namespace patchstore::cli {
 namespace {
@@ -130,13 +127,7 @@ Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet) {
       }
       o.norm[n.substr(0, eq)] = n.substr(eq + 1);
     }
-    if (shard_opt->count() > 0) {  // given, even as "" (an unset variable): checked, never ignored
-      Status st = ParseShardSpec(args->shard, &o.shard_index, &o.shard_count);
-      if (!st.ok()) {
-        std::cerr << "patchstore: error: --" << st.message() << "\n";
-        return 2;
-      }
-    }
+    if (!ParseShardFlag(shard_opt, args->shard, &o.shard_index, &o.shard_count)) return 2;
     o.skip_errors = args->on_error == "skip";
     o.durable = !args->no_sync;
     std::string command = "patchstore ingest hdf5";
@@ -145,47 +136,11 @@ Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet) {
     command += " --slice-axis " + std::to_string(o.slice_axis);
     if (shard_opt->count() > 0) command += " --shard " + args->shard;
     o.command_line = command;
-    ProgressPrinter printer("ingest", "volumes", *quiet);
-    o.progress = [&](const Progress& p) { printer(p); };
-    // Large records are malloc'd by LMDB per commit: keep them out of mmap
-    // churn, as the image ingest does.
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    o.cancelled = [] { return Interrupted(); };
-    InstallInterruptHandler();
-    auto r = IngestHdf5(o);
-    std::signal(SIGINT, SIG_DFL);
-    if (!r.ok() && r.status().code() == Code::kAborted) {
-      std::cerr << "patchstore: interrupted: " << r.status().message() << "\nrun the same command again to resume\n";
-      return 130;
-    }
-    if (!r.ok()) {
-      const Status& st = r.status();
-      std::cerr << "patchstore: error: " << st.message() << "\n";
-      return st.code() == Code::kInvalidArgument && st.message().rfind("ingest: ", 0) == 0 ? 2 : 1;
-    }
-    const IngestSummary& s = *r;
-    for (const std::string& w : s.warnings) std::cerr << "patchstore: warning: " << w << "\n";
-    std::printf("ingested %llu new volumes (%llu already present, %llu failed) of %llu into '%s'\n",
-                static_cast<unsigned long long>(s.samples_written), static_cast<unsigned long long>(s.samples_present),
-                static_cast<unsigned long long>(s.samples_failed), static_cast<unsigned long long>(s.samples_total),
-                o.store.c_str());
-    std::printf("wrote %s of records in %.2f s (%.0f MB/s)\n", HumanBytes(static_cast<double>(s.bytes_written)).c_str(),
-                s.seconds, s.seconds > 0 ? s.bytes_decoded / s.seconds / 1e6 : 0.0);
-    if (s.samples_failed && !s.report_error.empty()) {
-      // Never claim a report that was not written: list what failed, exit 1.
-      for (size_t i = 0; i < s.errors.size(); ++i) std::fprintf(stderr, "  %s\n", s.errors[i].c_str());
-      std::fprintf(stderr, "patchstore: error: %llu failures, but the failure report was not written: %s\n",
-                   static_cast<unsigned long long>(s.samples_failed), s.report_error.c_str());
-      return 1;
-    }
-    if (s.samples_failed) {
-      std::printf("failures written to %s; fix the files and run the same command again to finish\n",
-                  s.report_path.c_str());
-      for (size_t i = 0; i < s.errors.size() && i < 5; ++i) std::printf("  %s\n", s.errors[i].c_str());
-    } else {
-      std::printf("store sealed\n");
-    }
-    return 0;
+    return RunIngestCommand("volumes", o.store, *quiet, [&](const ProgressCallback& progress, const auto& cancelled) {
+      o.progress = progress;
+      o.cancelled = cancelled;
+      return IngestHdf5(o);
+    });
   };
 }
 

@@ -1,5 +1,4 @@
 // `patchstore ingest images` — PNG/JPEG/TIFF/OpenEXR frames (see ingest/ingest.h).
-#include <malloc.h>
 
 #include <cstdio>
 #include <iostream>
@@ -8,11 +7,10 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
-#include "cli/progress.h"
+#include "cli/ingest_run.h"
 #include "cli/validators.h"
 #include "ingest/encoding.h"
 #include "patchstore/ingest/ingest.h"
-#include "store/shard.h"
 
 namespace patchstore::cli {
 namespace {
@@ -68,54 +66,16 @@ int RunImages(ImagesArgs& a, bool quiet) {
     std::cerr << "patchstore: error: --tile-size is for --layout tiles (the layout is " << io.layout << ")\n";
     return 2;
   }
-  if (a.shard_opt->count() > 0) {  // given, even as "" (an unset variable): checked, never ignored
-    Status st = ParseShardSpec(a.shard, &io.shard_index, &io.shard_count);
-    if (!st.ok()) {
-      std::cerr << "patchstore: error: --" << st.message() << "\n";
-      return 2;
-    }
-  }
+  if (!ParseShardFlag(a.shard_opt, a.shard, &io.shard_index, &io.shard_count)) return 2;
   io.skip_errors = a.on_error == "skip";
   io.isolate_decoders = !a.in_process;
   io.durable = !a.no_sync;
   io.command_line = a.command_line;
-  ProgressPrinter printer("ingest", "samples", quiet);
-  io.progress = [&](const Progress& p) { printer(p); };
-  // Keep large freed blocks in the heap for reuse: LMDB allocates each
-  // record's pages with malloc, and fresh pages cost more than the copy.
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  io.cancelled = [] { return Interrupted(); };
-  InstallInterruptHandler();
-  auto r = IngestImages(io);
-  if (!r.ok() && r.status().code() == Code::kAborted) {
-    std::cerr << "patchstore: interrupted: " << r.status().message() << "\nrun the same command again to resume\n";
-    return 130;
-  }
-  if (!r.ok()) return Fail(r.status());
-  const IngestSummary& s = *r;
-  std::printf("ingested %llu new samples (%llu already present, %llu failed) of %llu into '%s'\n",
-              static_cast<unsigned long long>(s.samples_written), static_cast<unsigned long long>(s.samples_present),
-              static_cast<unsigned long long>(s.samples_failed), static_cast<unsigned long long>(s.samples_total),
-              io.store.c_str());
-  std::printf("wrote %s of records in %.2f s (%.0f MB/s decoded)\n", HumanBytes(s.bytes_written).c_str(), s.seconds,
-              s.seconds > 0 ? s.bytes_decoded / s.seconds / 1e6 : 0.0);
-  for (const std::string& w : s.warnings) std::cerr << "patchstore: warning: " << w << "\n";
-  if (s.samples_failed && !s.report_error.empty()) {
-    // Never claim a report that was not written: list what failed, exit 1.
-    for (size_t i = 0; i < s.errors.size(); ++i) std::fprintf(stderr, "  %s\n", s.errors[i].c_str());
-    std::fprintf(stderr, "patchstore: error: %llu failures, but the failure report was not written: %s\n",
-                 static_cast<unsigned long long>(s.samples_failed), s.report_error.c_str());
-    return 1;
-  }
-  if (s.samples_failed) {
-    std::printf("failures written to %s; fix the files and run the same command again to finish\n",
-                s.report_path.c_str());
-    for (size_t i = 0; i < s.errors.size() && i < 5; ++i) std::printf("  %s\n", s.errors[i].c_str());
-  } else {
-    std::printf("store sealed\n");
-  }
-  return 0;
+  return RunIngestCommand("samples", io.store, quiet, [&](const ProgressCallback& progress, const auto& cancelled) {
+    io.progress = progress;
+    io.cancelled = cancelled;
+    return IngestImages(io);
+  });
 }
 
 }  // namespace

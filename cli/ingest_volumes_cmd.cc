@@ -1,9 +1,7 @@
 // `patchstore ingest volumes` — NIfTI, MetaImage, NRRD and DICOM volumes
 // through ITK, with their geometry (see patchstore/ingest/ingest_volumes.h).
-#include <malloc.h>
 
 #include <cmath>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -12,10 +10,9 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
-#include "cli/progress.h"
+#include "cli/ingest_run.h"
 #include "cli/validators.h"
 #include "patchstore/ingest/ingest_volumes.h"
-#include "store/shard.h"
 
 namespace patchstore::cli {
 namespace {
@@ -94,57 +91,15 @@ int RunVolumes(VolumesArgs& a, bool quiet) {
     std::cerr << "patchstore: error: --root needs at least one --field NAME=TEMPLATE\n";
     return 2;
   }
-  if (a.shard_opt->count() > 0) {
-    Status st = ParseShardSpec(a.shard, &o.shard_index, &o.shard_count);
-    if (!st.ok()) {
-      std::cerr << "patchstore: error: --" << st.message() << "\n";
-      return 2;
-    }
-  }
+  if (!ParseShardFlag(a.shard_opt, a.shard, &o.shard_index, &o.shard_count)) return 2;
   o.skip_errors = a.on_error == "skip";
   o.durable = !a.no_sync;
   o.command_line = a.command_line;
-  ProgressPrinter printer("ingest", "volumes", quiet);
-  o.progress = [&](const Progress& p) { printer(p); };
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  o.cancelled = [] { return Interrupted(); };
-  InstallInterruptHandler();
-  auto r = IngestVolumes(o);
-  std::signal(SIGINT, SIG_DFL);
-  if (!r.ok() && r.status().code() == Code::kAborted) {
-    std::cerr << "patchstore: interrupted: " << r.status().message() << "\nrun the same command again to resume\n";
-    return 130;
-  }
-  if (!r.ok()) {
-    const Status& st = r.status();
-    std::cerr << "patchstore: error: " << st.message() << "\n";
-    return st.code() == Code::kInvalidArgument &&
-                   (st.message().rfind("ingest: ", 0) == 0 || st.message().rfind("ingest volumes: ", 0) == 0)
-               ? 2
-               : 1;
-  }
-  const IngestSummary& s = *r;
-  for (const std::string& w : s.warnings) std::cerr << "patchstore: warning: " << w << "\n";
-  std::printf("ingested %llu new volumes (%llu already present, %llu failed) of %llu into '%s'\n",
-              static_cast<unsigned long long>(s.samples_written), static_cast<unsigned long long>(s.samples_present),
-              static_cast<unsigned long long>(s.samples_failed), static_cast<unsigned long long>(s.samples_total),
-              o.store.c_str());
-  std::printf("wrote %s of records in %.2f s (%.0f MB/s)\n", HumanBytes(static_cast<double>(s.bytes_written)).c_str(),
-              s.seconds, s.seconds > 0 ? s.bytes_decoded / s.seconds / 1e6 : 0.0);
-  if (s.samples_failed && !s.report_error.empty()) {
-    for (size_t i = 0; i < s.errors.size(); ++i) std::fprintf(stderr, "  %s\n", s.errors[i].c_str());
-    std::fprintf(stderr, "patchstore: error: %llu failures, but the failure report was not written: %s\n",
-                 static_cast<unsigned long long>(s.samples_failed), s.report_error.c_str());
-    return 1;
-  }
-  if (s.samples_failed) {
-    std::printf("failures written to %s; fix the files and run the same command again to finish\n",
-                s.report_path.c_str());
-    for (size_t i = 0; i < s.errors.size() && i < 5; ++i) std::printf("  %s\n", s.errors[i].c_str());
-  } else {
-    std::printf("store sealed\n");
-  }
-  return 0;
+  return RunIngestCommand("volumes", o.store, quiet, [&](const ProgressCallback& progress, const auto& cancelled) {
+    o.progress = progress;
+    o.cancelled = cancelled;
+    return IngestVolumes(o);
+  });
 }
 
 }  // namespace

@@ -144,7 +144,7 @@ def test_cli_flags_reach_the_ingest(tmp_path, frames_root, cli):
     bad = run(tmp_path / "d.ps", "--tile-size", "64")
     assert bad.returncode == 2 and "--tile-size is for --layout tiles" in bad.stderr, bad.stderr
     bad = run(tmp_path / "d.ps", "--layout", "tiles", "--tile-size", "20")
-    assert bad.returncode == 1 and "--tile-size must be a multiple of 8" in bad.stderr, bad.stderr
+    assert bad.returncode == 2 and "--tile-size must be a multiple of 8" in bad.stderr, bad.stderr
     resume = run(tmp_path / "c.ps", "--layout", "tiles", "--tile-size", "8")  # float32
     assert resume.returncode == 1 and "a store keeps the encoding of its first ingest" in resume.stderr, resume.stderr
     resume = run(tmp_path / "c.ps")
@@ -189,4 +189,4 @@ def test_hdf5_compact_bytes_and_refusals(tmp_path, cli):
     if cli is not None:
         out = subprocess.run([cli, "ingest", "hdf5", str(h5), str(tmp_path / "t.ps"), "--group", "MR", "--layout",
                               "tiles"], capture_output=True, text=True, timeout=60)
-        assert out.returncode == 1 and "tiles would not help" in out.stderr, out.stderr
+        assert out.returncode == 2 and "tiles would not help" in out.stderr, out.stderr

@@ -1,0 +1,32 @@
+// cli/ingest_run.h — what `ingest images`, `ingest hdf5` and `ingest volumes`
+// share around the one ingest driver (ingest/driver.h): the --shard flag,
+// progress, Ctrl-C, the summary they print and their exit codes.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "patchstore/ingest/ingest.h"
+#include "patchstore/store/status.h"
+
+namespace CLI {
+class Option;
+}
+
+namespace patchstore::cli {
+
+// --shard I/N when given (even as "", an unset variable: checked, never
+// ignored): false with the error printed (exit 2).
+bool ParseShardFlag(const CLI::Option* option, const std::string& text, uint32_t* index, uint32_t* count);
+
+// Runs one ingest: progress on stderr (unless `quiet`), Ctrl-C stops it after
+// its current commit, then the summary. `noun` counts the units ("samples",
+// "volumes"). Returns the exit code: 0 done (units skipped with --on-error
+// skip are listed and written to the failure report), 1 failure, 2 bad usage
+// (an argument the ingest refused before reading), 130 interrupted.
+using IngestCall =
+    std::function<Result<IngestSummary>(const ProgressCallback& progress, const std::function<bool()>& cancelled)>;
+int RunIngestCommand(const std::string& noun, const std::string& store, bool quiet, const IngestCall& ingest);
+
+}  // namespace patchstore::cli
