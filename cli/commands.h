@@ -11,11 +11,14 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace patchstore::cli {
 
 using Runner = std::function<int()>;
 
+// `ingest` and its subcommands (images, hdf5, volumes); their runners.
+std::vector<Runner> RegisterIngest(CLI::App* app, const bool* quiet, const std::string& command_line);
 // `ingest images STORE --manifest CSV | --root DIR --field ...`: frames (the store records `command_line`).
 Runner RegisterIngestImages(CLI::App* ingest, const bool* quiet, std::string command_line);
 // `ingest hdf5 FILE.h5 [FILE.h5 ...] STORE --group MR ...`: 3D volumes.
@@ -39,5 +42,8 @@ Runner RegisterVerify(CLI::App* app, const bool* quiet);
 Runner RegisterUpgrade(CLI::App* app, const bool* quiet);
 // `export STORE OUTDIR [--boxes]`: records back to PNG/EXR/HDF5, or the windows a loader takes.
 Runner RegisterExport(CLI::App* app, const bool* quiet);
+// In a reader-only build: command `name` of the full program, listed apart in --help; called (with any
+// arguments), it says that this build has no ingest and exits 2.
+Runner RegisterWithoutIngest(CLI::App* app, const std::string& name, const std::string& what);
 
 }  // namespace patchstore::cli

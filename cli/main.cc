@@ -24,28 +24,6 @@
 
 namespace cli = patchstore::cli;
 
-#if !PATCHSTORE_WITH_INGEST
-namespace {
-
-// A command of the full program that this build lacks: listed under its own
-// heading in --help, and when called (with any arguments) it says why.
-cli::Runner RegisterWithoutIngest(CLI::App* app, const std::string& name, const std::string& what) {
-  auto* cmd = app->add_subcommand(name, what + " (needs ingest: not in this build)");
-  cmd->group("Not in this reader-only build");
-  cmd->prefix_command();  // every argument after the name is accepted, unparsed
-  return [cmd, name]() -> int {
-    if (!cmd->parsed()) return -1;
-    std::cerr << "patchstore: error: '" << name
-              << "' is not in this program: it was built without ingest (CMake PATCHSTORE_INGEST=OFF, or OpenCV, "
-                 "libtiff, OpenEXR or HDF5 missing when it was built). Reading commands (bench, copy, info, ls, "
-                 "upgrade, verify) work; build patchstore with those libraries for ingest, montage and export.\n";
-    return 2;
-  };
-}
-
-}  // namespace
-#endif
-
 int main(int argc, char** argv) {
   CLI::App app{"patchstore: decode images and volumes once into a float32 LMDB store, then read zero-copy "
                "patches from many processes."};
@@ -58,23 +36,17 @@ int main(int argc, char** argv) {
   app.add_flag("-q,--quiet", quiet, "No progress output");
 
 #if PATCHSTORE_WITH_INGEST
-  auto* ingest = app.add_subcommand("ingest", "Decode files once into a store");
-  ingest->require_subcommand(1);
-  ingest->footer("Run 'patchstore ingest images --help' (PNG, JPEG, TIFF, OpenEXR frames) or\n"
-                 "'patchstore ingest hdf5 --help' (3D volumes in HDF5 groups).");
-  const std::vector<cli::Runner> runners = {
-      cli::RegisterIngestImages(ingest, &quiet, cli::CommandLine(argc, argv)),
-      cli::RegisterIngestHdf5(ingest, &quiet),
-      cli::RegisterIngestVolumes(ingest, &quiet, cli::CommandLine(argc, argv)),
-      cli::RegisterBench(&app, &quiet),
-      cli::RegisterMontage(&app, &quiet),
-      cli::RegisterCopy(&app, &quiet),
-      cli::RegisterInfo(&app, &quiet),
-      cli::RegisterLs(&app, &quiet),
-      cli::RegisterVerify(&app, &quiet),
-      cli::RegisterUpgrade(&app, &quiet),
-      cli::RegisterExport(&app, &quiet),
-  };
+  std::vector<cli::Runner> runners = cli::RegisterIngest(&app, &quiet, cli::CommandLine(argc, argv));
+  runners.insert(runners.end(), {
+                                    cli::RegisterBench(&app, &quiet),
+                                    cli::RegisterMontage(&app, &quiet),
+                                    cli::RegisterCopy(&app, &quiet),
+                                    cli::RegisterInfo(&app, &quiet),
+                                    cli::RegisterLs(&app, &quiet),
+                                    cli::RegisterVerify(&app, &quiet),
+                                    cli::RegisterUpgrade(&app, &quiet),
+                                    cli::RegisterExport(&app, &quiet),
+                                });
 
   // Examples for the top level only (set last: subcommands copy the footer when they are created).
   app.footer(app.get_footer() + "\n" +
@@ -94,9 +66,9 @@ int main(int argc, char** argv) {
       cli::RegisterLs(&app, &quiet),
       cli::RegisterVerify(&app, &quiet),
       cli::RegisterUpgrade(&app, &quiet),
-      RegisterWithoutIngest(&app, "ingest", "Decode files once into a store"),
-      RegisterWithoutIngest(&app, "montage", "Contact sheet of the windows a loader serves"),
-      RegisterWithoutIngest(&app, "export", "Records back to PNG/EXR/HDF5 files"),
+      cli::RegisterWithoutIngest(&app, "ingest", "Decode files once into a store"),
+      cli::RegisterWithoutIngest(&app, "montage", "Contact sheet of the windows a loader serves"),
+      cli::RegisterWithoutIngest(&app, "export", "Records back to PNG/EXR/HDF5 files"),
   };
   app.footer(app.get_footer() + "\n" +
              "This program reads stores only: it was built without ingest (no OpenCV, libtiff, OpenEXR or HDF5).\n"
