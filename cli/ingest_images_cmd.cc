@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli/commands.h"
@@ -27,41 +28,16 @@ struct ImagesArgs {
   std::string command_line;
 };
 
-// "NAME=VALUE" with a non-empty NAME -> true with both set.
-bool SplitAssignment(const std::string& s, std::string* name, std::string* value) {
-  size_t eq = s.find('=');
-  if (eq == std::string::npos || eq == 0) return false;
-  *name = s.substr(0, eq);
-  *value = s.substr(eq + 1);
-  return true;
-}
-
 int RunImages(ImagesArgs& a, bool quiet) {
   ImageIngestOptions& io = a.options;
-  for (const std::string& f : a.field_specs) {
-    std::string name, value;
-    if (!SplitAssignment(f, &name, &value)) {
-      std::cerr << "patchstore: error: --field takes NAME=TEMPLATE, got '" << f << "'\n";
-      return 2;
-    }
-    io.field_templates.emplace_back(name, value);
-  }
-  for (const std::string& n : a.norm_specs) {
-    std::string name, value;
-    if (!SplitAssignment(n, &name, &value)) {
-      std::cerr << "patchstore: error: --norm takes FIELD=SPEC, got '" << n << "'\n";
-      return 2;
-    }
-    io.norm[name] = value;
-  }
-  if (io.manifest.empty() == io.root.empty()) {
-    std::cerr << "patchstore: error: give either --manifest FILE or --root DIR with --field templates\n";
+  auto add_template = [&](std::string name, std::string value) {
+    io.field_templates.emplace_back(std::move(name), std::move(value));
+  };
+  auto add_norm = [&](std::string name, std::string value) { io.norm[name] = std::move(value); };
+  if (!ParseAssignments(a.field_specs, "field", "NAME=TEMPLATE", add_template) ||
+      !ParseAssignments(a.norm_specs, "norm", "FIELD=SPEC", add_norm) ||
+      !CheckSourceFlags(io.manifest, io.root, io.field_templates.size()))
     return 2;
-  }
-  if (!io.root.empty() && io.field_templates.empty()) {
-    std::cerr << "patchstore: error: --root needs at least one --field NAME=TEMPLATE\n";
-    return 2;
-  }
   if (a.tile_size->count() > 0 && io.layout != "tiles") {
     std::cerr << "patchstore: error: --tile-size is for --layout tiles (the layout is " << io.layout << ")\n";
     return 2;

@@ -20,6 +20,31 @@ bool ParseShardFlag(const CLI::Option* option, const std::string& text, uint32_t
   return st.ok();
 }
 
+bool ParseAssignments(const std::vector<std::string>& specs, const std::string& flag, const std::string& form,
+                      const std::function<void(std::string name, std::string value)>& add) {
+  for (const std::string& spec : specs) {
+    const size_t eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      std::cerr << "patchstore: error: --" << flag << " takes " << form << ", got '" << spec << "'\n";
+      return false;
+    }
+    add(spec.substr(0, eq), spec.substr(eq + 1));
+  }
+  return true;
+}
+
+bool CheckSourceFlags(const std::string& manifest, const std::string& root, size_t field_templates) {
+  if (manifest.empty() == root.empty()) {
+    std::cerr << "patchstore: error: give either --manifest FILE or --root DIR with --field templates\n";
+    return false;
+  }
+  if (!root.empty() && field_templates == 0) {
+    std::cerr << "patchstore: error: --root needs at least one --field NAME=TEMPLATE\n";
+    return false;
+  }
+  return true;
+}
+
 int RunIngestCommand(const std::string& noun, const std::string& store, bool quiet, const IngestCall& ingest) {
   ProgressPrinter printer("ingest", noun, quiet);
   // Keep large freed blocks in the heap for reuse: LMDB allocates each

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "patchstore/ingest/ingest.h"
 #include "patchstore/store/status.h"
@@ -19,6 +20,16 @@ namespace patchstore::cli {
 // --shard I/N when given (even as "", an unset variable: checked, never
 // ignored): false with the error printed (exit 2).
 bool ParseShardFlag(const CLI::Option* option, const std::string& text, uint32_t* index, uint32_t* count);
+
+// Each "NAME=VALUE" of a repeated flag (e.g. --field, --norm), split at its
+// first '=' and passed to `add`; false with the error printed (exit 2) at the
+// first without a NAME or '=': "--FLAG takes FORM, got '...'".
+bool ParseAssignments(const std::vector<std::string>& specs, const std::string& flag, const std::string& form,
+                      const std::function<void(std::string name, std::string value)>& add);
+
+// The sources of `ingest images` and `ingest volumes`: either --manifest, or
+// --root with at least one --field template; false with the error printed.
+bool CheckSourceFlags(const std::string& manifest, const std::string& root, size_t field_templates);
 
 // Runs one ingest: progress on stderr (unless `quiet`), Ctrl-C stops it after
 // its current commit, then the summary. `noun` counts the units ("samples",

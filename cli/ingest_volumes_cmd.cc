@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli/commands.h"
@@ -28,43 +29,20 @@ struct VolumesArgs {
   std::string command_line;
 };
 
-bool SplitAssignment(const std::string& s, std::string* name, std::string* value) {
-  size_t eq = s.find('=');
-  if (eq == std::string::npos || eq == 0) return false;
-  *name = s.substr(0, eq);
-  *value = s.substr(eq + 1);
-  return true;
-}
-
 int RunVolumes(VolumesArgs& a, bool quiet) {
   VolumeIngestOptions& o = a.options;
   if (!VolumeIngestAvailable())
     return Fail("ingest volumes is not built in: this patchstore was built without ITK (install "
                 "libinsighttoolkit5-dev and build again)");
-  for (const std::string& f : a.field_specs) {
-    std::string name, value;
-    if (!SplitAssignment(f, &name, &value)) {
-      std::cerr << "patchstore: error: --field takes NAME=TEMPLATE, got '" << f << "'\n";
-      return 2;
-    }
-    o.field_templates.emplace_back(name, value);
-  }
-  for (const std::string& n : a.norm_specs) {
-    std::string name, value;
-    if (!SplitAssignment(n, &name, &value)) {
-      std::cerr << "patchstore: error: --norm takes FIELD=SPEC, got '" << n << "'\n";
-      return 2;
-    }
-    o.norm[name] = value;
-  }
-  for (const std::string& n : a.interpolation_specs) {
-    std::string name, value;
-    if (!SplitAssignment(n, &name, &value)) {
-      std::cerr << "patchstore: error: --interpolation takes FIELD=nearest|linear, got '" << n << "'\n";
-      return 2;
-    }
-    o.interpolation[name] = value;
-  }
+  auto add_template = [&](std::string name, std::string value) {
+    o.field_templates.emplace_back(std::move(name), std::move(value));
+  };
+  auto add_norm = [&](std::string name, std::string value) { o.norm[name] = std::move(value); };
+  auto add_interpolation = [&](std::string name, std::string value) { o.interpolation[name] = std::move(value); };
+  if (!ParseAssignments(a.field_specs, "field", "NAME=TEMPLATE", add_template) ||
+      !ParseAssignments(a.norm_specs, "norm", "FIELD=SPEC", add_norm) ||
+      !ParseAssignments(a.interpolation_specs, "interpolation", "FIELD=nearest|linear", add_interpolation))
+    return 2;
   if (!a.spacing.empty()) {
     std::string s = a.spacing;
     for (char& c : s)
@@ -83,14 +61,7 @@ int RunVolumes(VolumesArgs& a, bool quiet) {
       return 2;
     }
   }
-  if (o.manifest.empty() == o.root.empty()) {
-    std::cerr << "patchstore: error: give either --manifest FILE or --root DIR with --field templates\n";
-    return 2;
-  }
-  if (!o.root.empty() && o.field_templates.empty()) {
-    std::cerr << "patchstore: error: --root needs at least one --field NAME=TEMPLATE\n";
-    return 2;
-  }
+  if (!CheckSourceFlags(o.manifest, o.root, o.field_templates.size())) return 2;
   if (!ParseShardFlag(a.shard_opt, a.shard, &o.shard_index, &o.shard_count)) return 2;
   o.skip_errors = a.on_error == "skip";
   o.durable = !a.no_sync;

@@ -151,6 +151,69 @@ def _field_templates(fields: Any) -> List[Tuple[str, str]]:
     return out
 
 
+@dataclass
+class _Sources:
+    """The checked source keywords of ingest_images / ingest_volumes, and the recorded call's arguments so far."""
+
+    store: str
+    manifest: str
+    root: str
+    templates: List[Tuple[str, str]]
+    masks: List[str]
+    norm: Dict[str, str]
+    call_args: List[str]
+
+    def set_on(self, o: Any) -> None:
+        """Sets store, manifest, root, field_templates, mask_fields and norm of native ingest options `o`."""
+        o.store, o.manifest, o.root = self.store, self.manifest, self.root
+        o.field_templates = self.templates
+        o.mask_fields = self.masks
+        o.norm = self.norm
+
+
+def _sources(
+    who: str, store: PathLike, manifest: Any, root: Any, fields: Any, masks: Any, norm: Any, on_error: str
+) -> _Sources:
+    """Checks the keywords that name an ingest's sources (either manifest= or root= with fields=)."""
+    if on_error not in ("stop", "skip"):
+        raise ValueError(f"on_error must be 'stop' or 'skip', not {on_error!r}")
+    if (manifest is None) == (root is None):
+        raise ValueError(f"{who} needs either manifest= or root= (with fields=)")
+    templates = _field_templates(fields)
+    if root is not None and not templates:
+        raise ValueError(f"{who} with root= needs fields={{name: template, ...}}")
+    if manifest is not None and templates:
+        raise ValueError(f"{who} takes fields= only with root=; a manifest names its fields in its header")
+    mask_list = [masks] if isinstance(masks, str) else [str(m) for m in masks]
+    norm_map = {str(k): str(v) for k, v in dict(norm or {}).items()}
+    call_args = [repr(os.fspath(store))]
+    if manifest is not None:
+        call_args.append(f"manifest={os.fspath(manifest)!r}")
+    if root is not None:
+        call_args.append(f"root={os.fspath(root)!r}, fields={dict(templates)!r}")
+    if mask_list:
+        call_args.append(f"masks={mask_list!r}")
+    if norm_map:
+        call_args.append(f"norm={norm_map!r}")
+    return _Sources(
+        os.fspath(store),
+        "" if manifest is None else os.fspath(manifest),
+        "" if root is None else os.fspath(root),
+        templates,
+        mask_list,
+        norm_map,
+        call_args,
+    )
+
+
+def _summary(who: str, d: Mapping[str, Any]) -> "IngestSummary":
+    """The IngestSummary of a finished ingest; its warnings raised as RuntimeWarning (seen from the caller's line)."""
+    summary = IngestSummary(**d)
+    for w in summary.warnings:
+        warnings.warn(f"patchstore.{who}: {w}", RuntimeWarning, stacklevel=3)
+    return summary
+
+
 EncodingArg = Union[str, Mapping[str, str], Iterable[str]]
 
 
@@ -172,8 +235,10 @@ def _encoding_specs(encoding: EncodingArg, who: str) -> List[str]:
     try:
         specs = list(encoding)
     except TypeError:
-        raise TypeError(f"{who}: encoding= is 'float32', 'compact', a dict {{field: encoding}} or a list of "
-                        f"'FIELD=ENCODING' specs, got {encoding!r}") from None
+        raise TypeError(
+            f"{who}: encoding= is 'float32', 'compact', a dict {{field: encoding}} or a list of "
+            f"'FIELD=ENCODING' specs, got {encoding!r}"
+        ) from None
     if not all(isinstance(x, str) for x in specs):
         raise TypeError(f"{who}: encoding= list items are strings ('compact', 'depth=float16'), got {specs!r}")
     return specs
@@ -318,26 +383,8 @@ def ingest_images(
     OSError for I/O failures (the message names the file and the sample).
     """
     _require_ingest("patchstore.ingest_images")
-    if on_error not in ("stop", "skip"):
-        raise ValueError(f"on_error must be 'stop' or 'skip', not {on_error!r}")
-    if (manifest is None) == (root is None):
-        raise ValueError("ingest_images needs either manifest= or root= (with fields=)")
-    templates = _field_templates(fields)
-    if root is not None and not templates:
-        raise ValueError("ingest_images with root= needs fields={name: template, ...}")
-    if manifest is not None and templates:
-        raise ValueError("ingest_images takes fields= only with root=; a manifest names its fields in its header")
-    masks = [masks] if isinstance(masks, str) else list(masks)
-    norm = dict(norm or {})
-    args = [repr(os.fspath(store))]
-    if manifest is not None:
-        args.append(f"manifest={os.fspath(manifest)!r}")
-    if root is not None:
-        args.append(f"root={os.fspath(root)!r}, fields={dict(templates)!r}")
-    if masks:
-        args.append(f"masks={masks!r}")
-    if norm:
-        args.append(f"norm={norm!r}")
+    src = _sources("ingest_images", store, manifest, root, fields, masks, norm, on_error)
+    args = src.call_args
     if on_error != "stop":
         args.append(f"on_error={on_error!r}")
     shard_pair = _shard_arg(shard)
@@ -358,12 +405,7 @@ def ingest_images(
     from . import _ingest as native
 
     o = native.ImageIngestOptions()
-    o.store = os.fspath(store)
-    o.manifest = "" if manifest is None else os.fspath(manifest)
-    o.root = "" if root is None else os.fspath(root)
-    o.field_templates = templates
-    o.mask_fields = masks
-    o.norm = {str(k): str(v) for k, v in norm.items()}
+    src.set_on(o)
     o.layout = layout
     o.tile_size = tile_size
     o.encoding = encoding_specs
@@ -379,15 +421,13 @@ def ingest_images(
     o.command_line = command_line
     reporter = Reporter("ingest", "samples", progress, callback)
     o.shard_index, o.shard_count = shard_pair
-    d = _run_cancellable(lambda cancel: native.ingest_images(o, reporter.native(), cancel), reporter)
-    summary = IngestSummary(**d)
-    for w in summary.warnings:
-        warnings.warn(f"patchstore.ingest_images: {w}", RuntimeWarning, stacklevel=2)
-    return summary
+    return _summary(
+        "ingest_images", _run_cancellable(lambda c: native.ingest_images(o, reporter.native(), c), reporter)
+    )
 
 
 def _group_specs(groups: Any) -> List[str]:
-    """"GROUP", "GROUP=FIELD", (group, field) pairs or {group: field} -> ["GROUP" | "GROUP=FIELD", ...]."""
+    """ "GROUP", "GROUP=FIELD", (group, field) pairs or {group: field} -> ["GROUP" | "GROUP=FIELD", ...]."""
     if isinstance(groups, (str, os.PathLike)):
         groups = [groups]
     if isinstance(groups, Mapping):
@@ -402,7 +442,7 @@ def _group_specs(groups: Any) -> List[str]:
             else:
                 raise ValueError(f"ingest_hdf5: a group is 'GROUP', 'GROUP=FIELD' or (GROUP, FIELD), got {g!r}")
     if not items:
-        raise ValueError("ingest_hdf5: no groups given (e.g. groups=(\"MR\", \"CT\", \"MASK\"))")
+        raise ValueError('ingest_hdf5: no groups given (e.g. groups=("MR", "CT", "MASK"))')
     out = []
     for g, f in items:
         if not g or (f is not None and (not f or "=" in g)):
@@ -591,9 +631,4 @@ def ingest_hdf5(
     o.command_line = command_line
     reporter = Reporter("ingest hdf5", "volumes", progress, callback)
     o.shard_index, o.shard_count = shard_pair
-    d = _run_cancellable(lambda cancel: native.ingest_hdf5(o, reporter.native(), cancel), reporter)
-    summary = IngestSummary(**d)
-    for w in summary.warnings:
-        warnings.warn(f"patchstore.ingest_hdf5: {w}", RuntimeWarning, stacklevel=2)
-    return summary
-
+    return _summary("ingest_hdf5", _run_cancellable(lambda c: native.ingest_hdf5(o, reporter.native(), c), reporter))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import operator
 import os
-import warnings
 from typing import Any, Callable, Iterable, List, Mapping, Optional, Tuple, Union
 
 from ._ingest_api import (
@@ -18,9 +17,10 @@ from ._ingest_api import (
     IngestSummary,
     PathLike,
     _encoding_specs,
-    _field_templates,
     _run_cancellable,
     _shard_arg,
+    _sources,
+    _summary,
 )
 from ._progress import ProgressArg, Reporter
 
@@ -107,19 +107,9 @@ def ingest_volumes(
     read, OSError for other I/O failures, RuntimeError when this build has
     no ITK.
     """
-    if on_error not in ("stop", "skip"):
-        raise ValueError(f"on_error must be 'stop' or 'skip', not {on_error!r}")
-    if (manifest is None) == (root is None):
-        raise ValueError("ingest_volumes needs either manifest= or root= (with fields=)")
-    templates = _field_templates(fields)
-    if root is not None and not templates:
-        raise ValueError("ingest_volumes with root= needs fields={name: template, ...}")
-    if manifest is not None and templates:
-        raise ValueError("ingest_volumes takes fields= only with root=; a manifest names its fields in its header")
+    src = _sources("ingest_volumes", store, manifest, root, fields, masks, norm, on_error)
     if slice_axis not in ("axial", "coronal", "sagittal"):
         raise ValueError(f"slice_axis must be 'axial', 'coronal' or 'sagittal', not {slice_axis!r}")
-    masks = [masks] if isinstance(masks, str) else [str(m) for m in masks]
-    norm = {str(k): str(v) for k, v in dict(norm or {}).items()}
     interp = {str(k): str(v) for k, v in dict(interpolation or {}).items()}
     spacing_list: List[float] = []
     if spacing is not None:
@@ -129,15 +119,7 @@ def ingest_volumes(
     index = -1 if volume_index is None else operator.index(volume_index)
     if index < -1 or (volume_index is not None and index < 0):
         raise ValueError(f"volume_index must be 0 or more, got {volume_index!r}")
-    args = [repr(os.fspath(store))]
-    if manifest is not None:
-        args.append(f"manifest={os.fspath(manifest)!r}")
-    if root is not None:
-        args.append(f"root={os.fspath(root)!r}, fields={dict(templates)!r}")
-    if masks:
-        args.append(f"masks={masks!r}")
-    if norm:
-        args.append(f"norm={norm!r}")
+    args = src.call_args
     if slice_axis != "axial":
         args.append(f"slice_axis={slice_axis!r}")
     if orient:
@@ -153,18 +135,13 @@ def ingest_volumes(
     from . import _ingest as native
 
     o = native.VolumeIngestOptions()
-    o.store = os.fspath(store)
-    o.manifest = "" if manifest is None else os.fspath(manifest)
-    o.root = "" if root is None else os.fspath(root)
-    o.field_templates = templates
+    src.set_on(o)
     o.slice_axis = slice_axis
     o.orient = orient or ""
     o.spacing = spacing_list
     o.interpolation = interp
     o.series = series or ""
     o.volume_index = index
-    o.mask_fields = masks
-    o.norm = norm
     o.encoding = encoding_specs
     o.threads = operator.index(threads)
     o.skip_errors = on_error == "skip"
@@ -182,8 +159,6 @@ def ingest_volumes(
             "(install libinsighttoolkit5-dev and build again)"
         )
     reporter = Reporter("ingest volumes", "volumes", progress, callback)
-    d = _run_cancellable(lambda cancel: native.ingest_volumes(o, reporter.native(), cancel), reporter)
-    summary = IngestSummary(**d)
-    for w in summary.warnings:
-        warnings.warn(f"patchstore.ingest_volumes: {w}", RuntimeWarning, stacklevel=2)
-    return summary
+    return _summary(
+        "ingest_volumes", _run_cancellable(lambda c: native.ingest_volumes(o, reporter.native(), c), reporter)
+    )

@@ -13,7 +13,7 @@ import math
 import operator
 import os
 import warnings
-from typing import Any, Dict, List, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 
@@ -172,10 +172,23 @@ def to_native(fields: Union[str, Sequence[str]], config: Any, what: str) -> "_C.
     """
     o = _C.SamplerOptions()
     o.fields = list(_field_list(fields, what))
-    for name in (row[0] for row in _C.SAMPLER_OPTIONS):
+    return fill_native(o, _C.SAMPLER_OPTIONS, config, _TO_NATIVE, what)
+
+
+_Options = TypeVar("_Options")
+
+
+def fill_native(o: _Options, table: Sequence[Any], config: Any, converters: Mapping[str, Any], what: str) -> _Options:
+    """Sets each option of `table` (rows of a C++ option table) on the C++ options `o` from `config`,
+    through `converters[name](o, value)` where the Python spelling differs, then validates `o` in C++.
+
+    A ValueError or TypeError names the caller (`what`) and the option. Shared by the frames and
+    slice options.
+    """
+    for name in (row[0] for row in table):
         value = getattr(config, name)
         try:
-            convert = _TO_NATIVE.get(name)
+            convert = converters.get(name)
             if convert is None:
                 setattr(o, name, value)
             else:
@@ -183,7 +196,7 @@ def to_native(fields: Union[str, Sequence[str]], config: Any, what: str) -> "_C.
         except (TypeError, ValueError) as e:
             raise type(e)(f"{what}: {e}") from None
     try:
-        o.validate()
+        o.validate()  # type: ignore[attr-defined]
     except ValueError as e:
         raise ValueError(f"{what}: {e}") from None
     return o

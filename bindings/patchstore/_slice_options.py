@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, 
 import numpy as np
 
 from . import _patchstore as _C
+from ._sampler_options import fill_native
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._store import Store
@@ -77,24 +78,8 @@ def to_native(fields: Union[str, Sequence[str]], config: Any, what: str,
         if not isinstance(f, str):
             raise TypeError(f"{what}: field names must be str, got {f!r}")
     o.fields = fl
-    for name in (row[0] for row in _C.SLICE_OPTIONS):
-        value = getattr(config, name)
-        try:
-            if name == "ids":
-                _ids(o, value, store)
-                continue
-            convert = _TO_NATIVE.get(name)
-            if convert is None:
-                setattr(o, name, value)
-            else:
-                convert(o, value)
-        except (TypeError, ValueError) as e:
-            raise type(e)(f"{what}: {e}") from None
-    try:
-        o.validate()
-    except ValueError as e:
-        raise ValueError(f"{what}: {e}") from None
-    return o
+    converters = dict(_TO_NATIVE, ids=lambda o, v: _ids(o, v, store))
+    return fill_native(o, _C.SLICE_OPTIONS, config, converters, what)
 
 
 def from_native(o: "_C.SliceOptions") -> Dict[str, Any]:
