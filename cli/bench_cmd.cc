@@ -20,6 +20,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "cli/json.h"
 #include "cli/sampler_flags.h"
 #include "cli/slice_flags.h"
@@ -491,7 +492,7 @@ int Run(const BenchConfig& cfg0) {
 Runner RegisterBench(CLI::App* app, const bool* quiet) {
   auto cfg = std::make_shared<BenchConfig>();
   auto* cmd = app->add_subcommand("bench", "Measure random-window read throughput on your store and machine");
-  cmd->add_option("STORE", cfg->store)->required();
+  cmd->add_option("STORE", cfg->store, kStoreOrSetHelp)->required();
   cmd->add_option("--batch", cfg->batch, "Windows (volume stores: items) per batch")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 16));
@@ -522,6 +523,7 @@ Runner RegisterBench(CLI::App* app, const bool* quiet) {
               "mask-aware with --require, and its copy; --patch, -k, --policy, --rank and --world-size do not\n"
               "apply): single slices, then stacks of --context.\n"
               "Run it twice: the first run may read from disk, the second from the page cache.");
+  AddExitCodes(cmd, "0 measured, 1 failure (the message says why), 2 bad usage.");
   return [cmd, cfg]() -> int { return cmd->parsed() ? Run(*cfg) : -1; };
 }
 

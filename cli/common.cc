@@ -1,6 +1,8 @@
 // Helpers shared by the subcommands (see common.h).
 #include "cli/common.h"
 
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -11,6 +13,11 @@
 #include "patchstore/store/copy.h"
 
 namespace patchstore::cli {
+
+void AddExitCodes(CLI::App* cmd, const std::string& codes) {
+  const std::string footer = cmd->get_footer();
+  cmd->footer(footer + (footer.empty() ? "" : "\n") + "Exit codes: " + codes);
+}
 
 std::string Printable(std::string_view s) {
   std::string out;

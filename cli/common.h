@@ -9,7 +9,17 @@
 
 #include "patchstore/reader/reader.h"
 
+namespace CLI {
+class App;
+}
+
 namespace patchstore::cli {
+
+// Ends the --help of `cmd` with "Exit codes: CODES" after its own footer.
+void AddExitCodes(CLI::App* cmd, const std::string& codes);
+
+// The STORE argument of the commands that read a store or a shard set.
+inline constexpr const char* kStoreOrSetHelp = "Store directory, or a directory of shards (read as one store)";
 
 // `s` for terminal output: control bytes (< 0x20, 0x7f) escaped as \xNN.
 std::string Printable(std::string_view s);

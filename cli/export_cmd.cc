@@ -63,8 +63,8 @@ int RunBoxes(ExportArgs& a) {
     Status st = WritePng(*img, dir + "/boxes.png");
     if (!st.ok()) return Fail(st);
   }
-  std::printf("drew %lld windows served by the %s on %zu frames in '%s'%s\n", static_cast<long long>(drawn),
-              LoaderKindName(bo.loader), ids.size() - without, eo.outdir.c_str(),
+  std::printf("drew %lld window%s served by the %s on %zu frames in '%s'%s\n", static_cast<long long>(drawn),
+              drawn == 1 ? "" : "s", LoaderKindName(bo.loader), ids.size() - without, eo.outdir.c_str(),
               without ? (" (" + std::to_string(without) +
                          " frames have none: boxes.png shows the frame "
                          "alone)")
@@ -128,6 +128,7 @@ Runner RegisterExport(CLI::App* app, const bool* /*quiet*/) {
               "pixel-identical.\nEXR output is float32, bit-exact. Ids become folders; unsafe bytes are "
               "percent-encoded.\nIn PNG output, non-finite values (NaN, +inf, -inf) are magenta (255,0,255), never "
               "a value;\na gray image or slice holding any is written as RGB.");
+  AddExitCodes(exp, "0 written, 1 failure (the message names the sample and file), 2 bad usage.");
   return [exp, args]() -> int { return exp->parsed() ? RunExport(*args) : -1; };
 }
 

@@ -134,10 +134,10 @@ int RunInfo(const InfoArgs& a) {
   for (size_t f = 0; f < m.fields.size(); ++f) {
     const auto& fm = m.fields[f];
     const std::string layout = fm.tile ? "tiles " + std::to_string(fm.tile) : std::string("rows");
-    std::printf("  %-10s C=%u shape=%s dtype=%s layout=%s source=%s %s norm=%s channels=%s%s\n", fm.name.c_str(),
-                fm.channels, shapes[f].c_str(), DTypeName(fm.dtype), layout.c_str(), fm.source_format.c_str(),
-                SourceTypeName(fm.source_type), fm.norm.ToString().c_str(), fm.channel_names.c_str(),
-                MaskNote(fm).c_str());
+    const std::string channels = fm.channel_names.empty() ? "" : " channels=" + fm.channel_names;
+    std::printf("  %-10s C=%u shape=%s dtype=%s layout=%s source=%s %s norm=%s%s%s\n", fm.name.c_str(), fm.channels,
+                shapes[f].c_str(), DTypeName(fm.dtype), layout.c_str(), fm.source_format.c_str(),
+                SourceTypeName(fm.source_type), fm.norm.ToString().c_str(), channels.c_str(), MaskNote(fm).c_str());
     if (shapes[f] == "varies")
       std::printf("  %-10s shapes: %s%s\n", "",
                   ShapeRangeText(FieldShapeRange(*reader, static_cast<int>(f)), m.kind == "volumes").c_str(),
@@ -162,11 +162,12 @@ int RunInfo(const InfoArgs& a) {
 Runner RegisterInfo(CLI::App* app, const bool* /*quiet*/) {
   auto* cmd = app->add_subcommand("info", "Describe a store: fields, shapes, samples, bytes, sealed");
   auto args = std::make_shared<InfoArgs>();
-  cmd->add_option("STORE", args->store, "Store directory, or a directory of shards (read as one store)")->required();
+  cmd->add_option("STORE", args->store, kStoreOrSetHelp)->required();
   cmd->add_flag("--json", args->json, "Machine-readable output");
   cmd->add_flag("--all", args->all,
                 "Also list every sample's shapes, e.g. each volume's (S,H,W), and each volume's geometry (spacing, "
                 "origin, axes) when it has one");
+  AddExitCodes(cmd, "0 described, 1 the store could not be read (the message says why), 2 bad usage.");
   return [cmd, args]() -> int { return cmd->parsed() ? RunInfo(*args) : -1; };
 }
 

@@ -110,9 +110,8 @@ Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet) {
       "                                                   # add new patients to a store, ids without prefix\n"
       "  patchstore ingest hdf5 vols.h5 vols.ps --group /data/img=image --group /data/seg=mask \\\n"
       "      --mask mask --slice-axis 0                   # (S,H,W) sources\n"
-      "Running the same command again resumes: complete volumes are skipped.\n"
-      "Exit codes: 0 done (volumes skipped with --on-error skip are listed), 1 failure, 2 bad usage,\n"
-      "130 interrupted by Ctrl-C (what was committed stays; rerun to resume).");
+      "Running the same command again resumes: complete volumes are skipped.");
+  AddIngestExitCodes(cmd, "volumes");
 
   return [cmd, args, quiet, shard_opt]() -> int {
     if (!cmd->parsed()) return -1;

@@ -135,6 +135,7 @@ Runner RegisterIngestImages(CLI::App* ingest, const bool* quiet, std::string com
       "                                                   # of the bytes, windows read as a few contiguous ranges\n"
       "Running the same command again resumes: complete samples are skipped (with the same --encoding and\n"
       "--layout: a store keeps those of its first ingest).");
+  AddIngestExitCodes(images, "samples");
   return [images, args, quiet]() -> int { return images->parsed() ? RunImages(*args, *quiet) : -1; };
 }
 

@@ -45,6 +45,11 @@ bool CheckSourceFlags(const std::string& manifest, const std::string& root, size
   return true;
 }
 
+void AddIngestExitCodes(CLI::App* cmd, const std::string& noun) {
+  AddExitCodes(cmd, "0 done (" + noun + " skipped with --on-error skip are listed), 1 failure, 2 bad usage,\n" +
+                        "130 interrupted by Ctrl-C (what was committed stays; rerun to resume).");
+}
+
 int RunIngestCommand(const std::string& noun, const std::string& store, bool quiet, const IngestCall& ingest) {
   ProgressPrinter printer("ingest", noun, quiet);
   // Keep large freed blocks in the heap for reuse: LMDB allocates each

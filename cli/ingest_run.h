@@ -12,8 +12,9 @@
 #include "patchstore/store/status.h"
 
 namespace CLI {
+class App;
 class Option;
-}
+}  // namespace CLI
 
 namespace patchstore::cli {
 
@@ -30,6 +31,10 @@ bool ParseAssignments(const std::vector<std::string>& specs, const std::string& 
 // The sources of `ingest images` and `ingest volumes`: either --manifest, or
 // --root with at least one --field template; false with the error printed.
 bool CheckSourceFlags(const std::string& manifest, const std::string& root, size_t field_templates);
+
+// Ends the --help of an ingest command with the exit codes RunIngestCommand
+// returns; `noun` as there.
+void AddIngestExitCodes(CLI::App* cmd, const std::string& noun);
 
 // Runs one ingest: progress on stderr (unless `quiet`), Ctrl-C stops it after
 // its current commit, then the summary. `noun` counts the units ("samples",

@@ -121,7 +121,7 @@ Runner RegisterIngestVolumes(CLI::App* ingest, const bool* quiet, std::string co
                   "Record dtype (repeat): float32 (default) | compact (uint8/uint16 volumes kept as they are, "
                   "int8/int16 as int16, others float32; readers return the same float32) | "
                   "FIELD=float32|compact|float16");
-  cmd->add_option("--threads", o.threads, "Decoder processes (default: all cores)")->check(NonNegative());
+  cmd->add_option("-j,--threads", o.threads, "Decoder processes (default: all cores)")->check(NonNegative());
   cmd->add_option("--max-voxels", o.max_voxels,
                   "Refuse volumes whose header declares (or whose resampled grid has) more voxels (default 2^29)")
       ->check(CLI::PositiveNumber);
@@ -155,9 +155,8 @@ Runner RegisterIngestVolumes(CLI::App* ingest, const bool* quiet, std::string co
       "      --field CT='{patient}/ct.nii.gz' --field MASK='{patient}/mask.nii.gz' --mask MASK\n"
       "  patchstore ingest volumes brain.ps --root data --field T1='{subject}/t1.mha' --orient LPS --spacing 1,1,1\n"
       "  patchstore ingest volumes ct.ps --root dicom --field CT='{patient}/ct'   # a DICOM series per folder\n"
-      "Running the same command again resumes: complete volumes are skipped.\n"
-      "Exit codes: 0 done (volumes skipped with --on-error skip are listed), 1 failure, 2 bad usage,\n"
-      "130 interrupted by Ctrl-C (what was committed stays; rerun to resume).");
+      "Running the same command again resumes: complete volumes are skipped.");
+  AddIngestExitCodes(cmd, "volumes");
   return [cmd, args, quiet]() -> int {
     if (!cmd->parsed()) return -1;
     return RunVolumes(*args, *quiet);

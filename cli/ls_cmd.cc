@@ -41,10 +41,11 @@ Runner RegisterLs(CLI::App* app, const bool* /*quiet*/) {
   auto* cmd = app->add_subcommand("ls", "List sample ids (one per line, in index order); --json: ids with each "
                                         "sample's shapes");
   auto args = std::make_shared<LsArgs>();
-  cmd->add_option("STORE", args->store, "Store directory, or a directory of shards (read as one store)")->required();
+  cmd->add_option("STORE", args->store, kStoreOrSetHelp)->required();
   cmd->add_flag("--json", args->json,
                 "Machine-readable output: [{\"id\": ID, \"shapes\": {FIELD: [dims]}, \"geometry\": "
                 "{\"spacing\": ..., \"origin\": ..., \"direction\": ..., \"affine_ras\": ...} or null}, ...]");
+  AddExitCodes(cmd, "0 listed, 1 the store could not be read (the message says why), 2 bad usage.");
   return [cmd, args]() -> int { return cmd->parsed() ? RunLs(*args) : -1; };
 }
 

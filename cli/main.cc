@@ -24,14 +24,18 @@
 
 namespace cli = patchstore::cli;
 
+namespace {
+const std::string kFooter =
+    "Exit codes: 0 success, 1 failure (the message names file, sample and cause), 2 bad usage, 3 verify found "
+    "damage, 130 interrupted (rerun to resume).\nRun 'patchstore SUBCOMMAND --help' for each subcommand.";
+}  // namespace
+
 int main(int argc, char** argv) {
-  CLI::App app{"patchstore: decode images and volumes once into a float32 LMDB store, then read zero-copy "
-               "patches from many processes."};
+  CLI::App app{"patchstore: decode images and volumes once into an LMDB store (float32, or compact and float16 "
+               "encodings read back as float32), then read zero-copy patches and slices from many processes.",
+               "patchstore"};
   app.set_version_flag("--version", std::string("patchstore ") + patchstore::ToolVersion());
   app.require_subcommand(1);
-  app.footer("Exit codes: 0 success, 1 failure (the message names file, sample and cause), 2 bad usage, "
-             "3 verify found damage, 130 interrupted (rerun to resume).\nRun 'patchstore SUBCOMMAND --help' for each "
-             "subcommand.");
   bool quiet = false;
   app.add_flag("-q,--quiet", quiet, "No progress output");
 
@@ -48,8 +52,8 @@ int main(int argc, char** argv) {
                                     cli::RegisterExport(&app, &quiet),
                                 });
 
-  // Examples for the top level only (set last: subcommands copy the footer when they are created).
-  app.footer(app.get_footer() + "\n" +
+  // The top level's footer is set last: subcommands copy the footer when they are created.
+  app.footer(kFooter + "\n" +
              "Examples:\n"
              "  patchstore ingest images frames.ps --root data --field rgb='{video}/render/rgb/{frame}.png' \\\n"
              "      --field mask='{video}/render/masks/{frame}.png' --field depth='{video}/render/depth/{frame}.exr'\n"
@@ -70,7 +74,7 @@ int main(int argc, char** argv) {
       cli::RegisterWithoutIngest(&app, "montage", "Contact sheet of the windows a loader serves"),
       cli::RegisterWithoutIngest(&app, "export", "Records back to PNG/EXR/HDF5 files"),
   };
-  app.footer(app.get_footer() + "\n" +
+  app.footer(kFooter + "\n" +
              "This program reads stores only: it was built without ingest (no OpenCV, libtiff, OpenEXR or HDF5).\n"
              "Examples:\n"
              "  patchstore info frames.ps\n"

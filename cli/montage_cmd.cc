@@ -62,7 +62,7 @@ Runner RegisterMontage(CLI::App* app, const bool* quiet) {
   auto no_require = std::make_shared<bool>(false);
   auto* cmd = app->add_subcommand("montage", "Contact sheet of the windows the sampler (image stores) or the slices "
                                              "SliceDataset (volume stores) serves (PNG)");
-  cmd->add_option("STORE", o->store)->required();
+  cmd->add_option("STORE", o->store, kStoreOrSetHelp)->required();
   cmd->add_option("OUT", *out, "Output PNG file")->required();
   cmd->add_option("--count", o->count, "Number of windows (tiles)")->capture_default_str()->check(CLI::Range(1, 4096));
   cmd->add_option("--field", o->field, "Field to show (default: the first field)");
@@ -95,6 +95,7 @@ Runner RegisterMontage(CLI::App* app, const bool* quiet) {
       "--context, --flip, --rot90, --seed, --require, --min-valid, --positive-fraction, --epoch, --ids),\n"
       "each the centre slice of its stack as the dataset serves it, labelled '<id> s<slice>' (v/h:\n"
       "flipped, rK: K quarter turns).");
+  AddExitCodes(cmd, "0 sheet written, 1 failure (the message says why; no sheet written), 2 bad usage.");
   return [cmd, o, out, window, no_require, slices, flip_independent, flags]() -> int {
     if (!cmd->parsed()) return -1;
     double wlo = 0, whi = 1;
@@ -126,8 +127,8 @@ Runner RegisterMontage(CLI::App* app, const bool* quiet) {
     }
     if (SliceOnlyFlagsGiven(*slices) || *flip_independent) {
       std::fprintf(stderr,
-                   "patchstore: error: --crop, --context and --flip-independent are for volume "
-                   "stores; '%s' holds images (use --patch)\n",
+                   "patchstore: error: --crop, --context and --flip=independent (--flip-independent) are for "
+                   "volume stores; '%s' holds images (windows: --patch H,W; flips: --flip)\n",
                    o->store.c_str());
       return 2;
     }

@@ -77,6 +77,16 @@ bool ReadShared(CLI::Option* opt, T* member, const std::string& flag) {
   return true;
 }
 
+// The help of a flag the slice table added first ("Volumes: ... (as NAME=)")
+// and this table shares: "Volumes: .... Images: DOC", then "(as NAME=)" once
+// when the Python keyword is the same.
+std::string SharedDescription(std::string first, const std::string& doc, const std::string& python) {
+  const std::string as = " (as " + python + "=)";
+  const bool same = first.size() >= as.size() && first.compare(first.size() - as.size(), as.size(), as) == 0;
+  if (same) first.resize(first.size() - as.size());
+  return first + ". Images: " + doc + as;
+}
+
 }  // namespace
 
 void AddSamplerFlags(CLI::App* cmd, SamplerFlags* f, const std::string& when, bool ids, bool loader) {
@@ -84,12 +94,13 @@ void AddSamplerFlags(CLI::App* cmd, SamplerFlags* f, const std::string& when, bo
 #define PATCHSTORE_FLAG_ROW(member, python, flag, doc)                                                          \
   if (std::string(flag).empty() || (!ids && std::string(#member) == "ids")) {                                   \
   } else if (CLI::Option* other = cmd->get_option_no_throw(LongName(flag))) {                                   \
-    other->description(other->get_description() + ". Images: " + doc + " (as " python "=)");                    \
+    other->description(SharedDescription(other->get_description(), doc, python));                               \
     f->shared.emplace_back(#member, other);                                                                     \
   } else if (std::string(#member) == "patch_size") {                                                            \
     cmd->add_option(flag, f->patch, when + doc + " (as " python "=); default " + std::to_string(o->patch_size)) \
         ->delimiter(',')                                                                                        \
-        ->expected(1, 2);                                                                                       \
+        ->expected(1, 2)                                                                                        \
+        ->type_name("P|H,W");                                                                                   \
   } else {                                                                                                      \
     AddFlag(cmd, flag, &o->member, when + doc + " (as " python "=)");                                           \
   }

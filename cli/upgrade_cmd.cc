@@ -81,6 +81,8 @@ Runner RegisterUpgrade(CLI::App* app, const bool* quiet) {
               "field that has block\ncounts but lacks some of their records gets them all rewritten. The store is "
               "then opened as\nreaders open it: one that does not open is reported (exit 1), never called up "
               "to date.\nReopen readers of the store afterwards.");
+  AddExitCodes(cmd, "0 upgraded or already current, 1 failure (the store stays readable as before; the message "
+                    "says why), 2 bad usage, 130 interrupted (rerun to finish).");
   return [cmd, store, quiet]() -> int { return cmd->parsed() ? RunUpgrade(*store, *quiet) : -1; };
 }
 

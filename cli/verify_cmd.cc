@@ -76,6 +76,8 @@ Runner RegisterVerify(CLI::App* app, const bool* /*quiet*/) {
                   "each shard once, no id in two shards)")
       ->required();
   cmd->add_flag("--json", args->json, "Machine-readable output");
+  AddExitCodes(cmd, "0 no damage found, 1 the store could not be opened (the message says why), 2 bad usage, 3 "
+                    "damage found (each damaged record named).");
   return [cmd, args]() -> int { return cmd->parsed() ? RunVerify(*args) : -1; };
 }
 
