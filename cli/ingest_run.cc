@@ -75,6 +75,11 @@ int RunIngestCommand(const std::string& noun, const std::string& store, bool qui
   }
   const IngestSummary& s = *r;
   for (const std::string& w : s.warnings) std::cerr << "patchstore: warning: " << w << "\n";
+  if (s.samples_total > 0 && s.samples_present == s.samples_total) {
+    std::printf("all %llu %s already in '%s': nothing to do (store sealed)\n",
+                static_cast<unsigned long long>(s.samples_total), noun.c_str(), store.c_str());
+    return 0;
+  }
   std::printf("ingested %llu new %s (%llu already present, %llu failed) of %llu into '%s'\n",
               static_cast<unsigned long long>(s.samples_written), noun.c_str(),
               static_cast<unsigned long long>(s.samples_present), static_cast<unsigned long long>(s.samples_failed),

@@ -135,7 +135,7 @@ Result<IngestSummary> RunIngest(const DriverOptions& o, std::vector<IngestUnit> 
     summary.projected_bytes = proj.bytes;
     summary.ram_bytes = proj.ram_bytes;
     summary.advice = proj.advice;
-    if (proj.samples > 0) notice(proj.message);
+    if (proj.samples > 0 && !todo.empty()) notice(proj.message);  // nothing to write: nothing to advise
   };
   // The store's size before the first write (ingest/projection.h): from the
   // planned headers where the source read them, else from the first decoded
@@ -387,7 +387,7 @@ Result<IngestSummary> RunIngest(const DriverOptions& o, std::vector<IngestUnit> 
   for (auto& t : workers) t.join();
   for (auto& entry : ready) release(&entry.second);
   report.Close(&summary);
-  report_progress();
+  if (!todo.empty()) report_progress();  // a resume with nothing left prints no "0/0"
   summary.seconds = Seconds(start);
   if (!failure.ok())
     return failure.WithContext("ingest into '" + o.store + "' stopped after " +
