@@ -10,7 +10,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
 
-from ._ingest_api import EncodingArg, PathLike, _encoding_specs, _layout_arg, _require_ingest, _run_cancellable
+from ._ingest_api import _require_ingest, _run_cancellable
+from ._ingest_args import EncodingArg, PathLike, _encoding_specs, _layout_arg
 from ._progress import ProgressArg, Reporter
 
 __all__ = ["copy", "CopySummary"]

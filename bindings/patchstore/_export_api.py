@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 from ._config import UNSET, SamplerConfig, SliceConfig, positional_options, resolve_config, resolve_slice_config
-from ._ingest_api import PathLike, _require_ingest
+from ._ingest_api import _require_ingest
+from ._ingest_args import PathLike
 from ._sampler_options import to_native
 from ._slice_options import to_native as slice_to_native
 from ._store import Store, _encode_id, reader_of, register_layer

@@ -12,16 +12,8 @@ import operator
 import os
 from typing import Any, Callable, Iterable, List, Mapping, Optional, Tuple, Union
 
-from ._ingest_api import (
-    EncodingArg,
-    IngestSummary,
-    PathLike,
-    _encoding_specs,
-    _run_cancellable,
-    _shard_arg,
-    _sources,
-    _summary,
-)
+from ._ingest_api import IngestSummary, _run_cancellable, _shard_arg, _summary
+from ._ingest_args import EncodingArg, PathLike, _encoding_specs, _sources
 from ._progress import ProgressArg, Reporter
 
 __all__ = ["ingest_volumes"]

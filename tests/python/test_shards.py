@@ -181,7 +181,8 @@ def test_shard_cli_errors(sharded, cli, tmp_path):
     assert r.returncode != 0 and "ingested without --shard" in r.stderr
     # Resuming the same shard is a no-op.
     r = _run(cli, "ingest", "images", str(shard_dir / "frames-2.ps"), *_field_args(root), "--shard", "2/3")
-    assert r.stdout.startswith(f"all {r.stdout.split()[1]} samples already in '{shard_dir / 'frames-2.ps'}': nothing to do")
+    store = shard_dir / "frames-2.ps"
+    assert r.stdout.startswith(f"all {r.stdout.split()[1]} samples already in '{store}': nothing to do"), r.stdout
     assert "projected" not in r.stderr and "0/0" not in r.stderr, r.stderr
 
 
