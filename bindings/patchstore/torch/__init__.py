@@ -19,14 +19,15 @@ iterate it directly in the training process::
             ...
 
 ``PatchDataset`` -- a map-style Dataset (item i = k patches of sample i) for
-code built around DataLoader(shuffle=True, num_workers=...)::
+code built around torch's DataLoader (slower than BatchLoader), batched by its
+own resumable batch sampler (not ``shuffle=True``)::
 
     from torch.utils.data import DataLoader
     from patchstore.torch import PatchDataset, collate
 
     train = PatchDataset("frames.ps", ["rgb", "mask", "depth"], patch_size=256,
                          patches_per_sample=4, require="mask")
-    loader = DataLoader(train, batch_size=16, shuffle=True, num_workers=4,
+    loader = DataLoader(train, batch_sampler=train.batch_sampler(16, shuffle=True), num_workers=4,
                         pin_memory=True, persistent_workers=True, collate_fn=collate)
     for epoch in range(epochs):
         train.set_epoch(epoch)            # before iterating: new positions each epoch
@@ -35,13 +36,14 @@ code built around DataLoader(shuffle=True, num_workers=...)::
 
 Volume stores (:func:`patchstore.ingest_hdf5`): ``SliceDataset`` -- item i
 is the tuple of fields of flat slice i, (2c+1, H, W) each, with an optional
-random crop, flips and quarter turns done inside the one C++ copy::
+random crop, flips and quarter turns done inside the one C++ copy; fastest
+without workers (each batch one C++ copy per field in the training process)::
 
     from patchstore.torch import SliceDataset, slice_collate
 
     train = SliceDataset("synthrad.ps", ("MR", "CT", "MASK"), crop=256, flip=True, rot90=True,
                          clamp={"MR": (-1, 1), "CT": (-1, 1)})
-    loader = DataLoader(train, batch_size=32, shuffle=True, num_workers=4, collate_fn=slice_collate)
+    loader = DataLoader(train, batch_sampler=train.batch_sampler(32, shuffle=True), collate_fn=slice_collate)
     for epoch in range(epochs):
         train.set_epoch(epoch)
         for A, B, M in loader:            # (32, 1, 256, 256) each

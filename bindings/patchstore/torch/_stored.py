@@ -173,7 +173,8 @@ def to_float(batch: Any, source: Any, device: Any = None, non_blocking: bool = F
     stored bytes (2.5-3.3x fewer than float32) and convert after the transfer::
 
         train = PatchDataset("frames.ps", ["rgb", "mask", "depth"], patch_size=256, output="stored")
-        loader = DataLoader(train, batch_size=16, num_workers=2, pin_memory=True, collate_fn=collate)
+        loader = DataLoader(train, batch_sampler=train.batch_sampler(16, shuffle=True), num_workers=2,
+                            pin_memory=True, collate_fn=collate)
         for batch in loader:
             batch = to_float(batch, train, device="cuda", non_blocking=True)
 

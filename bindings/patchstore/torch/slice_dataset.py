@@ -133,7 +133,8 @@ class SliceDataset(ResumableDataset, Dataset[Tuple[torch.Tensor, ...]]):
     as the batch without another copy::
 
         ds = SliceDataset("synthrad.ps", ("MR", "CT", "MASK"), crop=256, flip=True, rot90=True)
-        loader = DataLoader(ds, batch_size=32, shuffle=True, num_workers=4, collate_fn=slice_collate)
+        # num_workers=0, the fastest: each batch is one __getitems__ call in this process, into reused buffers.
+        loader = DataLoader(ds, batch_sampler=ds.batch_sampler(32, shuffle=True), collate_fn=slice_collate)
         for epoch in range(epochs):
             ds.set_epoch(epoch)
             for A, B, M in loader:        # (32, 1, 256, 256) each
