@@ -64,9 +64,9 @@ StatefulDataLoader works with all three as well.
 """
 
 from .._resume import EpochBatchSampler
+from ._collate import collate, slice_collate
 from ._stored import FloatConverter, to_float
 from .batch_loader import BatchLoader
-from .collate import collate, slice_collate
 from .patch_dataset import PatchDataset
 from .slice_dataset import SliceDataset, _slice_transform_row  # noqa: F401  (_slice_transform_row: tests)
 
