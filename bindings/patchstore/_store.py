@@ -132,24 +132,28 @@ def _array(view: "_C.View") -> np.ndarray:
 class Store:
     """A patchstore store, opened read-only.
 
-    ``Store(path)`` (or :func:`patchstore.open`) opens the store at once, so a
+    ``Store(path)`` (or `patchstore.open`) opens the store at once, so a
     missing store raises ``FileNotFoundError`` here.
 
-    Access::
+    Access:
 
-        len(store)                      # number of samples
-        store.ids                       # sequence of str ids
-        store.fields                    # {name: FieldInfo}
-        store["video03/0042"]           # {field: float32 array (C,H,W)}; also store[i]
-        store.get(key, "depth")         # one field
-        store.patch(key, "rgb", y, x, h, w)           # (C,h,w) view
-        store.read_patches(keys, "rgb", ys, xs, h, w, out=None)   # (N,C,h,w) copy
+    ```python
+    len(store)                      # number of samples
+    store.ids                       # sequence of str ids
+    store.fields                    # {name: FieldInfo}
+    store["video03/0042"]           # {field: float32 array (C,H,W)}; also store[i]
+    store.get(key, "depth")         # one field
+    store.patch(key, "rgb", y, x, h, w)           # (C,h,w) view
+    store.read_patches(keys, "rgb", ys, xs, h, w, out=None)   # (N,C,h,w) copy
+    ```
 
-    Volume stores (``patchstore.ingest_hdf5``)::
+    Volume stores (``patchstore.ingest_hdf5``):
 
-        store.volume("patient001")      # {field: (S,H,W) view}
-        store.slice("patient001", "MR", k, context=2)   # (5,H,W): a view inside, a copy at the ends
-        store.slices                    # SliceIndex: len = total slices, [i] -> (id, k)
+    ```python
+    store.volume("patient001")      # {field: (S,H,W) view}
+    store.slice("patient001", "MR", k, context=2)   # (5,H,W): a view inside, a copy at the ends
+    store.slices                    # SliceIndex: len = total slices, [i] -> (id, k)
+    ```
 
     Arrays from ``store[...]``, ``get`` and ``patch`` are read-only views into
     the store's memory map (no copy). Each keeps the LMDB read transaction it
@@ -165,7 +169,7 @@ class Store:
     or field -> ``KeyError``; index or window outside the data ->
     ``IndexError``; bad argument -> ``ValueError``; OS or LMDB failure ->
     ``OSError`` (``FileNotFoundError`` for a missing store); a record that
-    fails validation -> :class:`patchstore.CorruptRecordError` (an ``OSError``).
+    fails validation -> `patchstore.CorruptRecordError` (an ``OSError``).
     Messages name the store, the sample id and the field.
     """
 
@@ -394,7 +398,7 @@ class Store:
     # -- volumes (stores of kind "volumes") ------------------------------------
 
     def volume(self, key: Key, field: Optional[str] = None) -> Any:
-        """The (S, H, W) volumes of one sample of a volume store: a :class:`Volume`, i.e.
+        """The (S, H, W) volumes of one sample of a volume store: a `Volume`, i.e.
         {field: read-only float32 array} (no copy) with the volume's geometry
         (``.spacing``, ``.origin``, ``.direction``, ``.affine``; None when it has none).
 
@@ -432,7 +436,7 @@ class Store:
         return _array(r.slice_stack(self._index(r, key), field, k, context))
 
     def slice_index(self, ids: Optional[Iterable[Key]] = None) -> Any:
-        """A :class:`patchstore.SliceIndex` over the slices of every volume (or of `ids`, in that order)."""
+        """A `patchstore.SliceIndex` over the slices of every volume (or of `ids`, in that order)."""
         if isinstance(ids, (str, bytes)):
             raise TypeError(f"slice_index: ids must be a list of volume ids, not the single string {ids!r} "
                             f"(did you mean [{ids!r}]?)")
@@ -440,7 +444,7 @@ class Store:
 
     @property
     def slices(self) -> Any:
-        """The :class:`patchstore.SliceIndex` of all volumes (built once per process, then cached)."""
+        """The `patchstore.SliceIndex` of all volumes (built once per process, then cached)."""
         if self._slices is None:
             self._slices = self.slice_index()
         return self._slices
@@ -555,7 +559,7 @@ def reader_of(store: "Store") -> "_C.Reader":
     """The package's internal handle on a Store: its C++ reader (``_patchstore.Reader``) in this process.
 
     For the package's own modules, which hand it to the compiled samplers and
-    kernels (user code reads through :class:`Store`). Opened on first use in
+    kernels (user code reads through `Store`). Opened on first use in
     each process: after fork or unpickling the Store reopens, never touching
     the parent's LMDB handles. ValueError for a closed store.
     """
