@@ -59,24 +59,25 @@ def _decode_id(raw: bytes) -> str:
 class FieldInfo(NamedTuple):
     """What a store holds for one field (from the store metadata).
 
-    ``shape`` is the shape of the first sample's record, e.g. ``(3, 1080, 1920)``
-    (None for an empty store); samples may differ, ``Store.shape(key, field)``
-    gives one sample's shape. Volume stores: ``shape`` is the (S, H, W)
-    shared by every volume, or None when they differ (``Store.shapes(field)``
-    gives each volume's).
+    ``shape`` is the shape of the first sample's record, e.g. ``(3, 1080, 1920)`` (None for an empty store); samples
+    may differ, ``Store.shape(key, field)`` gives one sample's shape. Volume stores: ``shape`` is the (S, H, W)
+    shared by every volume, or None when they differ (``Store.shapes(field)`` gives each volume's).
+
+    ``layout`` is the axis order of a record (``"CHW"`` images, ``"SHW"`` volumes), not the rows/tiles
+    layout of ``--layout`` and the rest of the manual: that one is ``tile`` (``0``: rows, ``> 0``: tiles).
     """
 
     name: str
     channels: int
     shape: Optional[Tuple[int, ...]]
-    layout: str  #: "CHW" for images, "SHW" for volumes
+    layout: str  #: axis order of a record: "CHW" for images, "SHW" for volumes (rows or tiles: see `tile`)
     norm: str  #: how source values were mapped, e.g. "symmetric/255", "binary", "none"
     source_type: str  #: e.g. "uint8", "float32"
     is_mask: bool
     channel_names: Tuple[str, ...]
     source_format: str  #: "png", "exr", ...
     dtype: str = "float32"  #: element type of the stored records (compact: uint8/uint16/int16); arrays read are float32
-    tile: int = 0  #: tile edge of a field stored in tiles (``--layout tiles``), 0 for rows
+    tile: int = 0  #: the storage layout: tile edge of a field stored in tiles (``--layout tiles``), 0 for rows
 
 
 class Ids(Sequence[str]):
@@ -145,24 +146,18 @@ class Store:
     store.get(key, "depth")         # one field
     store.patch(key, "rgb", y, x, h, w)           # (C,h,w) view
     store.read_patches(keys, "rgb", ys, xs, h, w, out=None)   # (N,C,h,w) copy
-    ```
-
-    Volume stores (``patchstore.ingest_hdf5``):
-
-    ```python
+    # volume stores (patchstore.ingest_hdf5):
     store.volume("patient001")      # {field: (S,H,W) view}
     store.slice("patient001", "MR", k, context=2)   # (5,H,W): a view inside, a copy at the ends
     store.slices                    # SliceIndex: len = total slices, [i] -> (id, k)
     ```
 
-    Arrays from ``store[...]``, ``get`` and ``patch`` are read-only views into
-    the store's memory map (no copy). Each keeps the LMDB read transaction it
-    came from alive for as long as it lives, also after ``store.close()`` or
+    Arrays from ``store[...]``, ``get`` and ``patch`` are read-only views into the store's memory map (no copy).
+    Each keeps the LMDB read transaction it came from alive for as long as it lives, also after ``store.close()`` or
     ``del store``. A store sees the data as it was when opened.
 
-    Processes: a Store pickles as its path and options and reopens lazily in
-    the receiving process (DataLoader workers under fork, spawn, forkserver).
-    Used in a forked child, a Store opened in the parent notices the new
+    Processes: a Store pickles as its path and options and reopens lazily in the receiving process (DataLoader
+    workers under fork, spawn, forkserver). Used in a forked child, a Store opened in the parent notices the new
     process id and reopens; it never touches the parent's LMDB handles.
 
     Threads: all reads may run from many threads at once. Errors: unknown id
