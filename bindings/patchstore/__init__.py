@@ -1,43 +1,51 @@
 """patchstore: decode images once into float32 records in LMDB, read zero-copy patches from many processes.
 
-Reading::
+Reading:
 
-    import patchstore
-    store = patchstore.open("frames.ps")
-    sample = store["video03/0042"]          # {"rgb": (3,H,W), "mask": (1,H,W), "depth": (1,H,W)} float32, no copy
-    patch = store.patch("video03/0042", "rgb", y, x, 256, 256)     # (3,256,256) view, no copy
-    batch = store.read_patches(ids, "rgb", ys, xs, 256, 256, out=pinned)  # (N,3,256,256) gather, GIL released
+```python
+import patchstore
+store = patchstore.open("frames.ps")
+sample = store["video03/0042"]          # {"rgb": (3,H,W), "mask": (1,H,W), "depth": (1,H,W)} float32, no copy
+patch = store.patch("video03/0042", "rgb", y, x, 256, 256)     # (3,256,256) view, no copy
+batch = store.read_patches(ids, "rgb", ys, xs, 256, 256, out=pinned)  # (N,3,256,256) gather, GIL released
+```
 
-Writing (same options as the ``patchstore`` command line)::
+Writing (same options as the ``patchstore`` command line):
 
-    patchstore.ingest_images("frames.ps", root="data",
-                             fields={"rgb": "{video}/render/rgb/{frame}.png",
-                                     "mask": "{video}/render/masks/{frame}.png",
-                                     "depth": "{video}/render/depth/{frame}.exr"})
-    patchstore.export("frames.ps", "out/", ids=["video03/0042"])
-    patchstore.copy("frames.ps", "frames-tiles.ps", layout="tiles", encoding="compact")  # convert, no sources
+```python
+patchstore.ingest_images("frames.ps", root="data",
+                         fields={"rgb": "{video}/render/rgb/{frame}.png",
+                                 "mask": "{video}/render/masks/{frame}.png",
+                                 "depth": "{video}/render/depth/{frame}.exr"})
+patchstore.export("frames.ps", "out/", ids=["video03/0042"])
+patchstore.copy("frames.ps", "frames-tiles.ps", layout="tiles", encoding="compact")  # convert, no sources
+```
 
-Sampling (exact mask-aware windows, whole batches gathered in C++ with the GIL released)::
+Sampling (exact mask-aware windows, whole batches gathered in C++ with the GIL released):
 
-    sampler = patchstore.PatchSampler("frames.ps", ["rgb", "mask", "depth"], patch_size=256,
-                                      patches_per_sample=4, require="mask", num_threads=2)
-    batch = sampler.batch(64)               # {"rgb": (64,3,256,256), ...} float32, continues across epochs
-    sampler.last_windows                    # which sample, y, x, flip, rot each window came from
-    sheet = store.montage(64, 256, field="rgb", overlay="mask")   # (H,W,3) uint8 contact sheet
+```python
+sampler = patchstore.PatchSampler("frames.ps", ["rgb", "mask", "depth"], patch_size=256,
+                                  patches_per_sample=4, require="mask", num_threads=2)
+batch = sampler.batch(64)               # {"rgb": (64,3,256,256), ...} float32, continues across epochs
+sampler.last_windows                    # which sample, y, x, flip, rot each window came from
+sheet = store.montage(64, 256, field="rgb", overlay="mask")   # (H,W,3) uint8 contact sheet
+```
 
-Volumes (3D MR/CT in HDF5, read as 2D slices)::
+Volumes (3D MR/CT in HDF5, read as 2D slices):
 
-    patchstore.ingest_hdf5("synthrad.h5", "synthrad.ps", groups=("MR", "CT", "MASK"))
-    store = patchstore.open("synthrad.ps")
-    vol = store.volume("patient001")                 # {"MR": (S,H,W), ...} float32, no copy
-    stack = store.slice("patient001", "MR", 17, context=2)   # (5,H,W); end slice repeated at the ends
-    store.slices[i]                                  # SliceRef(id, slice): flat slice i, O(1)
+```python
+patchstore.ingest_hdf5("synthrad.h5", "synthrad.ps", groups=("MR", "CT", "MASK"))
+store = patchstore.open("synthrad.ps")
+vol = store.volume("patient001")                 # {"MR": (S,H,W), ...} float32, no copy
+stack = store.slice("patient001", "MR", 17, context=2)   # (5,H,W); end slice repeated at the ends
+store.slices[i]                                  # SliceRef(id, slice): flat slice i, O(1)
+```
 
-Training: :mod:`patchstore.torch` (``BatchLoader``, ``PatchDataset``, ``SliceDataset``, ``collate``).
+Training: `patchstore.torch` (``BatchLoader``, ``PatchDataset``, ``SliceDataset``, ``collate``).
 
 Errors: KeyError (unknown id/field), IndexError (outside the data), ValueError
 (bad argument), OSError (I/O; FileNotFoundError for a missing store),
-:class:`CorruptRecordError` (an OSError subclass: stored bytes fail validation).
+`CorruptRecordError` (an OSError subclass: stored bytes fail validation).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ import dataclasses
 from typing import Any, Dict, Sequence, Tuple
 
 from . import _patchstore as _C
-from ._sampler_options import UNSET, from_native
+from ._sampler_options import UNSET, from_native, to_native
 from ._slice_options import slice_defaults
 
 __all__ = ["SamplerConfig", "SliceConfig", "OPTIONS", "SLICE_OPTION_NAMES", "UNSET", "positional_options",
@@ -33,16 +33,24 @@ _DEFAULTS: Dict[str, Any] = from_native(_C.SamplerOptions(fields=["-"]))
 
 
 def _doc() -> str:
-    lines = ["The sampling options of PatchSampler, BatchLoader, PatchDataset and montage (defaults from C++).", ""]
+    lines = ["The sampling options of PatchSampler, BatchLoader, PatchDataset and montage (defaults from C++).", "",
+             "Every value is checked when the config is made, in C++ (SamplerOptions::Validate), with the words",
+             "the loaders and the CLI use: SamplerConfig(patch_size=-3) raises ValueError.", ""]
     lines += [f"{name} (default {_DEFAULTS[name]!r}): {_DOCS[name]}" for name in OPTIONS]
     return "\n".join(lines)
+
+
+def _check_sampler_config(self: Any) -> None:
+    # Every value checked when the config is made, by the loaders' own check (to_native:
+    # SamplerOptions::Validate in C++), on a placeholder field list as _DEFAULTS is read.
+    to_native("-", self, "patchstore.SamplerConfig")
 
 
 SamplerConfig = dataclasses.make_dataclass(
     "SamplerConfig",
     [(name, Any, dataclasses.field(default=_DEFAULTS[name])) for name in OPTIONS],
     frozen=True,
-    namespace={"__doc__": _doc(), "__module__": __name__},
+    namespace={"__doc__": _doc(), "__module__": __name__, "__post_init__": _check_sampler_config},
 )
 SamplerConfig.__module__ = __name__  # pickles as patchstore._config.SamplerConfig
 
@@ -79,7 +87,12 @@ def _resolve(cls: Any, names: Tuple[str, ...], config: Any, options: Dict[str, A
     if unknown:
         raise TypeError(f"{what}: unexpected keyword argument '{unknown[0]}' (options: {', '.join(names)})")
     if config is None:
-        return cls(**options)
+        try:
+            return cls(**options)
+        except (TypeError, ValueError) as e:  # a value refused by the config's check: name the caller
+            prefix = f"patchstore.{cls.__name__}: "
+            msg = str(e)
+            raise type(e)(f"{what}: {msg[len(prefix):]}" if msg.startswith(prefix) else msg) from None
     if not isinstance(config, cls):
         raise TypeError(f"{what}: config must be a patchstore.{cls.__name__}, got {type(config).__name__}")
     for k, v in options.items():

@@ -58,7 +58,7 @@ def copy(
     stores only; a volume store raises ValueError). tile_size: with
     layout="tiles", a multiple of 8 in 8..4096; None: the source's tile edge
     when it is tiled, else the ingest default. encoding: as for
-    :func:`ingest_images`: "float32" | "compact" for every field, a dict
+    `ingest_images`: "float32" | "compact" for every field, a dict
     {field: "float32" | "compact" | "float16"} (key "*": the other fields)
     or a list of specs; fields that no spec names keep their dtype.
     threads: converter threads (0: all cores). durable: fsync each commit.

@@ -56,7 +56,7 @@ def export(
     depth and channels; EXR output is float32, bit-exact. Ids are made safe as
     paths (each '/'-part a folder; other bytes percent-encoded).
 
-    Volume stores (from :func:`ingest_hdf5` or :func:`ingest_volumes`): format "png" (default) writes
+    Volume stores (from `ingest_hdf5` or `ingest_volumes`): format "png" (default) writes
     OUTDIR/<id>/<field>/<slice:04>.png, one 8-bit gray PNG per slice, window
     (lo, hi) -> [0, 255] (default: each volume's finite min..max); format
     "h5" writes one file OUTDIR/volumes.h5 mirroring the source (one group per
@@ -65,7 +65,7 @@ def export(
     or "shw" (slices first, as stored). Format "nifti" (OUTDIR/<id>/<field>.nii.gz)
     or "mha" (OUTDIR/<id>/<field>.mha) writes one float32 file per (volume,
     field), voxel for voxel the stored values, with the volume's stored
-    geometry (:func:`ingest_volumes`), so nibabel and SimpleITK read back the
+    geometry (`ingest_volumes`), so nibabel and SimpleITK read back the
     same affine; these need a build with ITK.
 
     Raises FileNotFoundError for a missing store, KeyError for an unknown id
@@ -251,7 +251,7 @@ def store_montage(store: Store, count: int, patch_size: Any = UNSET, field: Opti
                   overlay: Optional[str] = None, seed: Any = UNSET, **options: Any) -> Any:
     """A contact sheet of the windows a PatchSampler with these options serves first: (H, W, 3) uint8.
 
-    Volume stores: the slices a :class:`patchstore.torch.SliceDataset`
+    Volume stores: the slices a `patchstore.torch.SliceDataset`
     with the same options (``patchstore.SliceConfig``: ``crop``,
     ``context``, ``flip`` (False, True or "independent"), ``rot90``,
     ``seed``, ``ids``, ``require``, ``min_valid``, ``positive_fraction``;

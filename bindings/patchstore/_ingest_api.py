@@ -2,7 +2,7 @@
 
 The compiled module (``patchstore._ingest``, which links OpenCV, OpenEXR and HDF5) is imported on first use,
 so processes that only read never load it. A reader-only build has no such module: every function that needs
-it raises ImportError saying so (:func:`_require_ingest`). Both calls release the GIL while they run.
+it raises ImportError saying so (`_require_ingest`). Both calls release the GIL while they run.
 """
 
 from __future__ import annotations
@@ -361,7 +361,7 @@ def ingest_hdf5(
     of a file becomes one volume (a sample); every group becomes a field.
     Each (volume, field) is stored as ONE float32 record of shape (S, H, W),
     slice axis first, so a slice or a stack of neighbouring slices is a
-    contiguous zero-copy view (:meth:`Store.slice`, :class:`patchstore.torch.SliceDataset`).
+    contiguous zero-copy view (`Store.slice`, `patchstore.torch.SliceDataset`).
 
     One file per patient is the other layout: where every group path of a
     file names a 3D dataset (``/MR``, ``/CT``, ``/MASK`` at the root), the
@@ -398,17 +398,17 @@ def ingest_hdf5(
     ``patchstore.open([...])``.
     progress: None (default) shows progress on stderr (a bar on a terminal,
     tqdm's if installed; plain lines in logs), False prints nothing, as for
-    :func:`ingest_images`.
+    `ingest_images`.
     callback: called as callback(p) with the GIL held after each volume; p
     has done, total (volumes), failed, skipped, bytes, seconds and message
     (a notice when not empty). If it raises, it is not called again and the
     exception is raised at the end. Before the first write the ingest
     reports the store's projected size (from the datasets' headers) next to
     this machine's RAM, and past half of RAM the encodings that make it
-    smaller, as :func:`ingest_images` does.
+    smaller, as `ingest_images` does.
     batch_bytes: commit after this many record bytes.
     encoding: the record dtype per field (``--encoding``), as for
-    :func:`ingest_images`: "float32" (default), "compact" (uint8 / uint16
+    `ingest_images`: "float32" (default), "compact" (uint8 / uint16
     datasets kept as they are, int8 / int16 as int16, float16 ones with norm
     "none" as float16, others float32; readers return the same float32 bit
     for bit), a dict {field: encoding} (key "*": the others) or a list of
@@ -431,7 +431,7 @@ def ingest_hdf5(
     Running the same ingest again resumes (volumes present are skipped); a
     finished ingest without failures seals the store. The GIL is released
     while it runs. Ctrl-C (KeyboardInterrupt, from the main thread) stops it
-    cleanly as for :func:`ingest_images`: what was committed stays, the same
+    cleanly as for `ingest_images`: what was committed stays, the same
     call resumes.
 
     Raises (messages name the file, the group and the dataset):

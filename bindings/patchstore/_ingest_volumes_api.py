@@ -61,9 +61,9 @@ def ingest_volumes(
       the volumes, ids join the placeholder values with '/'.
 
     Each (volume, field) becomes one (S, H, W) record, as for
-    :func:`ingest_hdf5`; each volume keeps its geometry (spacing, origin,
+    `ingest_hdf5`; each volume keeps its geometry (spacing, origin,
     direction, the NIfTI qform/sform codes): ``store.volume(id).spacing``,
-    ``.origin``, ``.direction``, ``.affine`` (:class:`patchstore.Volume`).
+    ``.origin``, ``.direction``, ``.affine`` (`patchstore.Volume`).
 
     slice_axis: "axial" (default), "coronal" or "sagittal": the image axis
     closest to that anatomical direction, from each volume's direction
@@ -84,7 +84,7 @@ def ingest_volumes(
     its series). volume_index: for 4-D images, the volume to take (without
     it 4-D images are refused).
     masks, norm, encoding, on_error, report, shard, durable, progress,
-    callback: as :func:`ingest_hdf5`. threads: decoder processes (0: all
+    callback: as `ingest_hdf5`. threads: decoder processes (0: all
     cores). max_voxels: volumes whose header declares more voxels are
     refused before anything is allocated. Decoding runs in isolated
     processes with a memory limit (decode_memory bytes each; 0: 8 GiB) and a

@@ -2,7 +2,7 @@
 
 The default (``patchstore.open(shards)`` with a sampler's ``rank``/``world_size``)
 shuffles globally: every rank may draw from every shard, so every node needs
-the whole set. :class:`RankLocalShards` instead deals whole shards to ranks: a
+the whole set. `RankLocalShards` instead deals whole shards to ranks: a
 permutation of the N shards (N read from the shards' own ``shard`` = "I/N"
 attribute), dealt round-robin (rank r gets positions r, r + world_size, ...).
 
@@ -17,7 +17,7 @@ rank for an epoch).
 
 Shards hold different numbers of samples, so ranks would get epochs of
 different lengths (and a DDP job hangs at the end of the shortest one).
-:meth:`RankLocalShards.sampler` gives every rank the same epoch length, as
+`RankLocalShards.sampler` gives every rank the same epoch length, as
 torch's DistributedSampler does: ``even="pad"`` (its drop_last=False) serves
 the longest rank's count, a shorter rank repeating its epoch's windows from
 the start, so every sample is read at least once per epoch across ranks;
@@ -64,7 +64,7 @@ def _parse_shard(text: str, path: str) -> Tuple[int, int]:
 class RankLocalShards:
     """The shards of a shard set that rank ``rank`` of ``world_size`` reads, epoch by epoch.
 
-    shards: the shards this node has, as :func:`patchstore.open` takes a set
+    shards: the shards this node has, as `patchstore.open` takes a set
     (list of paths, folder, glob; paths of a list that do not exist are
     skipped). Only the shards assigned to this rank need to be there: the
     shard count N comes from the shards' own ``shard`` attribute ("I/N").
@@ -79,7 +79,7 @@ class RankLocalShards:
     assigned shard is a ``FileNotFoundError`` naming the shard, rank, epoch
     and where it was looked for.
 
-    verify_checksums, no_lock: as :func:`patchstore.open`, for the stores opened.
+    verify_checksums, no_lock: as `patchstore.open`, for the stores opened.
     """
 
     def __init__(self, shards: Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]],
@@ -179,17 +179,17 @@ class RankLocalShards:
 
     def open(self, epoch: int = 0) -> Store:
         """This rank's shards for `epoch`, read as one store (build a sampler on it with rank=0,
-        world_size=1: the ranks' stores are disjoint). :meth:`sampler` also evens the epoch lengths."""
+        world_size=1: the ranks' stores are disjoint). `sampler` also evens the epoch lengths."""
         return Store(self.paths(epoch), partial_set=True, **self._options)
 
     def sampler(self, fields: Union[str, Sequence[str]], patch_size: Any = UNSET, patches_per_sample: Any = UNSET,
                 *, epoch: int = 0, even: Optional[str] = "pad", **options: Any) -> "RankLocalSampler":
-        """A :class:`RankLocalSampler` over this rank's shards, at the start of `epoch`.
+        """A `RankLocalSampler` over this rank's shards, at the start of `epoch`.
 
-        options: as :class:`patchstore.PatchSampler` (seed defaults to this
+        options: as `patchstore.PatchSampler` (seed defaults to this
         object's seed; rank and world_size are not taken: the shards split
         the ranks). even: "pad" (default), "truncate" or None (each rank its
-        own length); see :class:`RankLocalSampler`. With "pad"/"truncate"
+        own length); see `RankLocalSampler`. With "pad"/"truncate"
         and world_size > 1, building it (and ``set_epoch`` with
         assign="per_epoch") is a collective when torch.distributed is
         initialised: call it on every rank.
@@ -230,7 +230,7 @@ def _process_group(world_size: int) -> Any:
 class RankLocalSampler:
     """Batches of random windows from one rank's shards, with the same epoch length on every rank.
 
-    Built by :meth:`RankLocalShards.sampler`; a :class:`patchstore.PatchSampler`
+    Built by `RankLocalShards.sampler`; a `patchstore.PatchSampler`
     (``.sampler``) over this rank's shards (rank=0, world_size=1) does the
     drawing, so windows depend on (seed, epoch, this rank's shards) only.
 
@@ -246,8 +246,8 @@ class RankLocalSampler:
     every rank's shards (all must be reachable). With assign="fixed" it is
     computed once; with "per_epoch" again at every ``set_epoch``.
 
-    An epoch ends after ``len()`` windows: :meth:`batch` asks for no more
-    than :attr:`remaining`; call :meth:`set_epoch` for the next one.
+    An epoch ends after ``len()`` windows: `batch` asks for no more
+    than `remaining`; call `set_epoch` for the next one.
     """
 
     def __init__(self, shards: RankLocalShards, fields: Union[str, Sequence[str]], patch_size: Any = UNSET,

@@ -340,7 +340,7 @@ class ResumableDataset:
                       cache_budget: Any = UNSET) -> "EpochBatchSampler":
         """A batch sampler for ``DataLoader(dataset, batch_sampler=...)`` that resumes mid-epoch.
 
-        See :class:`EpochBatchSampler` (order="locality" with cache_budget: blocks of storage order).
+        See `EpochBatchSampler` (order="locality" with cache_budget: blocks of storage order).
         The dataset's state_dict() records its options.
         """
         return EpochBatchSampler(self, batch_size, shuffle, drop_last, rank, world_size, order=order,

@@ -43,13 +43,13 @@ Window.__doc__ = """One window: where it was cut and how it was transformed.
 
 
 class Windows:
-    """The windows of one batch, as arrays (and as :class:`Window` items when indexed).
+    """The windows of one batch, as arrays (and as `Window` items when indexed).
 
     ``index``, ``y``, ``x``: int64 arrays; ``flip``, ``rot``: uint8;
     ``positive``: bool; ``ids``: the sample ids (list of str).
     ``array``: the raw (n, 6) int64 rows (index, y, x, flip, rot, positive).
 
-    A sequence of :class:`Window` (a registered ``collections.abc.Sequence``:
+    A sequence of `Window` (a registered ``collections.abc.Sequence``:
     ``index`` is the array above, not ``Sequence.index(value)``, so the
     class does not inherit Sequence's methods).
     """
@@ -187,14 +187,14 @@ class PatchSampler:
     Each epoch visits every eligible sample once, in a permutation that
     depends on (seed, epoch), and cuts ``patches_per_sample`` (k) windows of
     ``patch_size`` (P x P, or (h, w)) from each visit: an epoch holds
-    ``len(sampler)`` windows on this rank. :meth:`batch` copies the next n of
+    ``len(sampler)`` windows on this rank. `batch` copies the next n of
     them, for every field, straight from the store's memory map into
     contiguous float32 (n, C, P, P) arrays, on ``num_threads`` threads with the
     GIL released; batches continue into the next epoch when one ends.
 
-    store: a store path or a :class:`patchstore.Store`. fields: the fields to
+    store: a store path or a `patchstore.Store`. fields: the fields to
     gather, e.g. ``["rgb", "mask", "depth"]``. Options: ``config=``
-    :class:`patchstore.SamplerConfig` and/or its fields as keywords (the
+    `patchstore.SamplerConfig` and/or its fields as keywords (the
     defaults are SamplerConfig's, from C++; ``patch_size`` and the older
     positional order ``patches_per_sample, require, min_valid,
     positive_fraction, seed, rank, world_size, num_threads`` still work).
@@ -214,7 +214,7 @@ class PatchSampler:
     (sample ids or store indices), e.g. a train/val split.
 
     Samples without an admissible window (an empty mask, or smaller than the
-    window) are skipped and counted: :attr:`skipped`, :attr:`skipped_ids`,
+    window) are skipped and counted: `skipped`, `skipped_ids`,
     and one RuntimeWarning when the sampler is built (the same text from
     every loader).
 
@@ -229,9 +229,9 @@ class PatchSampler:
     disjoint up to that padding, and together cover every eligible sample.
 
     flip / rot90: random flips (each axis with probability 1/2) and quarter
-    turns, applied inside the copy; :class:`Window` says which.
+    turns, applied inside the copy; `Window` says which.
 
-    prefetch (on by default: ``SamplerConfig().prefetch`` batches): after each :meth:`batch`, the
+    prefetch (on by default: ``SamplerConfig().prefetch`` batches): after each `batch`, the
     byte ranges of the windows of the next ``prefetch`` batches (of the same
     n; they are known in advance) are kept requested from the disk (madvise
     WILLNEED), and the masks of the batch after, so a store that is not in
@@ -458,8 +458,8 @@ class PatchSampler:
         C-contiguous float32 NumPy arrays or CPU torch tensors (pinned or not)
         of shape (n, C, P, P). The windows are written there and the same
         objects are returned. ValueError names a buffer that does not fit.
-        return_windows: also return the :class:`Windows` of the batch (they
-        are kept as :attr:`last_windows` anyway).
+        return_windows: also return the `Windows` of the batch (they
+        are kept as `last_windows` anyway).
         """
         n = operator.index(n)
         if n < 0:

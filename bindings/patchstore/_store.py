@@ -59,24 +59,25 @@ def _decode_id(raw: bytes) -> str:
 class FieldInfo(NamedTuple):
     """What a store holds for one field (from the store metadata).
 
-    ``shape`` is the shape of the first sample's record, e.g. ``(3, 1080, 1920)``
-    (None for an empty store); samples may differ, ``Store.shape(key, field)``
-    gives one sample's shape. Volume stores: ``shape`` is the (S, H, W)
-    shared by every volume, or None when they differ (``Store.shapes(field)``
-    gives each volume's).
+    ``shape`` is the shape of the first sample's record, e.g. ``(3, 1080, 1920)`` (None for an empty store); samples
+    may differ, ``Store.shape(key, field)`` gives one sample's shape. Volume stores: ``shape`` is the (S, H, W)
+    shared by every volume, or None when they differ (``Store.shapes(field)`` gives each volume's).
+
+    ``layout`` is the axis order of a record (``"CHW"`` images, ``"SHW"`` volumes), not the rows/tiles
+    layout of ``--layout`` and the rest of the manual: that one is ``tile`` (``0``: rows, ``> 0``: tiles).
     """
 
     name: str
     channels: int
     shape: Optional[Tuple[int, ...]]
-    layout: str  #: "CHW" for images, "SHW" for volumes
+    layout: str  #: axis order of a record: "CHW" for images, "SHW" for volumes (rows or tiles: see `tile`)
     norm: str  #: how source values were mapped, e.g. "symmetric/255", "binary", "none"
     source_type: str  #: e.g. "uint8", "float32"
     is_mask: bool
     channel_names: Tuple[str, ...]
     source_format: str  #: "png", "exr", ...
     dtype: str = "float32"  #: element type of the stored records (compact: uint8/uint16/int16); arrays read are float32
-    tile: int = 0  #: tile edge of a field stored in tiles (``--layout tiles``), 0 for rows
+    tile: int = 0  #: the storage layout: tile edge of a field stored in tiles (``--layout tiles``), 0 for rows
 
 
 class Ids(Sequence[str]):
@@ -132,40 +133,38 @@ def _array(view: "_C.View") -> np.ndarray:
 class Store:
     """A patchstore store, opened read-only.
 
-    ``Store(path)`` (or :func:`patchstore.open`) opens the store at once, so a
+    ``Store(path)`` (or `patchstore.open`) opens the store at once, so a
     missing store raises ``FileNotFoundError`` here.
 
-    Access::
+    Access:
 
-        len(store)                      # number of samples
-        store.ids                       # sequence of str ids
-        store.fields                    # {name: FieldInfo}
-        store["video03/0042"]           # {field: float32 array (C,H,W)}; also store[i]
-        store.get(key, "depth")         # one field
-        store.patch(key, "rgb", y, x, h, w)           # (C,h,w) view
-        store.read_patches(keys, "rgb", ys, xs, h, w, out=None)   # (N,C,h,w) copy
+    ```python
+    len(store)                      # number of samples
+    store.ids                       # sequence of str ids
+    store.fields                    # {name: FieldInfo}
+    store["video03/0042"]           # {field: float32 array (C,H,W)}; also store[i]
+    store.get(key, "depth")         # one field
+    store.patch(key, "rgb", y, x, h, w)           # (C,h,w) view
+    store.read_patches(keys, "rgb", ys, xs, h, w, out=None)   # (N,C,h,w) copy
+    # volume stores (patchstore.ingest_hdf5):
+    store.volume("patient001")      # {field: (S,H,W) view}
+    store.slice("patient001", "MR", k, context=2)   # (5,H,W): a view inside, a copy at the ends
+    store.slices                    # SliceIndex: len = total slices, [i] -> (id, k)
+    ```
 
-    Volume stores (``patchstore.ingest_hdf5``)::
-
-        store.volume("patient001")      # {field: (S,H,W) view}
-        store.slice("patient001", "MR", k, context=2)   # (5,H,W): a view inside, a copy at the ends
-        store.slices                    # SliceIndex: len = total slices, [i] -> (id, k)
-
-    Arrays from ``store[...]``, ``get`` and ``patch`` are read-only views into
-    the store's memory map (no copy). Each keeps the LMDB read transaction it
-    came from alive for as long as it lives, also after ``store.close()`` or
+    Arrays from ``store[...]``, ``get`` and ``patch`` are read-only views into the store's memory map (no copy).
+    Each keeps the LMDB read transaction it came from alive for as long as it lives, also after ``store.close()`` or
     ``del store``. A store sees the data as it was when opened.
 
-    Processes: a Store pickles as its path and options and reopens lazily in
-    the receiving process (DataLoader workers under fork, spawn, forkserver).
-    Used in a forked child, a Store opened in the parent notices the new
+    Processes: a Store pickles as its path and options and reopens lazily in the receiving process (DataLoader
+    workers under fork, spawn, forkserver). Used in a forked child, a Store opened in the parent notices the new
     process id and reopens; it never touches the parent's LMDB handles.
 
     Threads: all reads may run from many threads at once. Errors: unknown id
     or field -> ``KeyError``; index or window outside the data ->
     ``IndexError``; bad argument -> ``ValueError``; OS or LMDB failure ->
     ``OSError`` (``FileNotFoundError`` for a missing store); a record that
-    fails validation -> :class:`patchstore.CorruptRecordError` (an ``OSError``).
+    fails validation -> `patchstore.CorruptRecordError` (an ``OSError``).
     Messages name the store, the sample id and the field.
     """
 
@@ -394,7 +393,7 @@ class Store:
     # -- volumes (stores of kind "volumes") ------------------------------------
 
     def volume(self, key: Key, field: Optional[str] = None) -> Any:
-        """The (S, H, W) volumes of one sample of a volume store: a :class:`Volume`, i.e.
+        """The (S, H, W) volumes of one sample of a volume store: a `Volume`, i.e.
         {field: read-only float32 array} (no copy) with the volume's geometry
         (``.spacing``, ``.origin``, ``.direction``, ``.affine``; None when it has none).
 
@@ -432,7 +431,7 @@ class Store:
         return _array(r.slice_stack(self._index(r, key), field, k, context))
 
     def slice_index(self, ids: Optional[Iterable[Key]] = None) -> Any:
-        """A :class:`patchstore.SliceIndex` over the slices of every volume (or of `ids`, in that order)."""
+        """A `patchstore.SliceIndex` over the slices of every volume (or of `ids`, in that order)."""
         if isinstance(ids, (str, bytes)):
             raise TypeError(f"slice_index: ids must be a list of volume ids, not the single string {ids!r} "
                             f"(did you mean [{ids!r}]?)")
@@ -440,7 +439,7 @@ class Store:
 
     @property
     def slices(self) -> Any:
-        """The :class:`patchstore.SliceIndex` of all volumes (built once per process, then cached)."""
+        """The `patchstore.SliceIndex` of all volumes (built once per process, then cached)."""
         if self._slices is None:
             self._slices = self.slice_index()
         return self._slices
@@ -555,7 +554,7 @@ def reader_of(store: "Store") -> "_C.Reader":
     """The package's internal handle on a Store: its C++ reader (``_patchstore.Reader``) in this process.
 
     For the package's own modules, which hand it to the compiled samplers and
-    kernels (user code reads through :class:`Store`). Opened on first use in
+    kernels (user code reads through `Store`). Opened on first use in
     each process: after fork or unpickling the Store reopens, never touching
     the parent's LMDB handles. ValueError for a closed store.
     """

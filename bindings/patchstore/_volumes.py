@@ -1,6 +1,6 @@
 """Slices of volume stores: SliceIndex, SliceRef, SliceTransform, and the counter-based draws of SliceDataset.
 
-A volume store (written by :func:`patchstore.ingest_hdf5` or ``patchstore
+A volume store (written by `patchstore.ingest_hdf5` or ``patchstore
 ingest hdf5``) holds one float32 (S, H, W) record per (volume, field). Here
 its slices become a flat list of 2D samples (reader/volume.h):
 
@@ -8,9 +8,9 @@ its slices become a flat list of 2D samples (reader/volume.h):
     len(index)                          # slices over all volumes
     index[i]                            # SliceRef(id='patient001', slice=17), O(1)
 
-:class:`SliceTransform` describes the crop, flips and quarter turn that
-:class:`patchstore.torch.SliceDataset` applies inside its one copy, and
-applies the same thing to NumPy arrays (:meth:`SliceTransform.apply`).
+`SliceTransform` describes the crop, flips and quarter turn that
+`patchstore.torch.SliceDataset` applies inside its one copy, and
+applies the same thing to NumPy arrays (`SliceTransform.apply`).
 """
 
 from __future__ import annotations
@@ -119,13 +119,13 @@ class SliceIndex(Sequence[SliceRef]):
     """Every (volume, slice) pair of a volume store as one flat sequence (patchstore::SliceIndex).
 
     ``len(index)``: the number of slices over all indexed volumes (a Dataset's
-    len); ``index[i]``: :class:`SliceRef` ``(id, slice)``, O(1) (a table of
+    len); ``index[i]``: `SliceRef` ``(id, slice)``, O(1) (a table of
     one volume number per slice plus a prefix sum per volume, built in C++).
     Volumes come in sample order (or the order of ``ids`` given to
-    :meth:`Store.slice_index`), slices in order.
+    `Store.slice_index`), slices in order.
 
     ``volumes``: the indexed volume ids; ``first(v)``: the flat index of
-    slice 0 of volume v; ``depth(v)``, ``shape(v)``; :meth:`locate` gives
+    slice 0 of volume v; ``depth(v)``, ``shape(v)``; `locate` gives
     (sample index, slice) arrays for many indices at once.
 
     Every field of an indexed volume holds an (S, H, W) record of the same
@@ -272,7 +272,7 @@ register_layer("slice_index", SliceIndex)  # Store.slice_index / Store.slices
 
 class Volume(Dict[str, np.ndarray]):
     """One volume of a volume store: ``{field: read-only float32 (S, H, W) array}`` (no copy) and,
-    for volumes ingested with their geometry (:func:`patchstore.ingest_volumes`: NIfTI, MetaImage,
+    for volumes ingested with their geometry (`patchstore.ingest_volumes`: NIfTI, MetaImage,
     NRRD, DICOM), where its voxels lie in the patient.
 
     The geometry describes the stored array read as an image whose index axes

@@ -1,7 +1,7 @@
 # MR->CT synthesis on 2D slices of 3D volumes: one HDF5 file with groups MR, CT and
 # MASK, one (H, W, slices) dataset per patient. Batches are gathered in the training
 # process (one C++ copy per field and batch), with no DataLoader workers.
-# Run from the folder that holds synthrad.h5.
+# Run from the folder that holds synthrad.h5 (`python tools/make_volumes.py synthrad.h5` writes a small one).
 import patchstore
 from patchstore.torch import SliceDataset, slice_collate
 from torch.utils.data import DataLoader

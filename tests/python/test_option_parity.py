@@ -379,6 +379,24 @@ def test_montage_takes_every_option_and_the_config(frameset):
     assert (wa == served).all()
 
 
+def test_sampler_config_is_checked_when_made(frameset):
+    # The C++ check (SamplerOptions::Validate) runs in the constructor: a bad value fails where it is
+    # written, in the words every loader and the CLI use, not when a loader later takes the config.
+    with pytest.raises(ValueError, match=r"^patchstore.SamplerConfig: patch_size \(--patch\) must be P or \(h, w\)"):
+        patchstore.SamplerConfig(patch_size=-3)
+    with pytest.raises(ValueError, match=r"^patchstore.SamplerConfig: positive_fraction needs require=<mask field>"):
+        patchstore.SamplerConfig(positive_fraction=0.5)
+    with pytest.raises(ValueError, match=r"^patchstore.SamplerConfig: rot90 \(--rot90\) needs a square window"):
+        patchstore.SamplerConfig(patch_size=(32, 64), rot90=True)
+    ok = patchstore.SamplerConfig(patch_size=(32, 64), require="mask", positive_fraction=0.5, ids=["a", 1])
+    assert dataclasses.replace(ok, flip=True).flip
+    with pytest.raises(ValueError, match=r"^patchstore.SamplerConfig: patch_size"):
+        dataclasses.replace(ok, patch_size=0)
+    # A loader's keywords still name the loader.
+    with pytest.raises(ValueError, match=r"^patchstore.PatchSampler: patch_size \(--patch\) must be P"):
+        patchstore.PatchSampler(frameset.store, ["rgb"], patch_size=-3)
+
+
 def test_keywords_are_sugar_for_the_config_and_conflicts_name_the_keyword(frameset):
     cfg = patchstore.SamplerConfig(patch_size=8, seed=3)
     a = patchstore.PatchSampler(frameset.store, ["rgb"], config=cfg)

@@ -140,6 +140,44 @@ def test_resume_with_torchdata_stateful_dataloader(kind, frameset, volume_store,
     run_matrix(cfgs, tmp_path)
 
 
+def test_training_guide_dataset_recipe(volume_store, tmp_path):
+    """The dataset resume recipe of docs/guide/training.md, loop for loop: a state saved after every
+    step, runs stopped after 4 and 5 more batches (one stop at an epoch's end), resumed from ckpt.pt;
+    the (epoch, step) numbers and batches equal those of an uninterrupted run of 3 epochs."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    from patchstore.torch import slice_collate
+
+    ckpt_path = tmp_path / "ckpt.pt"
+
+    def run(stop_after):
+        seen = []
+        ds = SliceDataset(volume_store, fields=("MR", "CT"), crop=8, flip=True, rot90=True)
+        loader = DataLoader(ds, batch_sampler=ds.batch_sampler(4, shuffle=True), collate_fn=slice_collate)
+        start_epoch, start_batch = 0, 0
+        if ckpt_path.exists():
+            ckpt = torch.load(ckpt_path)
+            ds.load_state_dict(ckpt["data"])
+            start_epoch, start_batch = ckpt["data"]["epoch"], ckpt["data"]["batch"]
+        for epoch in range(start_epoch, 3):
+            ds.set_epoch(epoch)
+            first = start_batch if epoch == start_epoch else 0
+            for step, (A, B) in enumerate(loader, start=first):
+                seen.append(((epoch, step), [A.numpy().copy(), B.numpy().copy()]))
+                torch.save({"data": ds.state_dict(batch=step + 1)}, ckpt_path)
+                if len(seen) == stop_after:
+                    return seen
+        return seen
+
+    full = run(None)
+    ckpt_path.unlink()
+    parts = run(4) + run(5) + run(None)  # 9 slices in batches of 4: 3 batches per epoch
+    assert [k for k, _ in full] == [(e, s) for e in range(3) for s in range(3)]
+    assert [k for k, _ in parts] == [k for k, _ in full]
+    assert_same_run([b for _, b in full], [b for _, b in parts], "training.md recipe")
+
+
 def test_batch_loader_state_follows_the_iteration(frameset):
     loader = BatchLoader(frameset.store, ["rgb"], patch_size=16, batch_size=4, seed=1)
     nb = len(loader)

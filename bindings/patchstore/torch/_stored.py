@@ -2,10 +2,10 @@
 
 A gather can write each field in its stored dtype (``output="stored"``: uint8/uint16/int16 source values of a
 compact store, float16, float32) instead of float32: 2.5-3.3x fewer bytes through DataLoader workers and over
-PCIe. :class:`FloatConverter` turns such tensors into the float32 values a float32 read returns, bit for bit,
+PCIe. `FloatConverter` turns such tensors into the float32 values a float32 read returns, bit for bit,
 wherever they are (CPU or CUDA): integer fields through the field's table of normalised values (256 or 65,536
 float32 values computed once by the C++ reader, ``Reader.value_table``), so no arithmetic is redone on the device;
-float16 by the exact IEEE widening; float32 as is. BatchLoader(device=...), :func:`to_float` and the datasets'
+float16 by the exact IEEE widening; float32 as is. BatchLoader(device=...), `to_float` and the datasets'
 ``output="stored"`` all use it.
 """
 
@@ -64,7 +64,7 @@ def check_device(device: Any, who: str) -> Optional[torch.device]:
 class FloatConverter:
     """Converts stored-dtype tensors of a store's fields to the float32 values a float32 read gives, bit for bit.
 
-    source: a :class:`patchstore.Store` (or its path), or a loader/dataset of patchstore.torch (its store and
+    source: a `patchstore.Store` (or its path), or a loader/dataset of patchstore.torch (its store and
     fields; a SliceDataset's ``clamp`` is applied after the conversion, as its float32 items have it).
     fields: the field order of tuple batches (default: the source's fields). device: where the float32 tensors
     are made (default: where each input tensor is); inputs elsewhere are copied there first
@@ -170,16 +170,19 @@ def to_float(batch: Any, source: Any, device: Any = None, non_blocking: bool = F
     """A batch of stored-dtype tensors (``output="stored"``) as the float32 batch the same loader gives without it.
 
     Bit for bit equal to the float32 output, on CPU or GPU: for the DataLoader path, let the workers ship the
-    stored bytes (2.5-3.3x fewer than float32) and convert after the transfer::
+    stored bytes (2.5-3.3x fewer than float32) and convert after the transfer:
 
-        train = PatchDataset("frames.ps", ["rgb", "mask", "depth"], patch_size=256, output="stored")
-        loader = DataLoader(train, batch_size=16, num_workers=2, pin_memory=True, collate_fn=collate)
-        for batch in loader:
-            batch = to_float(batch, train, device="cuda", non_blocking=True)
+    ```python
+    train = PatchDataset("frames.ps", ["rgb", "mask", "depth"], patch_size=256, output="stored")
+    loader = DataLoader(train, batch_sampler=train.batch_sampler(16, shuffle=True), num_workers=2,
+                        pin_memory=True, collate_fn=collate)
+    for batch in loader:
+        batch = to_float(batch, train, device="cuda", non_blocking=True)
+    ```
 
     source: the dataset or loader that made the batch (its store, fields and clamp), a Store, or a store path.
     device: where the result goes (default: where the batch is). The field tables are copied to a device once
-    per source (see :class:`FloatConverter`).
+    per source (see `FloatConverter`).
     """
     d = check_device(device, "patchstore.torch.to_float")
     try:

@@ -32,14 +32,14 @@ def _dist_active() -> bool:
 class BatchLoader(IterableDataset[Dict[str, torch.Tensor]]):
     """Ready batches of random patches: {field: float32 tensor (B, C, P, P)}, one epoch per iter().
 
-    Built on :class:`patchstore.PatchSampler` (same options, same windows):
+    Built on `patchstore.PatchSampler` (same options, same windows):
     each batch is one C++ gather of B windows for every field, on
     ``num_threads`` threads with the GIL released, straight into a reused
     buffer. No per-sample Python work, no collate, no per-batch allocation.
 
-    path: a store path or a :class:`patchstore.Store`. batch_size: windows
+    path: a store path or a `patchstore.Store`. batch_size: windows
     per batch (B; with patches_per_sample=k, a batch covers B/k sample
-    visits). Sampling options: ``config=`` :class:`patchstore.SamplerConfig`
+    visits). Sampling options: ``config=`` `patchstore.SamplerConfig`
     and/or its fields as keywords, defaults from it (the older positional
     order still works). patch_size: P or (h, w); require, min_valid,
     positive_fraction, policy, flip, rot90, ids (a subset of sample ids or
@@ -87,7 +87,7 @@ class BatchLoader(IterableDataset[Dict[str, torch.Tensor]]):
     Stored bytes to the device: ``output="stored"`` yields each field in
     its stored dtype (uint8/uint16/int16 source values of a compact store,
     float16, float32: ``store.fields[f].dtype``), 2.5-3.3x fewer bytes than
-    float32; :func:`patchstore.torch.to_float` turns them into the float32
+    float32; `patchstore.torch.to_float` turns them into the float32
     batch bit for bit. ``device="cuda"`` (or ``"cuda:N"``) gathers the
     stored bytes into the pinned ring, copies them to the device on a side
     stream and converts them there (output="float32", the default) or not

@@ -34,7 +34,7 @@ class PatchDataset(ResumableDataset, Dataset[Dict[str, torch.Tensor]]):
 
     path: a store path (or a Store). fields: the fields to return, e.g.
     ["rgb", "mask", "depth"]. Sampling options: ``config=``
-    :class:`patchstore.SamplerConfig` and/or its fields as keywords, defaults
+    `patchstore.SamplerConfig` and/or its fields as keywords, defaults
     from it (``patches_per_sample, require, seed`` still work by position
     after patch_size). patch_size: P, or (h, w).
     require: None, or the name of a 1-channel mask field (usually "mask"):
@@ -42,12 +42,12 @@ class PatchDataset(ResumableDataset, Dataset[Dict[str, torch.Tensor]]):
     that field (or, for 0 < min_valid < 1, that fraction of the patch).
     positive_fraction, policy, flip, rot90 (square patches), ids (a subset:
     sample ids or store indices, e.g. a train/val split): as
-    :class:`patchstore.PatchSampler` and BatchLoader, the same meaning.
+    `patchstore.PatchSampler` and BatchLoader, the same meaning.
 
     Items: item i is the i-th eligible sample (in store order; of the
     subset with ``ids``). Samples without any qualifying window (an empty
     mask, or smaller than the patch) are skipped: they have no item, are
-    counted (:attr:`skipped`, :attr:`skipped_ids`) and reported in one
+    counted (`skipped`, `skipped_ids`) and reported in one
     RuntimeWarning when the dataset is built; never replaced by another
     sample. So with no sample skipped, item i is sample i. ValueError if no
     sample has a valid position.
@@ -68,12 +68,12 @@ class PatchDataset(ResumableDataset, Dataset[Dict[str, torch.Tensor]]):
     patches of every field into one tensor per field (in shared memory
     inside a worker); the items are consecutive slices of it, so `collate`
     (below) returns that tensor without copying as (B*k, C, P, P).
-    For the fastest loop, see :class:`BatchLoader`.
+    For the fastest loop, see `BatchLoader`.
 
     output: "float32" (the default) or "stored": items hold each field in
     its stored dtype (uint8 source values of a compact store, float16, ...),
     2.5-3.3x fewer bytes through the workers' shared memory and pin_memory;
-    :func:`patchstore.torch.to_float` (``to_float(batch, dataset,
+    `patchstore.torch.to_float` (``to_float(batch, dataset,
     device="cuda")``) gives the float32 batch, bit for bit. A ``transform``
     then sees the stored tensors.
     """

@@ -50,13 +50,13 @@ class SliceDataset(ResumableDataset, Dataset[Tuple[torch.Tensor, ...]]):
 
     The replacement of a Dataset that reads ``h5["MR"][patient][..., k]``
     with h5py in every worker: the volumes are ingested once
-    (:func:`patchstore.ingest_hdf5`) as float32 (S, H, W) records, so slice
+    (`patchstore.ingest_hdf5`) as float32 (S, H, W) records, so slice
     k of every field is a contiguous block of the store's memory map.
 
     ``len(dataset)``: the number of slices over all volumes (or over `ids`,
     a train/validation split, in that order). Item i is the TUPLE of
     `fields` for flat slice i (``dataset.ref(i)`` says which volume and
-    slice, see :class:`patchstore.SliceIndex`), each a float32 tensor
+    slice, see `patchstore.SliceIndex`), each a float32 tensor
     (2*c+1, H, W): slices k-c .. k+c, the end slice repeated where the
     stack crosses an end of the volume. ``context=c`` gives every field c
     slices on each side; ``context={"MR": 1, "CT": 0}`` gives each field
@@ -114,7 +114,7 @@ class SliceDataset(ResumableDataset, Dataset[Tuple[torch.Tensor, ...]]):
     (patchstore::CopySliceStacks with a patchstore::SliceTransform): one
     copy per field, no intermediate array. Clamping runs in place on the
     copied batch. ``dataset.transform(i)`` gives item i's
-    :class:`patchstore.SliceTransform`, whose ``apply`` does the same with
+    `patchstore.SliceTransform`, whose ``apply`` does the same with
     NumPy on ``store.slice(...)``.
 
     Reproducibility: the transform (and, with require, the slice) of item i
@@ -129,15 +129,18 @@ class SliceDataset(ResumableDataset, Dataset[Tuple[torch.Tensor, ...]]):
     copies all B stacks of each field with one C++ call (GIL released,
     ``num_threads`` threads) into one (B, 2c+1, h, w) tensor per field, in
     shared memory inside a worker; items are views of it, and
-    :func:`slice_collate` (or :func:`collate`) passes those tensors through
-    as the batch without another copy::
+    `slice_collate` (or `collate`) passes those tensors through
+    as the batch without another copy:
 
-        ds = SliceDataset("synthrad.ps", ("MR", "CT", "MASK"), crop=256, flip=True, rot90=True)
-        loader = DataLoader(ds, batch_size=32, shuffle=True, num_workers=4, collate_fn=slice_collate)
-        for epoch in range(epochs):
-            ds.set_epoch(epoch)
-            for A, B, M in loader:        # (32, 1, 256, 256) each
-                ...
+    ```python
+    ds = SliceDataset("synthrad.ps", ("MR", "CT", "MASK"), crop=256, flip=True, rot90=True)
+    # num_workers=0, the fastest: each batch is one __getitems__ call in this process, into reused buffers.
+    loader = DataLoader(ds, batch_sampler=ds.batch_sampler(32, shuffle=True), collate_fn=slice_collate)
+    for epoch in range(epochs):
+        ds.set_epoch(epoch)
+        for A, B, M in loader:        # (32, 1, 256, 256) each
+            ...
+    ```
 
     In the training process (no workers), the batch tensors come from a
     small pool of buffers that are reused once nothing refers to a previous
@@ -148,7 +151,7 @@ class SliceDataset(ResumableDataset, Dataset[Tuple[torch.Tensor, ...]]):
 
     output: "float32" (the default) or "stored": items hold each field in
     its stored dtype (int16/uint16 source values of a compact store,
-    float16, float32), unclamped; :func:`patchstore.torch.to_float`
+    float16, float32), unclamped; `patchstore.torch.to_float`
     (``to_float(batch, dataset, device=...)``) gives the float32 items bit
     for bit, with this dataset's clamp applied.
 
@@ -166,7 +169,7 @@ class SliceDataset(ResumableDataset, Dataset[Tuple[torch.Tensor, ...]]):
     counted (``skipped``, ``skipped_ids``), warned about once here, never
     replaced by a neighbour; ValueError when none is left. Volumes whose
     slices differ in size need ``crop`` to be batched (warned here;
-    :func:`slice_collate` says so when a batch mixes them).
+    `slice_collate` says so when a batch mixes them).
 
     Processes: pickles as the store path, the options and (with require)
     one byte per slice saying which qualify (fork, spawn and forkserver
@@ -368,7 +371,7 @@ class SliceDataset(ResumableDataset, Dataset[Tuple[torch.Tensor, ...]]):
 
     def ref(self, i: int) -> SliceRef:
         """(volume id, slice) that item i stands for: the slice it serves, except that with positive_fraction
-        a draw of the other kind serves another slice of the same volume (see :meth:`served`)."""
+        a draw of the other kind serves another slice of the same volume (see `served`)."""
         idx = self._normalise([i])
         sample, k = (int(v) for v in self._item_rows(idx)[0, :2])
         return SliceRef(self.store.ids[sample], k)

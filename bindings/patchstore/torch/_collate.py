@@ -31,7 +31,7 @@ def _consecutive(ts: List[Any]) -> Optional[torch.Tensor]:
 def collate(batch: List[Any]) -> Any:
     """Collates PatchDataset items, flattening the k patches of each item into the batch.
 
-    (Tuple items, as SliceDataset's, are collated by :func:`slice_collate`.)
+    (Tuple items, as SliceDataset's, are collated by `slice_collate`.)
 
     Items {field: (k, C, P, P)} become {field: (B*k, C, P, P)} (a
     torch.cat collate); items {field: (C, P, P)} (k == 1) become (B, C, P, P).
