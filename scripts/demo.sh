@@ -6,7 +6,10 @@
 # Usage: bash scripts/demo.sh [OUTDIR]   (default: demo-out)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/bootstrap.sh
+# The program and the Python module only: the test suites and benchmarks are
+# scripts/test.sh's (it builds them in the same build folder).
+PATCHSTORE_CMAKE_ARGS="-DPATCHSTORE_BUILD_GTESTS=OFF -DPATCHSTORE_BUILD_BENCH=OFF ${PATCHSTORE_CMAKE_ARGS:-}" \
+  bash scripts/bootstrap.sh
 OUT=${1:-demo-out}
 PS=build/patchstore
 PY=.venv/bin/python

@@ -132,7 +132,9 @@ TEST(ExrDecode, LuminanceChromaIsReadThroughTheRgbaInterface) {
       ASSERT_EQ(p[0], static_cast<float>(want[i].r)) << i;
       ASSERT_EQ(p[1], static_cast<float>(want[i].g)) << i;
       ASSERT_EQ(p[2], static_cast<float>(want[i].b)) << i;
-      if (alpha) ASSERT_EQ(p[3], static_cast<float>(want[i].a)) << i;
+      if (alpha) {
+        ASSERT_EQ(p[3], static_cast<float>(want[i].a)) << i;
+      }
       differs_from_written = differs_from_written || want[i].r != written[i].r;
     }
     // The chroma really was subsampled (the reconstruction is not the input).

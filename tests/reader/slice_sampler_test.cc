@@ -291,10 +291,16 @@ TEST(SliceSampler, PositiveFractionServesEachKindWithItsProbability) {
         ASSERT_EQ(c >= T, it.positive) << "item " << i << " epoch " << epoch;
         // Volume 3 has no qualifying window: its items are negative whatever is drawn.
         const auto own = Windows(all[i].sample, all[i].slice, 5, 6, T);
-        if (all[i].sample == 3) ASSERT_FALSE(it.positive);
-        if (p == 1.0 && all[i].sample != 3) ASSERT_TRUE(it.positive);
+        if (all[i].sample == 3) {
+          ASSERT_FALSE(it.positive);
+        }
+        if (p == 1.0 && all[i].sample != 3) {
+          ASSERT_TRUE(it.positive);
+        }
         // Item i's own slice is served when it has a window of the kind served.
-        if (!(it.positive ? own.first : own.second).empty()) ASSERT_EQ(it.ref.slice, all[i].slice);
+        if (!(it.positive ? own.first : own.second).empty()) {
+          ASSERT_EQ(it.ref.slice, all[i].slice);
+        }
         positive += it.positive;
         ++total;
         ++served[{it.ref.sample, it.ref.slice}];
