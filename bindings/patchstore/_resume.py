@@ -154,6 +154,18 @@ def check_state(state: Any, what: str, legacy: Dict[str, Any], options: Optional
         raise ValueError(f"{what}.load_state_dict: state version {state['version']} is not supported "
                          f"(this patchstore reads versions {_LEGACY_VERSION} and {STATE_VERSION})")
     hint = "; build it with the options of the run being resumed"
+    if version == _LEGACY_VERSION:
+        newer = sorted({"options", "store", "batch_sampler"} & set(state))
+        if newer:  # a current state whose version was changed: its options would go unchecked
+            raise ValueError(f"{what}.load_state_dict: the state says version {_LEGACY_VERSION} but holds "
+                             f"{', '.join(repr(k) for k in newer)}, which only version-{STATE_VERSION} states hold "
+                             f"(states this patchstore saves are version {STATE_VERSION}); load the state as "
+                             f"state_dict() saved it")
+        missing = sorted(k for k in legacy if k not in state and k not in _STATE_DEFAULTS)
+        if missing:
+            raise ValueError(f"{what}.load_state_dict: this version-{_LEGACY_VERSION} state has no "
+                             f"{', '.join(repr(k) for k in missing)} (keys: {sorted(state)}); a version-"
+                             f"{_LEGACY_VERSION} state of a {what} holds {sorted(legacy)}")
     if version == STATE_VERSION:
         saved = state.get("options")
         if not isinstance(saved, dict):

@@ -210,6 +210,26 @@ def test_states_saved_before_options_were_recorded_still_load(frames, volumes):
         ds.load_state_dict({"type": "SliceDataset", "version": 2, "seed": 3, "length": 5, "epoch": 0, "batch": 2})
 
 
+def test_a_current_state_with_another_version_is_refused_naming_the_version(frames, volumes):
+    # Only `version` changed (3 -> 2) was refused as "saved with seed=None, this BatchLoader has seed=3" though
+    # the state holds seed=3 (in its options): a version-2 state has its keys at the top level.
+    loaders = [BatchLoader(frames, **BATCH_BASE), PatchDataset(frames, **PATCH_BASE),
+               SliceDataset(volumes, **SLICE_BASE)]
+    for loader in loaders:
+        what = type(loader).__name__
+        state = loader.state_dict()
+        with pytest.raises(ValueError, match=rf"^{what}.load_state_dict: the state says version 2 but holds "
+                                             rf"'options', 'store', which only version-3 states hold"):
+            loader.load_state_dict(dict(state, version=2))
+        with pytest.raises(ValueError, match=rf"{what}.load_state_dict: state version 4 is not supported"):
+            loader.load_state_dict(dict(state, version=4))
+    # A version-2 state without one of its keys names the key, not "saved with seed=None".
+    old = {"type": "BatchLoader", "version": 2, "world_size": 1, "batch_size": 2, "batches": len(loaders[0]),
+           "epoch": 0, "batch": 1}
+    with pytest.raises(ValueError, match=r"^BatchLoader.load_state_dict: this version-2 state has no 'seed' "):
+        loaders[0].load_state_dict(old)
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("kind", ["patch", "slice"])
 def test_mid_epoch_resume_through_another_sampler_is_refused(frames, volumes, kind, workers):
