@@ -192,6 +192,32 @@ def check_state(state: Any, what: str, legacy: Dict[str, Any], options: Optional
             _position(batch, "batch", f"{what}.load_state_dict: "))
 
 
+def epoch_batches(length: int, batch_size: int, world_size: int, drop_last: bool) -> int:
+    """Batches per epoch on one rank of an EpochBatchSampler: `length` items split over `world_size` ranks
+    (padded by wrapping around, or cut with drop_last), cut into batches of `batch_size`."""
+    mine = length // world_size if drop_last else -(-length // world_size)
+    return mine // batch_size if drop_last else -(-mine // batch_size)
+
+
+def past_the_end(where: str, what: str, batch: int, batches: int, epoch: int) -> ValueError:
+    """The refusal of a state whose batch lies past the end of its epoch (batch == batches is its end)."""
+    return ValueError(f"{where}: batch={batch} is past the end of epoch {epoch}: an epoch of {what} has {batches} "
+                      f"batches (batch {batches} is the end of the epoch)")
+
+
+def _sampler_batches(sampler: Dict[str, Any], length: int) -> Optional[int]:
+    """Batches per epoch of the batch sampler a dataset state records, or None when the state does not say
+    (a version-2 state, or values that are not counts: the batch sampler's own check names them)."""
+    try:
+        b, w, d = sampler["batch_size"], sampler["world_size"], sampler["drop_last"]
+    except KeyError:
+        return None
+    if not (all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (b, w))
+            and isinstance(d, bool)):
+        return None
+    return epoch_batches(length, b, w, d)
+
+
 def distributed_defaults(rank: Optional[int], world_size: Optional[int]) -> Tuple[int, int]:
     """rank/world_size as given, else torch.distributed's when it is initialised, else (0, 1)."""
     import torch.distributed as dist
@@ -300,7 +326,8 @@ class ResumableDataset:
         (if it is that epoch) start after the consumed batches.
 
         ValueError if the state was saved with other options (naming the
-        first that differs and both values) or from another store; the batch
+        first that differs and both values), from another store, or at a batch
+        past the end of the epoch of the batch sampler it records; the batch
         sampler's options are checked when it starts that epoch. A state saved
         before options were recorded (version 2) loads, checked against seed,
         length and order only. After loading a mid-epoch state (batch > 0),
@@ -310,7 +337,6 @@ class ResumableDataset:
         """
         legacy, options, store = self._state_checks()
         epoch, batch = check_state(state, self._state_type, legacy, options, store, str(self.store.path))
-        self.set_epoch(epoch)
         if state.get("version") == STATE_VERSION:
             bs = state.get("batch_sampler")
             sampler = dict(bs) if isinstance(bs, dict) else None
@@ -320,6 +346,10 @@ class ResumableDataset:
         if batch and sampler is None:
             raise ValueError(f"{self._state_type}.load_state_dict: the state is at batch {batch} of epoch {epoch} "
                              f"but records no batch sampler, so the batches it counted cannot be found again")
+        batches = None if sampler is None else _sampler_batches(sampler, len(self))
+        if batches is not None and batch > batches:  # (a version-2 state: checked when the epoch resumes)
+            raise past_the_end(f"{self._state_type}.load_state_dict", "its batch sampler", batch, batches, epoch)
+        self.set_epoch(epoch)
         self._batch_options = sampler
         self._resume_at = (epoch, batch, sampler or {}) if batch else None
         if batch and self._resume_pending is None:
@@ -415,8 +445,7 @@ class EpochBatchSampler:
         return n // w if self.drop_last else -(-n // w)
 
     def __len__(self) -> int:
-        m = self._mine()
-        return m // self.batch_size if self.drop_last else -(-m // self.batch_size)
+        return epoch_batches(len(self.dataset), self.batch_size, self.world_size, self.drop_last)
 
     def order(self, epoch: int) -> np.ndarray:
         """The indices this rank reads in `epoch`, in order (before cutting into batches)."""
@@ -469,6 +498,9 @@ class EpochBatchSampler:
                                          f"{key}={saved!r}, this batch sampler has {key}={mine.get(key)!r}: its "
                                          f"batches would not continue that epoch")
                 start = at[1]
+                if start > len(self):
+                    raise past_the_end(f"{type(ds).__name__}.batch_sampler: the loaded state", "this batch sampler",
+                                       start, len(self), epoch)
         yield from self.batches(epoch, start)
 
     def __repr__(self) -> str:

@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import IterableDataset
 
 from .._config import UNSET, SamplerConfig, positional_options
-from .._resume import STATE_VERSION, recorded_options, store_identity
+from .._resume import STATE_VERSION, past_the_end, recorded_options, store_identity
 from .._sampler import PatchSampler
 from .._sampler_options import _position
 from .._store import Store
@@ -338,7 +338,8 @@ class BatchLoader(IterableDataset[Dict[str, torch.Tensor]]):
 
         ValueError if the state was saved with other options (naming the first that differs and both
         values: "the state was saved with patch_size=256, this BatchLoader has patch_size=128"), from
-        another store, or with another number of batches per epoch. A state saved before options were
+        another store, with another number of batches per epoch, or at a batch past the end of its epoch
+        (batch == batches, the end of the epoch, loads). A state saved before options were
         recorded (version 2) loads, checked against seed, world_size, batch_size, batches, order and
         cache_budget only (without order: order='random'). Calling ``set_epoch`` with the saved epoch
         afterwards keeps the position; another epoch drops it.
@@ -354,11 +355,17 @@ class BatchLoader(IterableDataset[Dict[str, torch.Tensor]]):
                 where = "the training process" if info is None else f"worker {info.id} of {info.num_workers}"
                 raise ValueError(f"BatchLoader.load_state_dict: this state was saved in DataLoader worker {w} of "
                                  f"{n} (by torchdata's StatefulDataLoader); it cannot be loaded in {where}")
+            # Worker w of n reads batches w, w + n, ...: its next one after the epoch is at most len + n - 1.
+            if batch > len(self) + info.num_workers - 1:
+                raise past_the_end("BatchLoader.load_state_dict", f"this BatchLoader (worker {w} of {n})", batch,
+                                   len(self), epoch)
             slot = self._slot()
             a = self._epochs._shared
             a[slot] = epoch - int(a[0])  # this worker's next iter() yields `epoch`, later ones the following
             self._resume = (epoch, batch, True)
             return
+        if batch > len(self):
+            raise past_the_end("BatchLoader.load_state_dict", "this BatchLoader", batch, len(self), epoch)
         self._epochs.set(epoch)
         self._resume = (epoch, batch, False) if batch else None
 
