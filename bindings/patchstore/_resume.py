@@ -275,8 +275,9 @@ class ResumableDataset:
     _resume_at: Optional[Tuple[int, int, Dict[str, Any]]] = None
     # The options of the last batch_sampler() made (or of a loaded state): what state_dict() records.
     _batch_options: Optional[Dict[str, Any]] = None
-    # Shared with DataLoader workers (fork and spawn): epoch + 1 of a mid-epoch position restored by
-    # load_state_dict that no batch sampler of this dataset has taken yet; 0 when none.
+    # Shared with DataLoader workers (fork and spawn): -1 - epoch of a mid-epoch position restored by
+    # load_state_dict that no batch sampler of this dataset has taken yet; 0 when none. (-1 - epoch fits the
+    # int64 for every epoch; epoch + 1 wrapped at epoch 2**63 - 1, which turned the check off.)
     _resume_pending: Any = None
 
     def _locality_items(self) -> Tuple[np.ndarray, np.ndarray]:
@@ -357,7 +358,7 @@ class ResumableDataset:
 
             self._resume_pending = _SharedEpoch(0)
         if self._resume_pending is not None:
-            self._resume_pending.value = epoch + 1 if batch else 0
+            self._resume_pending.value = -1 - epoch if batch else 0
 
     def _check_resume(self) -> None:
         """RuntimeError when items of an epoch restored mid-epoch are read before this dataset's batch
@@ -367,9 +368,9 @@ class ResumableDataset:
         if p is None:
             return
         v = p.value
-        if v and v - 1 == self.epoch:
+        if v and -1 - v == self.epoch:
             at = self._resume_at
-            where = f"batch {at[1]} of epoch {v - 1}" if at is not None else f"the middle of epoch {v - 1}"
+            where = f"batch {at[1]} of epoch {-1 - v}" if at is not None else f"the middle of epoch {-1 - v}"
             raise RuntimeError(
                 f"{self._state_type}: a state saved at {where} was loaded, but items are being read by a loader "
                 f"that does not use this dataset's batch_sampler() (e.g. DataLoader(ds, shuffle=True), or a "
