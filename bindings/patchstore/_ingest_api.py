@@ -139,6 +139,8 @@ def _shard_arg(shard: Optional[Tuple[int, int]]) -> Tuple[int, int]:
         return (0, 0)
     try:
         i, n = shard
+        if isinstance(i, bool) or isinstance(n, bool):  # operator.index takes True as 1
+            raise TypeError
         i, n = operator.index(i), operator.index(n)
     except (TypeError, ValueError):
         raise TypeError(f"shard must be a pair of ints (i, n), not {shard!r}") from None

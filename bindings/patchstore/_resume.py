@@ -154,6 +154,18 @@ def check_state(state: Any, what: str, legacy: Dict[str, Any], options: Optional
         raise ValueError(f"{what}.load_state_dict: state version {state['version']} is not supported "
                          f"(this patchstore reads versions {_LEGACY_VERSION} and {STATE_VERSION})")
     hint = "; build it with the options of the run being resumed"
+    if version == _LEGACY_VERSION:
+        newer = sorted({"options", "store", "batch_sampler"} & set(state))
+        if newer:  # a current state whose version was changed: its options would go unchecked
+            raise ValueError(f"{what}.load_state_dict: the state says version {_LEGACY_VERSION} but holds "
+                             f"{', '.join(repr(k) for k in newer)}, which only version-{STATE_VERSION} states hold "
+                             f"(states this patchstore saves are version {STATE_VERSION}); load the state as "
+                             f"state_dict() saved it")
+        missing = sorted(k for k in legacy if k not in state and k not in _STATE_DEFAULTS)
+        if missing:
+            raise ValueError(f"{what}.load_state_dict: this version-{_LEGACY_VERSION} state has no "
+                             f"{', '.join(repr(k) for k in missing)} (keys: {sorted(state)}); a version-"
+                             f"{_LEGACY_VERSION} state of a {what} holds {sorted(legacy)}")
     if version == STATE_VERSION:
         saved = state.get("options")
         if not isinstance(saved, dict):
@@ -178,6 +190,32 @@ def check_state(state: Any, what: str, legacy: Dict[str, Any], options: Optional
     epoch, batch = _int(state, "epoch", what), _int(state, "batch", what)
     return (_position(epoch, "epoch", f"{what}.load_state_dict: "),
             _position(batch, "batch", f"{what}.load_state_dict: "))
+
+
+def epoch_batches(length: int, batch_size: int, world_size: int, drop_last: bool) -> int:
+    """Batches per epoch on one rank of an EpochBatchSampler: `length` items split over `world_size` ranks
+    (padded by wrapping around, or cut with drop_last), cut into batches of `batch_size`."""
+    mine = length // world_size if drop_last else -(-length // world_size)
+    return mine // batch_size if drop_last else -(-mine // batch_size)
+
+
+def past_the_end(where: str, what: str, batch: int, batches: int, epoch: int) -> ValueError:
+    """The refusal of a state whose batch lies past the end of its epoch (batch == batches is its end)."""
+    return ValueError(f"{where}: batch={batch} is past the end of epoch {epoch}: an epoch of {what} has {batches} "
+                      f"batches (batch {batches} is the end of the epoch)")
+
+
+def _sampler_batches(sampler: Dict[str, Any], length: int) -> Optional[int]:
+    """Batches per epoch of the batch sampler a dataset state records, or None when the state does not say
+    (a version-2 state, or values that are not counts: the batch sampler's own check names them)."""
+    try:
+        b, w, d = sampler["batch_size"], sampler["world_size"], sampler["drop_last"]
+    except KeyError:
+        return None
+    if not (all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (b, w))
+            and isinstance(d, bool)):
+        return None
+    return epoch_batches(length, b, w, d)
 
 
 def distributed_defaults(rank: Optional[int], world_size: Optional[int]) -> Tuple[int, int]:
@@ -237,8 +275,9 @@ class ResumableDataset:
     _resume_at: Optional[Tuple[int, int, Dict[str, Any]]] = None
     # The options of the last batch_sampler() made (or of a loaded state): what state_dict() records.
     _batch_options: Optional[Dict[str, Any]] = None
-    # Shared with DataLoader workers (fork and spawn): epoch + 1 of a mid-epoch position restored by
-    # load_state_dict that no batch sampler of this dataset has taken yet; 0 when none.
+    # Shared with DataLoader workers (fork and spawn): -1 - epoch of a mid-epoch position restored by
+    # load_state_dict that no batch sampler of this dataset has taken yet; 0 when none. (-1 - epoch fits the
+    # int64 for every epoch; epoch + 1 wrapped at epoch 2**63 - 1, which turned the check off.)
     _resume_pending: Any = None
 
     def _locality_items(self) -> Tuple[np.ndarray, np.ndarray]:
@@ -288,7 +327,8 @@ class ResumableDataset:
         (if it is that epoch) start after the consumed batches.
 
         ValueError if the state was saved with other options (naming the
-        first that differs and both values) or from another store; the batch
+        first that differs and both values), from another store, or at a batch
+        past the end of the epoch of the batch sampler it records; the batch
         sampler's options are checked when it starts that epoch. A state saved
         before options were recorded (version 2) loads, checked against seed,
         length and order only. After loading a mid-epoch state (batch > 0),
@@ -298,7 +338,6 @@ class ResumableDataset:
         """
         legacy, options, store = self._state_checks()
         epoch, batch = check_state(state, self._state_type, legacy, options, store, str(self.store.path))
-        self.set_epoch(epoch)
         if state.get("version") == STATE_VERSION:
             bs = state.get("batch_sampler")
             sampler = dict(bs) if isinstance(bs, dict) else None
@@ -308,6 +347,10 @@ class ResumableDataset:
         if batch and sampler is None:
             raise ValueError(f"{self._state_type}.load_state_dict: the state is at batch {batch} of epoch {epoch} "
                              f"but records no batch sampler, so the batches it counted cannot be found again")
+        batches = None if sampler is None else _sampler_batches(sampler, len(self))
+        if batches is not None and batch > batches:  # (a version-2 state: checked when the epoch resumes)
+            raise past_the_end(f"{self._state_type}.load_state_dict", "its batch sampler", batch, batches, epoch)
+        self.set_epoch(epoch)
         self._batch_options = sampler
         self._resume_at = (epoch, batch, sampler or {}) if batch else None
         if batch and self._resume_pending is None:
@@ -315,7 +358,7 @@ class ResumableDataset:
 
             self._resume_pending = _SharedEpoch(0)
         if self._resume_pending is not None:
-            self._resume_pending.value = epoch + 1 if batch else 0
+            self._resume_pending.value = -1 - epoch if batch else 0
 
     def _check_resume(self) -> None:
         """RuntimeError when items of an epoch restored mid-epoch are read before this dataset's batch
@@ -325,9 +368,9 @@ class ResumableDataset:
         if p is None:
             return
         v = p.value
-        if v and v - 1 == self.epoch:
+        if v and -1 - v == self.epoch:
             at = self._resume_at
-            where = f"batch {at[1]} of epoch {v - 1}" if at is not None else f"the middle of epoch {v - 1}"
+            where = f"batch {at[1]} of epoch {-1 - v}" if at is not None else f"the middle of epoch {-1 - v}"
             raise RuntimeError(
                 f"{self._state_type}: a state saved at {where} was loaded, but items are being read by a loader "
                 f"that does not use this dataset's batch_sampler() (e.g. DataLoader(ds, shuffle=True), or a "
@@ -403,8 +446,7 @@ class EpochBatchSampler:
         return n // w if self.drop_last else -(-n // w)
 
     def __len__(self) -> int:
-        m = self._mine()
-        return m // self.batch_size if self.drop_last else -(-m // self.batch_size)
+        return epoch_batches(len(self.dataset), self.batch_size, self.world_size, self.drop_last)
 
     def order(self, epoch: int) -> np.ndarray:
         """The indices this rank reads in `epoch`, in order (before cutting into batches)."""
@@ -457,6 +499,9 @@ class EpochBatchSampler:
                                          f"{key}={saved!r}, this batch sampler has {key}={mine.get(key)!r}: its "
                                          f"batches would not continue that epoch")
                 start = at[1]
+                if start > len(self):
+                    raise past_the_end(f"{type(ds).__name__}.batch_sampler: the loaded state", "this batch sampler",
+                                       start, len(self), epoch)
         yield from self.batches(epoch, start)
 
     def __repr__(self) -> str:

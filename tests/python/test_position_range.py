@@ -4,6 +4,8 @@ passed on as a negative int64."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import h5py
 import numpy as np
 import pytest
@@ -53,6 +55,70 @@ def test_the_largest_epoch_is_accepted(frameset):
     ds = PatchDataset(frameset.store, ["rgb"], 8)
     ds.set_epoch(2**63 - 1)
     assert ds.epoch == 2**63 - 1
+
+
+LAST = 2**63 - 1
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_iteration_stops_after_the_last_epoch(frameset, workers):
+    # A BatchLoader at set_epoch(2**63 - 1) went on into epochs 2**63, 2**63 + 1, ... and served batches there;
+    # its state_dict() then said epoch=2**63, which its own load_state_dict refused.
+    from torch.utils.data import DataLoader
+    loader = BatchLoader(frameset.store, ["rgb"], 8, batch_size=2)
+    nb = len(loader)
+    loader.set_epoch(LAST)
+    it: Any = loader if workers == 0 else DataLoader(loader, batch_size=None, num_workers=workers,
+                                                         multiprocessing_context="fork")
+    assert sum(1 for _ in it) == nb
+    batches = None
+    with pytest.raises(RuntimeError, match=rf"epoch {LAST} \(2\*\*63 - 1\), the last epoch .* has been served"):
+        batches = iter(it)  # (BatchLoader's iter() raises; a DataLoader's next() does)
+        next(batches)
+    # A DataLoader's iterator, held by the traceback: stop its workers now (collected later, torch waits 10 s).
+    getattr(batches, "_shutdown_workers", lambda: None)()
+    if workers == 0:
+        state = loader.state_dict()  # the end of the last epoch (it has no next one to start)
+        assert (state["epoch"], state["batch"]) == (LAST, nb)
+        again = BatchLoader(frameset.store, ["rgb"], 8, batch_size=2)
+        again.load_state_dict(state)
+        assert list(again) == []
+        with pytest.raises(RuntimeError, match="there is no next epoch"):
+            iter(again)
+        assert loader.state_dict(epoch=LAST, batch=nb)["epoch"] == LAST
+    loader.set_epoch(3)  # set_epoch starts again
+    assert sum(1 for _ in it) == nb
+
+
+def test_patch_sampler_batches_stop_after_the_last_epoch(frameset):
+    # batch() continues into the next epoch: from 2**63 - 1 it served windows of epoch 2**63 (C++ uint64).
+    s = patchstore.PatchSampler(frameset.store, ["rgb"], 8)
+    n = len(s)
+    s.set_epoch(LAST)
+    s.batch(n - 1)
+    with pytest.raises(ValueError, match=rf"batch\(2\) would serve windows after epoch {LAST} \(2\*\*63 - 1\), "
+                                         rf"the last epoch the sampler represents \(it is at window {n - 1} of epoch "
+                                         rf"{LAST}"):
+        s.batch(2)
+    assert (s.epoch, s.cursor) == (LAST, n - 1)  # unchanged
+    s.batch(1)  # the last window of the last epoch
+    with pytest.raises(ValueError, match=rf"batch\(1\) would serve windows after epoch {LAST}"):
+        s.batch(1)
+    s.set_epoch(0)
+    s.batch(n + 1)
+
+
+def test_a_mid_epoch_state_of_the_last_epoch_keeps_the_sampler_check(frameset, volumes):
+    # The pending position was kept as epoch + 1 in an int64: at epoch 2**63 - 1 it wrapped to -2**63 and the
+    # check that refuses items read by another sampler (DataLoader(ds, shuffle=True)) was off.
+    for ds in (PatchDataset(frameset.store, ["rgb"], 8), SliceDataset(volumes, ["MR", "CT"])):
+        bs = ds.batch_sampler(2, shuffle=True)
+        ds.set_epoch(LAST)
+        ds.load_state_dict(ds.state_dict(batch=1))
+        with pytest.raises(RuntimeError, match=f"a state saved at batch 1 of epoch {LAST} was loaded"):
+            ds[0]
+        assert list(bs) == list(bs.batches(LAST))[1:]
+        ds[0]  # the batch sampler took the position
 
 
 @pytest.mark.parametrize("key,bad", [("epoch", 2**64 + 5), ("epoch", 2**63), ("batch", 2**63 + 3), ("batch", -1)])

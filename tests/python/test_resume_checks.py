@@ -210,6 +210,73 @@ def test_states_saved_before_options_were_recorded_still_load(frames, volumes):
         ds.load_state_dict({"type": "SliceDataset", "version": 2, "seed": 3, "length": 5, "epoch": 0, "batch": 2})
 
 
+def test_a_batch_past_the_end_of_the_epoch_is_refused(frames, volumes, monkeypatch):
+    # batch 7 of a 5-batch epoch (or 10**6) was accepted and served an empty epoch; batch == batches is the
+    # end of the epoch (the state a loop saves after its last step) and loads.
+    loader = BatchLoader(frames, **BATCH_BASE)
+    nb = len(loader)
+    full = [arrays(b) for b in loader.batches(0)]
+    state = loader.state_dict()
+    for bad in (nb + 1, nb + 2, 10**6):
+        with pytest.raises(ValueError, match=rf"^BatchLoader.load_state_dict: batch={bad} is past the end of epoch "
+                                             rf"0: an epoch of this BatchLoader has {nb} batches \(batch {nb} is"):
+            loader.load_state_dict(dict(state, batch=bad))
+    assert same([arrays(b) for b in loader], full)  # untouched by the refusals
+    loader.load_state_dict(dict(state, epoch=6, batch=nb))
+    assert list(loader) == [] and loader.epoch == 7
+    # A worker's state (StatefulDataLoader): worker 1 of 3 reads batches 1, 4, 7, ...; its next one after the
+    # epoch is at most nb + 2.
+    import torch.utils.data
+    info = type("Info", (), {"id": 1, "num_workers": 3})()
+    monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: info)
+    worker = dict(state, worker=1, num_workers=3)
+    loader.load_state_dict(dict(worker, batch=nb + 2))
+    with pytest.raises(ValueError, match=rf"batch={nb + 3} is past the end of epoch 0: an epoch of this BatchLoader "
+                                         rf"\(worker 1 of 3\) has {nb} batches"):
+        loader.load_state_dict(dict(worker, batch=nb + 3))
+    monkeypatch.undo()
+    # The datasets: the batch sampler their state records gives the batches per epoch.
+    for ds in (PatchDataset(frames, **PATCH_BASE), SliceDataset(volumes, **SLICE_BASE)):
+        what = type(ds).__name__
+        bs = ds.batch_sampler(2)
+        ds.set_epoch(2)
+        state = ds.state_dict(batch=1)
+        for bad in (len(bs) + 1, 10**6):
+            with pytest.raises(ValueError, match=rf"^{what}.load_state_dict: batch={bad} is past the end of epoch 5: "
+                                                 rf"an epoch of its batch sampler has {len(bs)} batches"):
+                ds.load_state_dict(dict(state, batch=bad, epoch=5))
+            assert ds.epoch == 2, what  # unchanged
+        ds.load_state_dict(dict(state, batch=len(bs)))
+        assert list(ds.batch_sampler(2)) == [], what
+    # A version-2 state records no batch size: its batch sampler refuses when it takes the position.
+    ds = SliceDataset(volumes, **SLICE_BASE)
+    ds.load_state_dict({"type": "SliceDataset", "version": 2, "seed": 3, "length": len(ds), "epoch": 0, "batch": 9})
+    bs = ds.batch_sampler(2)
+    with pytest.raises(ValueError, match=rf"^SliceDataset.batch_sampler: the loaded state: batch=9 is past the end "
+                                         rf"of epoch 0: an epoch of this batch sampler has {len(bs)} batches"):
+        list(bs)
+
+
+def test_a_current_state_with_another_version_is_refused_naming_the_version(frames, volumes):
+    # Only `version` changed (3 -> 2) was refused as "saved with seed=None, this BatchLoader has seed=3" though
+    # the state holds seed=3 (in its options): a version-2 state has its keys at the top level.
+    loaders = [BatchLoader(frames, **BATCH_BASE), PatchDataset(frames, **PATCH_BASE),
+               SliceDataset(volumes, **SLICE_BASE)]
+    for loader in loaders:
+        what = type(loader).__name__
+        state = loader.state_dict()
+        with pytest.raises(ValueError, match=rf"^{what}.load_state_dict: the state says version 2 but holds "
+                                             rf"'options', 'store', which only version-3 states hold"):
+            loader.load_state_dict(dict(state, version=2))
+        with pytest.raises(ValueError, match=rf"{what}.load_state_dict: state version 4 is not supported"):
+            loader.load_state_dict(dict(state, version=4))
+    # A version-2 state without one of its keys names the key, not "saved with seed=None".
+    old = {"type": "BatchLoader", "version": 2, "world_size": 1, "batch_size": 2, "batches": len(loaders[0]),
+           "epoch": 0, "batch": 1}
+    with pytest.raises(ValueError, match=r"^BatchLoader.load_state_dict: this version-2 state has no 'seed' "):
+        loaders[0].load_state_dict(old)
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("kind", ["patch", "slice"])
 def test_mid_epoch_resume_through_another_sampler_is_refused(frames, volumes, kind, workers):

@@ -192,6 +192,10 @@ def test_python_shard_argument(sharded, tmp_path):
         patchstore.ingest_images(str(tmp_path / "x.ps"), root=root, fields=TEMPLATES, shard=(2, 2))
     with pytest.raises(TypeError):
         patchstore.ingest_images(str(tmp_path / "x.ps"), root=root, fields=TEMPLATES, shard=3)
+    for bad in ((True, 2), (0, True), (False, 1)):  # bools were taken as ints (shard 1 of 2)
+        with pytest.raises(TypeError, match=r"shard must be a pair of ints \(i, n\)"):
+            patchstore.ingest_images(str(tmp_path / "x.ps"), root=root, fields=TEMPLATES, shard=bad)
+    assert not (tmp_path / "x.ps").exists()
     parts = []
     for i in range(2):
         out = str(tmp_path / f"p{i}.ps")

@@ -10,9 +10,9 @@ import torch
 from torch.utils.data import IterableDataset
 
 from .._config import UNSET, SamplerConfig, positional_options
-from .._resume import STATE_VERSION, recorded_options, store_identity
+from .._resume import STATE_VERSION, past_the_end, recorded_options, store_identity
 from .._sampler import PatchSampler
-from .._sampler_options import _position
+from .._sampler_options import POSITION_LIMIT, _position
 from .._store import Store
 from ._common import _distributed_defaults, _empty, _EpochCounter, _Ring
 from ._stored import DeviceFeed, FloatConverter, check_device, check_output, stored_dtypes
@@ -195,7 +195,8 @@ class BatchLoader(IterableDataset[Dict[str, torch.Tensor]]):
 
     @property
     def epoch(self) -> int:
-        """The epoch the next iter() in this process yields."""
+        """The epoch the next iter() in this process yields (2**63 once the last epoch, 2**63 - 1, was iterated:
+        there is no next one, and iter() raises)."""
         return self._epochs.peek(self._slot())
 
     def set_epoch(self, epoch: int) -> None:
@@ -209,7 +210,12 @@ class BatchLoader(IterableDataset[Dict[str, torch.Tensor]]):
 
     def __iter__(self) -> Iterator[Dict[str, torch.Tensor]]:
         info = torch.utils.data.get_worker_info()
-        epoch = self._epochs.take(self._slot())
+        slot = self._slot()
+        if self._epochs.peek(slot) >= POSITION_LIMIT:
+            raise RuntimeError(f"BatchLoader: epoch {POSITION_LIMIT - 1} (2**63 - 1), the last epoch the sampler "
+                               f"represents, has been served; there is no next epoch to iterate. Call set_epoch() "
+                               f"to choose the epoch to serve")
+        epoch = self._epochs.take(slot)
         nb = len(self)
         w, n = (0, 1) if info is None else (info.id, info.num_workers)
         first = w
@@ -322,8 +328,11 @@ class BatchLoader(IterableDataset[Dict[str, torch.Tensor]]):
         else:
             e, b = pos[0], pos[1]
             worker = None if info is None else (info.id, info.num_workers)
-        if b >= nb and worker is None:  # that epoch is done: the start of the next one
+        if e >= POSITION_LIMIT:  # the counter ran past the last epoch: the end of that epoch
+            e, b = POSITION_LIMIT - 1, nb if worker is None else nb + b
+        if b >= nb and worker is None and e + 1 < POSITION_LIMIT:  # that epoch is done: the start of the next one
             e, b = e + 1, 0
+        # (The last epoch, 2**63 - 1, has no next one: its end is batch nb.)
         # (A worker's state keeps its epoch: the DataLoader may not have ended that epoch yet.)
         state: Dict[str, Any] = {"type": "BatchLoader", "version": STATE_VERSION, "options": self._recorded_options(),
                                  "store": store_identity(self, self.store), "batches": nb, "epoch": e, "batch": b}
@@ -338,7 +347,8 @@ class BatchLoader(IterableDataset[Dict[str, torch.Tensor]]):
 
         ValueError if the state was saved with other options (naming the first that differs and both
         values: "the state was saved with patch_size=256, this BatchLoader has patch_size=128"), from
-        another store, or with another number of batches per epoch. A state saved before options were
+        another store, with another number of batches per epoch, or at a batch past the end of its epoch
+        (batch == batches, the end of the epoch, loads). A state saved before options were
         recorded (version 2) loads, checked against seed, world_size, batch_size, batches, order and
         cache_budget only (without order: order='random'). Calling ``set_epoch`` with the saved epoch
         afterwards keeps the position; another epoch drops it.
@@ -354,11 +364,17 @@ class BatchLoader(IterableDataset[Dict[str, torch.Tensor]]):
                 where = "the training process" if info is None else f"worker {info.id} of {info.num_workers}"
                 raise ValueError(f"BatchLoader.load_state_dict: this state was saved in DataLoader worker {w} of "
                                  f"{n} (by torchdata's StatefulDataLoader); it cannot be loaded in {where}")
+            # Worker w of n reads batches w, w + n, ...: its next one after the epoch is at most len + n - 1.
+            if batch > len(self) + info.num_workers - 1:
+                raise past_the_end("BatchLoader.load_state_dict", f"this BatchLoader (worker {w} of {n})", batch,
+                                   len(self), epoch)
             slot = self._slot()
             a = self._epochs._shared
             a[slot] = epoch - int(a[0])  # this worker's next iter() yields `epoch`, later ones the following
             self._resume = (epoch, batch, True)
             return
+        if batch > len(self):
+            raise past_the_end("BatchLoader.load_state_dict", "this BatchLoader", batch, len(self), epoch)
         self._epochs.set(epoch)
         self._resume = (epoch, batch, False) if batch else None
 
