@@ -18,16 +18,9 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, NamedTuple, Opt
 import numpy as np
 
 from . import _patchstore as _C
+from . import _sampler_options as _so
 from ._config import UNSET, SamplerConfig, positional_options, resolve_config
-from ._sampler_options import (
-    POSITION_LIMIT,
-    _best_window,
-    _min_valid_note,
-    _position,
-    _warn_skipped,
-    public_options,
-    to_native,
-)
+from ._sampler_options import _best_window, _min_valid_note, _position, _warn_skipped, public_options, to_native
 from ._store import Store, _decode_id, _writable_buffer, reader_of, register_layer
 
 __all__ = ["PatchSampler", "Window", "Windows"]
@@ -475,11 +468,7 @@ class PatchSampler:
         s = self._s()
         if n > 0:
             self._no_windows(s, "batch")
-            epoch, cursor = (int(v) for v in s.position)
-            if epoch >= POSITION_LIMIT or (epoch == POSITION_LIMIT - 1 and cursor + n > s.windows_per_epoch):
-                raise ValueError(f"{self._context('batch')}: batch({n}) would serve windows after epoch "
-                                 f"{POSITION_LIMIT - 1} (2**63 - 1), the last epoch the sampler represents (it is at "
-                                 f"window {cursor} of epoch {epoch}); call set_epoch() to choose the epoch to serve")
+            _so.check_batch_end(self._context("batch"), s.position, n, s.windows_per_epoch)
         if out is None:
             result: Dict[str, Any] = self._recycler.take(n, {f: s[1:] for f, s in self.shapes(n).items()})
             targets = [result[f] for f in self.fields]

@@ -240,3 +240,12 @@ def _warn_skipped(native: "_C.Sampler", who: str) -> None:
     report = native.skipped_report
     if report:
         warnings.warn(f"{who}: {report}", RuntimeWarning, stacklevel=3)
+
+
+def check_batch_end(context: str, position: Tuple[int, int], n: int, windows_per_epoch: int) -> None:
+    """ValueError when `n` windows from `position` (epoch, cursor) would go past the last epoch represented."""
+    epoch, cursor = (int(v) for v in position)
+    if epoch >= POSITION_LIMIT or (epoch == POSITION_LIMIT - 1 and cursor + n > windows_per_epoch):
+        raise ValueError(f"{context}: batch({n}) would serve windows after epoch {POSITION_LIMIT - 1} (2**63 - 1), "
+                         f"the last epoch the sampler represents (it is at window {cursor} of epoch {epoch}); call "
+                         "set_epoch() to choose the epoch to serve")
