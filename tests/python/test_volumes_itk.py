@@ -398,6 +398,34 @@ def test_truncated_metaimage_nrrd_and_nifti_are_refused(tmp_path, ext, compress)
     assert "truncated" in str(e.value) or "expected" in str(e.value) or "fread" in str(e.value), str(e.value)
 
 
+@pytest.mark.parametrize("dtype,slope,inter,ext", [
+    (np.int16, 0.5, -10.0, ".nii"), (np.int16, 0.5, -10.0, ".nii.gz"),
+    (np.int16, 0.1, 0.3, ".nii.gz"),  # values no float32 holds exactly
+    (np.uint8, 2.5, 3.0, ".nii"), (np.int32, 0.37, -1.5, ".nii.gz"), (np.uint16, -4.0, 7.25, ".nii")])
+def test_nifti_with_scl_slope_is_read_scaled_as_float32(tmp_path, dtype, slope, inter, ext):
+    """ITK reads an integer NIfTI with scl_slope / scl_inter as float32 raw * slope + inter: the truncation check
+    counts the voxels as stored (2 bytes for int16, not float32's 4), and the stored values are SimpleITK's and
+    nibabel's, recorded as a float32 source."""
+    info = np.iinfo(dtype)
+    raw = np.random.default_rng(21).integers(max(info.min, -30000), min(info.max, 30000), (10, 12, 8),
+                                             endpoint=True).astype(dtype)
+    path = tmp_path / "d" / "x" / f"v{ext}"
+    path.parent.mkdir(parents=True)
+    img = nib.Nifti1Image(raw, affine((1.0, 1.5, 2.0), (0, 0, 0)))
+    img.header.set_slope_inter(slope, inter)
+    nib.save(img, str(path))
+    s = patchstore.ingest_volumes(tmp_path / "a.ps", root=tmp_path / "d", fields={"V": "{p}/v" + ext},
+                                  progress=False)
+    assert (s.samples_written, s.warnings) == (1, [])
+    st = patchstore.open(tmp_path / "a.ps")
+    assert st.fields["V"].source_type == "float32"
+    got = st.volume("x")["V"]
+    assert same_bits(got, sitk_array(path))
+    nib_values = np.asanyarray(nib.load(str(path)).dataobj).transpose(2, 1, 0).astype(np.float32)
+    assert same_bits(got, nib_values)
+    assert not same_bits(got, raw.transpose(2, 1, 0))  # scaled, not the raw integers
+
+
 def test_four_d_refused_or_picked(tmp_path):
     rng = np.random.default_rng(12)
     data = rng.integers(0, 100, (8, 6, 5, 3)).astype(np.int16)
