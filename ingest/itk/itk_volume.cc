@@ -118,7 +118,11 @@ Result<NiftiHeaderBytes> ReadNiftiHeader(const std::string& path) {
 }
 
 // Voxel sizes (pixdim[1..3]): ITK 5.2 takes a NaN, infinite or zero one as 1
-// without a word; the file's own numbers are refused instead.
+// without a word, and with an sform (and no qform) it refuses a NaN, zero or
+// negative one as "only supports orthonormal direction cosines", which does
+// not name the field at fault. So they are checked before ITK reads the
+// header, and refused with the file's own numbers whatever the xform codes.
+// (A negative one is refused later anyway, as a negative spacing.)
 Status CheckNiftiPixdim(const std::string& path, const NiftiHeaderBytes& hb) {
   if (hb.size == 0) return Status::OK();
   double pixdim[3] = {0, 0, 0};
@@ -142,7 +146,7 @@ Status CheckNiftiPixdim(const std::string& path, const NiftiHeaderBytes& hb) {
     ndim = static_cast<int>(std::min<int64_t>(d0, 7));
   }
   for (int i = 0; i < 3 && i < ndim; ++i)
-    if (!std::isfinite(pixdim[i]) || pixdim[i] == 0) {
+    if (!std::isfinite(pixdim[i]) || !(pixdim[i] > 0)) {
       char buf[160];
       std::snprintf(buf, sizeof buf, "pixdim (%g, %g, %g)", pixdim[0], pixdim[1], pixdim[2]);
       return Status::InvalidArgument("reading '" + path + "': its header gives voxel size " + buf +
@@ -634,6 +638,13 @@ VolumeReply Decode(const VolumeRequest& req, uint8_t* shared, size_t shared_size
                                                                 : std::string("NRRD")) +
                                        " file (damaged or another format)"));
       io->SetFileName(req.path);
+      if (format == "nifti") {
+        auto hb = ReadNiftiHeader(req.path);
+        if (!hb.ok()) return fail(hb.status());
+        nifti_header = *hb;
+        Status pst = CheckNiftiPixdim(req.path, nifti_header);
+        if (!pst.ok()) return fail(pst);
+      }
     }
     // The header alone, before any voxel memory is allocated.
     io->ReadImageInformation();
@@ -692,13 +703,6 @@ VolumeReply Decode(const VolumeRequest& req, uint8_t* shared, size_t shared_size
       }
       Status gst = CheckGrid(declared, "'" + req.path + "'");
       if (!gst.ok()) return fail(gst);
-    }
-    if (format == "nifti") {
-      auto hb = ReadNiftiHeader(req.path);
-      if (!hb.ok()) return fail(hb.status());
-      nifti_header = *hb;
-      Status pst = CheckNiftiPixdim(req.path, nifti_header);
-      if (!pst.ok()) return fail(pst);
     }
     if (format == "nifti" || format == "metaimage") {
       // NIfTI: the voxels as stored (an integer file with scl_slope arrives

@@ -475,6 +475,26 @@ def test_sheared_direction_and_bad_spacing_refused(tmp_path):
         assert not (tmp_path / name / "data.mdb").exists() or len(patchstore.open(tmp_path / name)) == 0
 
 
+@pytest.mark.parametrize("bad", [np.nan, -2.0, 0.0])
+@pytest.mark.parametrize("codes", [(0, 0), (0, 1), (1, 0), (1, 1)])
+def test_bad_nifti_pixdim_is_named_whatever_the_xform_codes(tmp_path, bad, codes):
+    """A NaN, negative or zero pixdim is refused naming pixdim, also when an sform is set (where ITK would say
+    only "orthonormal direction cosines")."""
+    aff = affine((2.0, 3.0, 4.0), (1, 2, 3))
+    img = nib.Nifti1Image(np.ones((6, 5, 4), np.float32), aff)
+    img.header.set_qform(aff, code=codes[0])
+    img.header.set_sform(aff, code=codes[1])
+    (tmp_path / "d" / "x").mkdir(parents=True)
+    path = tmp_path / "d" / "x" / "v.nii"
+    nib.save(img, str(path))
+    raw = bytearray(path.read_bytes())
+    raw[84:88] = np.float32(bad).tobytes()  # pixdim[2] (nibabel would rewrite it from the affine on save)
+    path.write_bytes(bytes(raw))
+    with pytest.raises(ValueError) as e:
+        patchstore.ingest_volumes(tmp_path / "a.ps", root=tmp_path / "d", fields={"V": "{p}/v.nii"}, progress=False)
+    assert f"'{path}': its header gives voxel size pixdim (2, {bad:g}, 4)" in str(e.value), str(e.value)
+
+
 def test_gigantic_header_is_refused_before_reading(tmp_path):
     hdr = nib.Nifti1Header()
     hdr.set_data_dtype(np.float32)
