@@ -511,6 +511,8 @@ constexpr VoxelType VoxelOf() {
   else if constexpr (std::is_same_v<T, int16_t>) return VoxelType::kInt16;
   else if constexpr (std::is_same_v<T, uint32_t>) return VoxelType::kUInt32;
   else if constexpr (std::is_same_v<T, int32_t>) return VoxelType::kInt32;
+  else if constexpr (std::is_same_v<T, int64_t>) return VoxelType::kInt64;
+  else if constexpr (std::is_same_v<T, uint64_t>) return VoxelType::kUInt64;
   else if constexpr (std::is_same_v<T, float>) return VoxelType::kFloat32;
   else return VoxelType::kFloat64;
 }
@@ -733,13 +735,22 @@ VolumeReply Decode(const VolumeRequest& req, uint8_t* shared, size_t shared_size
       case C::INT: st = ReadTyped<int32_t>(req, format, io, dicom_files, use_dims, shared, shared_size, &reply); break;
       case C::FLOAT: st = ReadTyped<float>(req, format, io, dicom_files, use_dims, shared, shared_size, &reply); break;
       case C::DOUBLE:
-      case C::LONG:
-      case C::ULONG:
-      case C::LONGLONG:
-      case C::ULONGLONG:
-        if (io->GetComponentType() != C::DOUBLE)
-          reply.warnings.push_back("'" + req.path + "': 64-bit integer voxels are read as float64");
         st = ReadTyped<double>(req, format, io, dicom_files, use_dims, shared, shared_size, &reply);
+        break;
+      // 64-bit integers as such (not through float64, which rounds above
+      // 2^53), so that the source type is recorded and float32's rounding
+      // above 2^24 is noted as for HDF5 (VolumeValueCheck).
+      case C::LONG:
+      case C::LONGLONG:
+        if (io->GetComponentSize() == 8)
+          st = ReadTyped<int64_t>(req, format, io, dicom_files, use_dims, shared, shared_size, &reply);
+        else st = ReadTyped<int32_t>(req, format, io, dicom_files, use_dims, shared, shared_size, &reply);
+        break;
+      case C::ULONG:
+      case C::ULONGLONG:
+        if (io->GetComponentSize() == 8)
+          st = ReadTyped<uint64_t>(req, format, io, dicom_files, use_dims, shared, shared_size, &reply);
+        else st = ReadTyped<uint32_t>(req, format, io, dicom_files, use_dims, shared, shared_size, &reply);
         break;
       default:
         return fail(Status::Unsupported("reading '" + req.path + "': voxel type " +
