@@ -131,15 +131,6 @@ class Hdf5Source : public IngestSource {
   };
   Result<std::vector<std::shared_ptr<VolumeSource>>> OpenVolume(const Item& item);
   Status ReadVolume(const VolumeSource& v, void* dst);
-  // The values of one slab as read (`n` elements of v.type.mem), before
-  // they are converted into the record: 32/64-bit integers raise `*largest`
-  // to their largest magnitude (float32 rounds those above 2^24: noted once
-  // per dataset, as for images); float values must stay finite under a
-  // normalisation, which runs in float32 (refused as for each float image's
-  // own range; the type's extremes say nothing for float sources), and
-  // float64 values beyond float32 with no normalisation are noted once
-  // (`*beyond`): they are stored as +-inf.
-  Status CheckSlabValues(const VolumeSource& v, const void* slab, uint64_t n, uint64_t* largest, bool* beyond);
   // Issue-17 checks on the listed volumes, before anything is written.
   Status CheckIdsAcrossFiles();
   void CheckSliceAxis();

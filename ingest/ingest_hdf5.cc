@@ -103,80 +103,6 @@ Status Hdf5Source::ParseOptions() {
 // ---------------------------------------------------------------------------
 // Streaming one dataset into its (S, H, W) float32 record.
 
-namespace {
-
-// Largest magnitude of n integers.
-template <typename T>
-uint64_t LargestMagnitude(const T* x, uint64_t n) {
-  uint64_t m = 0;
-  for (uint64_t i = 0; i < n; ++i) {
-    const uint64_t a = x[i] < 0 ? uint64_t{0} - static_cast<uint64_t>(x[i]) : static_cast<uint64_t>(x[i]);
-    m = std::max(m, a);
-  }
-  return m;
-}
-
-// The range of the finite values among n floats; false when there is none.
-template <typename T>
-bool FiniteRangeOf(const T* x, uint64_t n, double* lo, double* hi) {
-  double a = INFINITY, b = -INFINITY;
-  for (uint64_t i = 0; i < n; ++i)
-    if (std::isfinite(x[i])) {
-      a = std::min(a, static_cast<double>(x[i]));
-      b = std::max(b, static_cast<double>(x[i]));
-    }
-  *lo = a;
-  *hi = b;
-  return a <= b;
-}
-
-std::string ShowDouble(double x) {
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.9g", x);
-  return buf;
-}
-
-}  // namespace
-
-Status Hdf5Source::CheckSlabValues(const VolumeSource& v, const void* slab, uint64_t n, uint64_t* largest,
-                                   bool* beyond) {
-  using M = NumericType::Mem;
-  switch (v.type.mem) {
-    case M::kInt32: *largest = std::max(*largest, LargestMagnitude(static_cast<const int32_t*>(slab), n)); break;
-    case M::kUInt32: *largest = std::max(*largest, LargestMagnitude(static_cast<const uint32_t*>(slab), n)); break;
-    case M::kInt64: *largest = std::max(*largest, LargestMagnitude(static_cast<const int64_t*>(slab), n)); break;
-    case M::kUInt64: *largest = std::max(*largest, LargestMagnitude(static_cast<const uint64_t*>(slab), n)); break;
-    case M::kFloat:
-    case M::kDouble: {
-      double lo = 0, hi = 0;
-      const bool any = v.type.mem == M::kFloat ? FiniteRangeOf(static_cast<const float*>(slab), n, &lo, &hi)
-                                               : FiniteRangeOf(static_cast<const double*>(slab), n, &lo, &hi);
-      if (!any) break;
-      const std::string values = std::string(SourceTypeName(v.type.source)) + " value of this dataset";
-      if (v.norm.kind == NormKind::kNone && !v.norm.clamp) {
-        // No normalisation: float64 values beyond float32 become +-inf, as
-        // NumPy's astype(float32) makes them; said, not refused (the user
-        // asked for no transform, and NaN/inf are data elsewhere too).
-        for (double x : {lo, hi})
-          if (!std::isfinite(v.norm.Apply(x)) && !*beyond) {
-            *beyond = true;
-            Warn(v.describe + ": its " + SourceTypeName(v.type.source) + " value " + ShowDouble(x) +
-                 " is beyond float32 (largest 3.40282347e+38), which records hold, and is stored as " +
-                 (x < 0 ? "-inf" : "inf") +
-                 " (as NumPy's astype(float32)); map the field into float32 with --norm FIELD=range:LO,HI "
-                 "(computed in float64; the other normalisations take the value as float32 first)");
-          }
-        break;
-      }
-      Status st = CheckNormalizationOn(v.norm, lo, hi, false, v.norm_spec, values);
-      if (!st.ok()) return st.WithContext("reading " + v.describe);
-      break;
-    }
-    default: break;
-  }
-  return Status::OK();
-}
-
 Status Hdf5Source::ReadVolume(const VolumeSource& v, void* dst) {
   const int a = v.axis;
   int o1 = -1, o2 = -1;
@@ -191,8 +117,7 @@ Status Hdf5Source::ReadVolume(const VolumeSource& v, void* dst) {
   n = std::min(n, S);
   Hid filespace(H5Dget_space(v.dataset.get()), H5Sclose);
   if (!filespace.valid()) return Status::Corruption("reading " + v.describe + ": " + TakeErrorStack());
-  uint64_t largest = 0;  // of 32/64-bit integer values (float32 rounds above 2^24)
-  bool beyond = false;   // a float64 value beyond float32 was reported
+  VolumeValueCheck check(v.describe, "dataset", v.type.source, v.norm, v.norm_spec);
   for (uint64_t s0 = 0; s0 < S; s0 += n) {
     const uint64_t ns = std::min(n, S - s0);
     std::array<hsize_t, 3> start{0, 0, 0}, count = v.dims;
@@ -210,29 +135,31 @@ Status Hdf5Source::ReadVolume(const VolumeSource& v, void* dst) {
     if (H5Dread(v.dataset.get(), v.type.memtype.get(), memspace.get(), filespace.get(), H5P_DEFAULT, slab_.data()) < 0)
       return Status::Corruption("reading slices [" + std::to_string(s0) + ", " + std::to_string(s0 + ns) + ") of " +
                                 v.describe + ": " + TakeErrorStack());
-    PS_RETURN_IF_ERROR(CheckSlabValues(v, slab_.data(), ns * H * W, &largest, &beyond));
     // Element strides of the slab (C order over `count`).
     std::array<int64_t, 3> stride{static_cast<int64_t>(count[1] * count[2]), static_cast<int64_t>(count[2]), 1};
     const int64_t sk = stride[a], sh = stride[o1], sw = stride[o2];
     void* out = static_cast<uint8_t*>(dst) + s0 * H * W * DTypeSize(v.dtype);
     const int64_t nsi = static_cast<int64_t>(ns), Hi = static_cast<int64_t>(H), Wi = static_cast<int64_t>(W);
     using M = NumericType::Mem;
+    auto convert = [&](auto type) {
+      return CheckAndConvertSlab<decltype(type)>(&check, slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, v.dtype, out);
+    };
+    Status st;
     switch (v.type.mem) {
-      case M::kInt8: ConvertSlab<int8_t>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, v.dtype, out); break;
-      case M::kUInt8: ConvertSlab<uint8_t>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, v.dtype, out); break;
-      case M::kInt16: ConvertSlab<int16_t>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, v.dtype, out); break;
-      case M::kUInt16: ConvertSlab<uint16_t>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, v.dtype, out); break;
-      case M::kInt32: ConvertSlab<int32_t>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, v.dtype, out); break;
-      case M::kUInt32: ConvertSlab<uint32_t>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, v.dtype, out); break;
-      case M::kInt64: ConvertSlab<int64_t>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, v.dtype, out); break;
-      case M::kUInt64: ConvertSlab<uint64_t>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, v.dtype, out); break;
-      case M::kFloat: ConvertSlab<float>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, v.dtype, out); break;
-      case M::kDouble: ConvertSlab<double>(slab_.data(), nsi, Hi, Wi, sk, sh, sw, v.norm, v.dtype, out); break;
+      case M::kInt8: st = convert(int8_t{}); break;
+      case M::kUInt8: st = convert(uint8_t{}); break;
+      case M::kInt16: st = convert(int16_t{}); break;
+      case M::kUInt16: st = convert(uint16_t{}); break;
+      case M::kInt32: st = convert(int32_t{}); break;
+      case M::kUInt32: st = convert(uint32_t{}); break;
+      case M::kInt64: st = convert(int64_t{}); break;
+      case M::kUInt64: st = convert(uint64_t{}); break;
+      case M::kFloat: st = convert(float{}); break;
+      case M::kDouble: st = convert(double{}); break;
     }
+    if (!st.ok()) return st.WithContext("reading " + v.describe);
   }
-  if (largest > (uint64_t{1} << 24))
-    Warn(v.describe + ": " + SourceTypeName(v.type.source) + " values up to " + std::to_string(largest) +
-         " exceed 2^24 = 16777216 and are rounded to the nearest float32 (e.g. 16777217 is stored as 16777216)");
+  for (std::string& w : check.Finish()) Warn(std::move(w));
   return Status::OK();
 }
 

@@ -46,12 +46,6 @@ int ClosestAxis(const std::array<double, 9>& d, int row, std::string* why) {
   return best;
 }
 
-template <typename T>
-void Convert(const void* src, const std::array<int64_t, 3>& shw, const std::array<int64_t, 3>& strides,
-             const Normalization& norm, DType dtype, void* dst) {
-  ConvertSlab<T>(src, shw[0], shw[1], shw[2], strides[0], strides[1], strides[2], norm, dtype, dst);
-}
-
 class VolumeSource : public IngestSource {
  public:
   explicit VolumeSource(const VolumeIngestOptions& o) : o_(o) {}
@@ -268,17 +262,29 @@ DecodedUnit VolumeSource::Decode(size_t index, int slot, BufferPool* buffers) {
     const std::array<int64_t, 3> strides{stride_ijk[axes[0]], stride_ijk[axes[1]], stride_ijk[axes[2]]};
     const std::array<int64_t, 3> dims{static_cast<int64_t>(shw[0]), static_cast<int64_t>(shw[1]),
                                       static_cast<int64_t>(shw[2])};
-    const void* voxels = pool_->shared(slot);
+    // The same checks as HDF5 datasets (volume_convert.h): 32-bit integers
+    // above 2^24 and float64 values beyond float32 are noted, a --norm that
+    // overflows on this volume's values is refused.
+    VolumeValueCheck check(what + " ('" + path + "')", "volume", source, *norm, plan.norm_spec);
+    auto convert = [&](auto type) {
+      return CheckAndConvertSlab<decltype(type)>(&check, pool_->shared(slot), dims[0], dims[1], dims[2], strides[0],
+                                                 strides[1], strides[2], *norm, d.header.dtype, data);
+    };
+    Status cst;
     switch (reply->type) {
-      case VoxelType::kUInt8: Convert<uint8_t>(voxels, dims, strides, *norm, d.header.dtype, data); break;
-      case VoxelType::kInt8: Convert<int8_t>(voxels, dims, strides, *norm, d.header.dtype, data); break;
-      case VoxelType::kUInt16: Convert<uint16_t>(voxels, dims, strides, *norm, d.header.dtype, data); break;
-      case VoxelType::kInt16: Convert<int16_t>(voxels, dims, strides, *norm, d.header.dtype, data); break;
-      case VoxelType::kUInt32: Convert<uint32_t>(voxels, dims, strides, *norm, d.header.dtype, data); break;
-      case VoxelType::kInt32: Convert<int32_t>(voxels, dims, strides, *norm, d.header.dtype, data); break;
-      case VoxelType::kFloat32: Convert<float>(voxels, dims, strides, *norm, d.header.dtype, data); break;
-      case VoxelType::kFloat64: Convert<double>(voxels, dims, strides, *norm, d.header.dtype, data); break;
+      case VoxelType::kUInt8: cst = convert(uint8_t{}); break;
+      case VoxelType::kInt8: cst = convert(int8_t{}); break;
+      case VoxelType::kUInt16: cst = convert(uint16_t{}); break;
+      case VoxelType::kInt16: cst = convert(int16_t{}); break;
+      case VoxelType::kUInt32: cst = convert(uint32_t{}); break;
+      case VoxelType::kInt32: cst = convert(int32_t{}); break;
+      case VoxelType::kInt64: cst = convert(int64_t{}); break;
+      case VoxelType::kUInt64: cst = convert(uint64_t{}); break;
+      case VoxelType::kFloat32: cst = convert(float{}); break;
+      case VoxelType::kFloat64: cst = convert(double{}); break;
     }
+    if (!cst.ok()) return fail(cst.WithContext(what + ": reading '" + path + "'"));
+    for (std::string& w : check.Finish()) out.warnings.push_back(std::move(w));
     if (plan.is_mask) {
       RecordHeader h = d.header;
       h.payload_bytes = bytes;

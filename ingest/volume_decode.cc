@@ -135,7 +135,9 @@ size_t VoxelSize(VoxelType t) {
     case VoxelType::kUInt32:
     case VoxelType::kInt32:
     case VoxelType::kFloat32: return 4;
-    case VoxelType::kFloat64: return 8;
+    case VoxelType::kFloat64:
+    case VoxelType::kInt64:
+    case VoxelType::kUInt64: return 8;
   }
   return 0;
 }
@@ -150,6 +152,8 @@ SourceType VoxelSource(VoxelType t) {
     case VoxelType::kInt32: return SourceType::kInt32;
     case VoxelType::kFloat32: return SourceType::kFloat32;
     case VoxelType::kFloat64: return SourceType::kFloat64;
+    case VoxelType::kInt64: return SourceType::kInt64;
+    case VoxelType::kUInt64: return SourceType::kUInt64;
   }
   return SourceType::kUnknown;
 }
@@ -213,7 +217,7 @@ Result<VolumeReply> DecodeVolumeReply(const std::string& bytes) {
   if (!GetGrid(kv, "grid", &r.grid) || !GetGrid(kv, "source", &r.source))
     return Status::Internal("malformed volume decoder reply");
   const long type = std::strtol(Get(kv, "type").c_str(), nullptr, 10);
-  if (type < 0 || type > static_cast<long>(VoxelType::kFloat64))
+  if (type < 0 || type > static_cast<long>(VoxelType::kUInt64))
     return Status::Internal("malformed volume decoder reply (voxel type)");
   r.type = static_cast<VoxelType>(type);
   r.format = Get(kv, "format");

@@ -36,8 +36,8 @@ std::string GridDifference(const VolumeGrid& a, const VolumeGrid& b);
 // "(1, 1, 2.5)".
 std::string FormatTriple(const std::array<double, 3>& v);
 
-// Element types of decoded voxels (64-bit integers arrive as float64).
-enum class VoxelType : uint8_t { kUInt8, kInt8, kUInt16, kInt16, kUInt32, kInt32, kFloat32, kFloat64 };
+// Element types of decoded voxels.
+enum class VoxelType : uint8_t { kUInt8, kInt8, kUInt16, kInt16, kUInt32, kInt32, kFloat32, kFloat64, kInt64, kUInt64 };
 size_t VoxelSize(VoxelType t);
 SourceType VoxelSource(VoxelType t);
 

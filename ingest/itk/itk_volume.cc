@@ -76,78 +76,131 @@ Result<std::pair<std::string, itk::ImageIOBase::Pointer>> IoFor(const std::strin
   return Status::Unsupported("reading '" + path + "': unknown volume format (by its name); accepted: " + kAccepted);
 }
 
+// The first bytes of a NIfTI header (or of the .hdr of a pair), for the
+// checks below: sizeof_hdr 348 (NIfTI-1) or 540 (NIfTI-2), in either byte
+// order. `size` is 0 when the file cannot be read here or is neither (ITK
+// has read it already, or will say what is wrong).
+struct NiftiHeaderBytes {
+  uint8_t h[540] = {0};
+  int32_t size = 0;
+  bool swapped = false;
+  bool pair = false;  // .hdr/.img
+  bool gz = false;
+  // `n` bytes at `offset` in the machine's byte order.
+  void Get(int offset, int n, void* out) const {
+    std::memcpy(out, h + offset, n);
+    if (swapped) std::reverse(static_cast<uint8_t*>(out), static_cast<uint8_t*>(out) + n);
+  }
+};
+
+Result<NiftiHeaderBytes> ReadNiftiHeader(const std::string& path) {
+  NiftiHeaderBytes hb;
+  const std::string name = Lower(fs::path(path).filename().string());
+  hb.pair = EndsWith(name, ".hdr") || EndsWith(name, ".img") || EndsWith(name, ".img.gz");
+  hb.gz = EndsWith(name, ".gz");
+  gzFile f = gzopen((hb.pair ? fs::path(path).replace_extension(".hdr").string() : path).c_str(), "rb");
+  if (!f) return hb;
+  const int n = gzread(f, hb.h, sizeof hb.h);
+  gzclose(f);
+  if (n < 348) return Status::Corruption("reading '" + path + "': truncated NIfTI header");
+  int32_t size = 0;
+  std::memcpy(&size, hb.h, 4);
+  if (size == 348 || size == 540) {
+    hb.size = size;
+  } else {
+    std::reverse(reinterpret_cast<uint8_t*>(&size), reinterpret_cast<uint8_t*>(&size) + 4);
+    if (size == 348 || size == 540) {
+      hb.size = size;
+      hb.swapped = true;
+    }
+  }
+  return hb;
+}
+
+// Voxel sizes (pixdim[1..3]): ITK 5.2 takes a NaN, infinite or zero one as 1
+// without a word, and with an sform (and no qform) it refuses a NaN, zero or
+// negative one as "only supports orthonormal direction cosines", which does
+// not name the field at fault. So they are checked before ITK reads the
+// header, and refused with the file's own numbers whatever the xform codes.
+// (A negative one is refused later anyway, as a negative spacing.)
+Status CheckNiftiPixdim(const std::string& path, const NiftiHeaderBytes& hb) {
+  if (hb.size == 0) return Status::OK();
+  double pixdim[3] = {0, 0, 0};
+  int ndim = 3;
+  for (int i = 0; i < 3; ++i) {
+    if (hb.size == 348) {
+      float v = 0;
+      hb.Get(76 + 4 * (i + 1), 4, &v);
+      pixdim[i] = v;
+    } else {
+      hb.Get(104 + 8 * (i + 1), 8, &pixdim[i]);
+    }
+  }
+  if (hb.size == 348) {
+    int16_t d0 = 0;
+    hb.Get(40, 2, &d0);
+    ndim = d0;
+  } else {
+    int64_t d0 = 0;
+    hb.Get(16, 8, &d0);
+    ndim = static_cast<int>(std::min<int64_t>(d0, 7));
+  }
+  for (int i = 0; i < 3 && i < ndim; ++i)
+    if (!std::isfinite(pixdim[i]) || !(pixdim[i] > 0)) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "pixdim (%g, %g, %g)", pixdim[0], pixdim[1], pixdim[2]);
+      return Status::InvalidArgument("reading '" + path + "': its header gives voxel size " + buf +
+                                     ": every spacing must be a positive number");
+    }
+  return Status::OK();
+}
+
+// The bytes of one voxel on disk, by the header's datatype as ITK exposes it
+// ("datatype" in its metadata); 0 when it is not a scalar type. ITK reports
+// the pixel type it delivers, which is float32 for an integer file with
+// scl_slope / scl_inter (it rescales while reading), so the voxels on disk
+// cannot be counted from GetImageSizeInBytes().
+uint64_t NiftiVoxelBytes(const itk::MetaDataDictionary& dict) {
+  std::string v;
+  if (!itk::ExposeMetaData<std::string>(dict, "datatype", v)) return 0;
+  // NIfTI-1/2 datatype codes (nifti1.h, which ITK does not export to its users).
+  switch (std::atoi(v.c_str())) {
+    case 2:    // DT_UINT8
+    case 256:  // DT_INT8
+      return 1;
+    case 4:    // DT_INT16
+    case 512:  // DT_UINT16
+      return 2;
+    case 8:    // DT_INT32
+    case 768:  // DT_UINT32
+    case 16:   // DT_FLOAT32
+      return 4;
+    case 1024:  // DT_INT64
+    case 1280:  // DT_UINT64
+    case 64:    // DT_FLOAT64
+      return 8;
+    default: return 0;
+  }
+}
+
 // ITK 5.2 reads a NIfTI file whose voxels stop short (a truncated .nii or
 // .nii.gz) without an error: the missing voxels come back as zeros. So the
 // bytes are checked first: an uncompressed file must hold vox_offset + the
-// data bytes; a gzip stream's trailer (ISIZE: its length mod 2^32) must say
-// as much, and when it does not (a truncated stream, or several gzip
-// members), the stream is inflated to count what it holds.
-Status CheckNiftiComplete(const std::string& path, uint64_t data_bytes) {
+// data bytes (`data_bytes`: the voxels as stored, before any scl_slope); a
+// gzip stream's trailer (ISIZE: its length mod 2^32) must say as much, and
+// when it does not (a truncated stream, or several gzip members), the stream
+// is inflated to count what it holds.
+Status CheckNiftiComplete(const std::string& path, const NiftiHeaderBytes& hb, uint64_t data_bytes) {
   const std::string name = Lower(fs::path(path).filename().string());
-  const bool pair = EndsWith(name, ".hdr") || EndsWith(name, ".img") || EndsWith(name, ".img.gz");
-  const bool gz = EndsWith(name, ".gz");
-  // The header: sizeof_hdr 348 (NIfTI-1, vox_offset float32 at 108) or 540
-  // (NIfTI-2, vox_offset int64 at 168), in either byte order.
-  uint8_t h[540] = {0};
-  {
-    gzFile f = gzopen((pair ? fs::path(path).replace_extension(".hdr").string() : path).c_str(), "rb");
-    if (!f) return Status::OK();  // ITK has read it already; nothing more to tell
-    const int n = gzread(f, h, sizeof h);
-    gzclose(f);
-    if (n < 348) return Status::Corruption("reading '" + path + "': truncated NIfTI header");
-  }
-  int32_t size = 0;
-  std::memcpy(&size, h, 4);
-  const bool swapped = size != 348 && size != 540;
-  auto fix = [&](uint8_t* p, int n) {
-    if (swapped) std::reverse(p, p + n);
-  };
-  fix(reinterpret_cast<uint8_t*>(&size), 4);
-  // Voxel sizes (pixdim[1..3]): ITK 5.2 takes a NaN, infinite or zero one
-  // as 1 without a word; the file's own numbers are refused instead.
-  {
-    double pixdim[3] = {0, 0, 0};
-    int ndim = 3;
-    for (int i = 0; i < 3; ++i) {
-      if (size == 348) {
-        float v = 0;
-        fix(h + 76 + 4 * (i + 1), 4);
-        std::memcpy(&v, h + 76 + 4 * (i + 1), 4);
-        pixdim[i] = v;
-      } else {
-        fix(h + 104 + 8 * (i + 1), 8);
-        std::memcpy(&pixdim[i], h + 104 + 8 * (i + 1), 8);
-      }
-    }
-    if (size == 348) {
-      int16_t d0 = 0;
-      fix(h + 40, 2);
-      std::memcpy(&d0, h + 40, 2);
-      ndim = d0;
-    } else {
-      int64_t d0 = 0;
-      fix(h + 16, 8);
-      std::memcpy(&d0, h + 16, 8);
-      ndim = static_cast<int>(std::min<int64_t>(d0, 7));
-    }
-    for (int i = 0; i < 3 && i < ndim; ++i)
-      if (!std::isfinite(pixdim[i]) || pixdim[i] == 0) {
-        char buf[160];
-        std::snprintf(buf, sizeof buf, "pixdim (%g, %g, %g)", pixdim[0], pixdim[1], pixdim[2]);
-        return Status::InvalidArgument("reading '" + path + "': its header gives voxel size " + buf +
-                                       ": every spacing must be a positive number");
-      }
-  }
+  const bool pair = hb.pair, gz = hb.gz;
   uint64_t offset = 0;
-  if (size == 348) {
+  if (hb.size == 348) {
     float v = 0;
-    fix(h + 108, 4);
-    std::memcpy(&v, h + 108, 4);
+    hb.Get(108, 4, &v);
     offset = v > 0 && std::isfinite(v) ? static_cast<uint64_t>(v) : pair ? 0 : 352;
-  } else if (size == 540) {
+  } else if (hb.size == 540) {
     int64_t v = 0;
-    fix(h + 168, 8);
-    std::memcpy(&v, h + 168, 8);
+    hb.Get(168, 8, &v);
     offset = v > 0 ? static_cast<uint64_t>(v) : pair ? 0 : 544;
   } else {
     return Status::OK();
@@ -458,6 +511,8 @@ constexpr VoxelType VoxelOf() {
   else if constexpr (std::is_same_v<T, int16_t>) return VoxelType::kInt16;
   else if constexpr (std::is_same_v<T, uint32_t>) return VoxelType::kUInt32;
   else if constexpr (std::is_same_v<T, int32_t>) return VoxelType::kInt32;
+  else if constexpr (std::is_same_v<T, int64_t>) return VoxelType::kInt64;
+  else if constexpr (std::is_same_v<T, uint64_t>) return VoxelType::kUInt64;
   else if constexpr (std::is_same_v<T, float>) return VoxelType::kFloat32;
   else return VoxelType::kFloat64;
 }
@@ -569,6 +624,7 @@ VolumeReply Decode(const VolumeRequest& req, uint8_t* shared, size_t shared_size
   auto [format, io] = std::move(io_r).value();
   reply.format = format;
   std::vector<std::string> dicom_files;
+  NiftiHeaderBytes nifti_header;
   try {
     if (format == "dicom") {
       std::string uid;
@@ -584,6 +640,13 @@ VolumeReply Decode(const VolumeRequest& req, uint8_t* shared, size_t shared_size
                                                                 : std::string("NRRD")) +
                                        " file (damaged or another format)"));
       io->SetFileName(req.path);
+      if (format == "nifti") {
+        auto hb = ReadNiftiHeader(req.path);
+        if (!hb.ok()) return fail(hb.status());
+        nifti_header = *hb;
+        Status pst = CheckNiftiPixdim(req.path, nifti_header);
+        if (!pst.ok()) return fail(pst);
+      }
     }
     // The header alone, before any voxel memory is allocated.
     io->ReadImageInformation();
@@ -644,7 +707,12 @@ VolumeReply Decode(const VolumeRequest& req, uint8_t* shared, size_t shared_size
       if (!gst.ok()) return fail(gst);
     }
     if (format == "nifti" || format == "metaimage") {
-      Status cst = format == "nifti" ? CheckNiftiComplete(req.path, io->GetImageSizeInBytes())
+      // NIfTI: the voxels as stored (an integer file with scl_slope arrives
+      // as float32, rescaled); a type without a size here is not scalar.
+      const uint64_t voxel_bytes = format == "nifti" ? NiftiVoxelBytes(io->GetMetaDataDictionary()) : 0;
+      Status cst = format == "nifti" ? CheckNiftiComplete(req.path, nifti_header,
+                                                          voxel_bytes ? io->GetImageSizeInPixels() * voxel_bytes
+                                                                      : io->GetImageSizeInBytes())
                                      : CheckMetaImageComplete(req.path, io->GetImageSizeInBytes());
       if (!cst.ok()) return fail(cst);
     }
@@ -667,13 +735,22 @@ VolumeReply Decode(const VolumeRequest& req, uint8_t* shared, size_t shared_size
       case C::INT: st = ReadTyped<int32_t>(req, format, io, dicom_files, use_dims, shared, shared_size, &reply); break;
       case C::FLOAT: st = ReadTyped<float>(req, format, io, dicom_files, use_dims, shared, shared_size, &reply); break;
       case C::DOUBLE:
-      case C::LONG:
-      case C::ULONG:
-      case C::LONGLONG:
-      case C::ULONGLONG:
-        if (io->GetComponentType() != C::DOUBLE)
-          reply.warnings.push_back("'" + req.path + "': 64-bit integer voxels are read as float64");
         st = ReadTyped<double>(req, format, io, dicom_files, use_dims, shared, shared_size, &reply);
+        break;
+      // 64-bit integers as such (not through float64, which rounds above
+      // 2^53), so that the source type is recorded and float32's rounding
+      // above 2^24 is noted as for HDF5 (VolumeValueCheck).
+      case C::LONG:
+      case C::LONGLONG:
+        if (io->GetComponentSize() == 8)
+          st = ReadTyped<int64_t>(req, format, io, dicom_files, use_dims, shared, shared_size, &reply);
+        else st = ReadTyped<int32_t>(req, format, io, dicom_files, use_dims, shared, shared_size, &reply);
+        break;
+      case C::ULONG:
+      case C::ULONGLONG:
+        if (io->GetComponentSize() == 8)
+          st = ReadTyped<uint64_t>(req, format, io, dicom_files, use_dims, shared, shared_size, &reply);
+        else st = ReadTyped<uint32_t>(req, format, io, dicom_files, use_dims, shared, shared_size, &reply);
         break;
       default:
         return fail(Status::Unsupported("reading '" + req.path + "': voxel type " +

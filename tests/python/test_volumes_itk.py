@@ -398,6 +398,111 @@ def test_truncated_metaimage_nrrd_and_nifti_are_refused(tmp_path, ext, compress)
     assert "truncated" in str(e.value) or "expected" in str(e.value) or "fread" in str(e.value), str(e.value)
 
 
+@pytest.mark.parametrize("dtype,slope,inter,ext", [
+    (np.int16, 0.5, -10.0, ".nii"), (np.int16, 0.5, -10.0, ".nii.gz"),
+    (np.int16, 0.1, 0.3, ".nii.gz"),  # values no float32 holds exactly
+    (np.uint8, 2.5, 3.0, ".nii"), (np.int32, 0.37, -1.5, ".nii.gz"), (np.uint16, -4.0, 7.25, ".nii")])
+def test_nifti_with_scl_slope_is_read_scaled_as_float32(tmp_path, dtype, slope, inter, ext):
+    """ITK reads an integer NIfTI with scl_slope / scl_inter as float32 raw * slope + inter: the truncation check
+    counts the voxels as stored (2 bytes for int16, not float32's 4), and the stored values are SimpleITK's and
+    nibabel's, recorded as a float32 source."""
+    info = np.iinfo(dtype)
+    raw = np.random.default_rng(21).integers(max(info.min, -30000), min(info.max, 30000), (10, 12, 8),
+                                             endpoint=True).astype(dtype)
+    path = tmp_path / "d" / "x" / f"v{ext}"
+    path.parent.mkdir(parents=True)
+    img = nib.Nifti1Image(raw, affine((1.0, 1.5, 2.0), (0, 0, 0)))
+    img.header.set_slope_inter(slope, inter)
+    nib.save(img, str(path))
+    s = patchstore.ingest_volumes(tmp_path / "a.ps", root=tmp_path / "d", fields={"V": "{p}/v" + ext},
+                                  progress=False)
+    assert (s.samples_written, s.warnings) == (1, [])
+    st = patchstore.open(tmp_path / "a.ps")
+    assert st.fields["V"].source_type == "float32"
+    got = st.volume("x")["V"]
+    assert same_bits(got, sitk_array(path))
+    nib_values = np.asanyarray(nib.load(str(path)).dataobj).transpose(2, 1, 0).astype(np.float32)
+    assert same_bits(got, nib_values)
+    assert not same_bits(got, raw.transpose(2, 1, 0))  # scaled, not the raw integers
+
+
+def one_nifti(root: Path, data: np.ndarray, name: str = "v.nii.gz") -> Path:
+    path = root / "x" / name
+    path.parent.mkdir(parents=True)
+    nib.save(nib.Nifti1Image(data, affine((1.0, 1.0, 2.0), (0, 0, 0)), dtype=data.dtype), str(path))
+    return path
+
+
+def test_float64_nifti_beyond_float32_is_reported_and_norms_run_as_for_hdf5(tmp_path):
+    """The checks of `ingest hdf5` (one VolumeValueCheck): a float64 value float32 records cannot hold is stored as
+    +-inf with a warning; a --norm is checked on the volume's values; range:LO,HI is computed in float64."""
+    a = np.random.default_rng(22).uniform(-3, 3, (6, 5, 4))
+    a[1, 2, 3] = -7.5e40
+    a[4, 0, 1] = 2.5e39
+    path = one_nifti(tmp_path / "d", a)
+    fields = {"V": "{p}/v.nii.gz"}
+    with pytest.warns(RuntimeWarning, match=r"field 'V' \('.*v\.nii\.gz'\): its float64 value -7\.5e\+40 is beyond "
+                                            r"float32 .*stored as -inf \(as NumPy's astype\(float32\)\); map the field "
+                                            r"into float32 with --norm FIELD=range:LO,HI"):
+        s = patchstore.ingest_volumes(tmp_path / "a.ps", root=tmp_path / "d", fields=fields, progress=False)
+    assert len(s.warnings) == 1, s.warnings  # once per volume
+    st = patchstore.open(tmp_path / "a.ps")
+    assert st.fields["V"].source_type == "float64"
+    got = st.volume("x")["V"]
+    with np.errstate(over="ignore"):
+        want, sitk_want = a.transpose(2, 1, 0).astype(np.float32), sitk_array(path).astype(np.float32)
+    assert got[3, 2, 1] == -np.inf and got[1, 0, 4] == np.inf and same_bits(got, want)
+    assert same_bits(got, sitk_want)
+    # affine takes the value as float32 first: refused, naming the value.
+    with pytest.raises(ValueError, match=r"v\.nii\.gz.*'affine:1e-4,0' maps -7\.5e\+40 \(float64 value of this "
+                                         r"volume\) to -inf"):
+        patchstore.ingest_volumes(tmp_path / "b.ps", root=tmp_path / "d", fields=fields, norm={"V": "affine:1e-4,0"},
+                                  progress=False)
+    # range:LO,HI in float64: finite, without a warning, (x - mid) / half as NumPy computes it in float64.
+    s = patchstore.ingest_volumes(tmp_path / "c.ps", root=tmp_path / "d", fields=fields,
+                                  norm={"V": "range:-1e41,1e41"}, progress=False)
+    assert s.warnings == []
+    got = patchstore.open(tmp_path / "c.ps").volume("x")["V"]
+    assert np.isfinite(got).all() and got[3, 2, 1] == np.float32(-0.75)
+    assert same_bits(got, ((a - 0.0) / 1e41).transpose(2, 1, 0).astype(np.float32))
+    # Within float32: no warning, the values astype(float32) gives.
+    b = np.random.default_rng(23).uniform(-3e38, 3e38, (6, 5, 4))
+    one_nifti(tmp_path / "e", b)
+    s = patchstore.ingest_volumes(tmp_path / "e.ps", root=tmp_path / "e", fields=fields, progress=False)
+    assert s.warnings == []
+    assert same_bits(patchstore.open(tmp_path / "e.ps").volume("x")["V"], b.transpose(2, 1, 0).astype(np.float32))
+
+
+@pytest.mark.parametrize("dtype", [np.uint32, np.int32, np.int64, np.uint64])
+def test_wide_integer_nifti_above_2_24_is_reported(tmp_path, dtype):
+    """float32 rounds 32/64-bit integers above 2^24: said once per volume as `ingest hdf5` says it; 64-bit
+    integers keep their source type (they were read through float64 before)."""
+    a = np.arange(6 * 5 * 4, dtype=dtype).reshape(6, 5, 4)
+    big = (2**24 + 3) if dtype in (np.uint32, np.int32) else (2**40 + 7)
+    a[2, 3, 1] = big
+    if dtype in (np.int32, np.int64):
+        a[0, 0, 0] = -big - 2
+    one_nifti(tmp_path / "d", a, "v.nii")
+    name = np.dtype(dtype).name
+    largest = big + 2 if dtype in (np.int32, np.int64) else big
+    with pytest.warns(RuntimeWarning, match=rf"field 'V' \('.*v\.nii'\): {name} values up to {largest} exceed "
+                                            r"2\^24 = 16777216 and are rounded to the nearest float32"):
+        s = patchstore.ingest_volumes(tmp_path / "a.ps", root=tmp_path / "d", fields={"V": "{p}/v.nii"},
+                                      progress=False)
+    assert len(s.warnings) == 1, s.warnings
+    st = patchstore.open(tmp_path / "a.ps")
+    assert st.fields["V"].source_type == name
+    assert same_bits(st.volume("x")["V"], a.transpose(2, 1, 0).astype(np.float32))
+    # Up to 2^24 every value is exact: no warning.
+    b = np.arange(6 * 5 * 4, dtype=dtype).reshape(6, 5, 4)
+    b[2, 3, 1] = 2**24
+    one_nifti(tmp_path / "e", b, "v.nii")
+    s = patchstore.ingest_volumes(tmp_path / "e.ps", root=tmp_path / "e", fields={"V": "{p}/v.nii"}, progress=False)
+    assert s.warnings == []
+    got = patchstore.open(tmp_path / "e.ps").volume("x")["V"]
+    assert got[1, 3, 2] == 2**24 and np.array_equal(got.astype(np.int64), b.transpose(2, 1, 0).astype(np.int64))
+
+
 def test_four_d_refused_or_picked(tmp_path):
     rng = np.random.default_rng(12)
     data = rng.integers(0, 100, (8, 6, 5, 3)).astype(np.int16)
@@ -445,6 +550,26 @@ def test_sheared_direction_and_bad_spacing_refused(tmp_path):
     assert "v.nii" in str(e.value) and "spacing" in str(e.value).lower(), str(e.value)
     for name in ("a.ps", "b.ps", "c.ps"):
         assert not (tmp_path / name / "data.mdb").exists() or len(patchstore.open(tmp_path / name)) == 0
+
+
+@pytest.mark.parametrize("bad", [np.nan, -2.0, 0.0])
+@pytest.mark.parametrize("codes", [(0, 0), (0, 1), (1, 0), (1, 1)])
+def test_bad_nifti_pixdim_is_named_whatever_the_xform_codes(tmp_path, bad, codes):
+    """A NaN, negative or zero pixdim is refused naming pixdim, also when an sform is set (where ITK would say
+    only "orthonormal direction cosines")."""
+    aff = affine((2.0, 3.0, 4.0), (1, 2, 3))
+    img = nib.Nifti1Image(np.ones((6, 5, 4), np.float32), aff)
+    img.header.set_qform(aff, code=codes[0])
+    img.header.set_sform(aff, code=codes[1])
+    (tmp_path / "d" / "x").mkdir(parents=True)
+    path = tmp_path / "d" / "x" / "v.nii"
+    nib.save(img, str(path))
+    raw = bytearray(path.read_bytes())
+    raw[84:88] = np.float32(bad).tobytes()  # pixdim[2] (nibabel would rewrite it from the affine on save)
+    path.write_bytes(bytes(raw))
+    with pytest.raises(ValueError) as e:
+        patchstore.ingest_volumes(tmp_path / "a.ps", root=tmp_path / "d", fields={"V": "{p}/v.nii"}, progress=False)
+    assert f"'{path}': its header gives voxel size pixdim (2, {bad:g}, 4)" in str(e.value), str(e.value)
 
 
 def test_gigantic_header_is_refused_before_reading(tmp_path):
