@@ -2,11 +2,14 @@
 // (internal to ingest/; not installed).
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -115,5 +118,65 @@ class FailureReport {
 Result<Normalization> ResolveVolumeNorm(const std::string& spec, bool mask, SourceType source,
                                         const std::string& type_name, const std::string& field,
                                         const std::string& what);
+
+// The checks on source values before they become float32 records, shared by
+// every source (HDF5 datasets, ITK volumes, float images). Add() each block
+// of values as read, then Finish() once:
+//   * 32/64-bit integers: float32 rounds those above 2^24; noted once per
+//     volume with the largest magnitude;
+//   * float values under a normalisation, which runs in float32 (range: in
+//     float64): their finite range must map to finite values (refused, as
+//     for each float image's own range; the type's extremes say nothing for
+//     float sources);
+//   * float64 values beyond float32 with no normalisation: stored as +-inf
+//     (as NumPy's astype(float32)), noted once per volume.
+class ValueCheck {
+ public:
+  // `describe` starts each warning (e.g. "dataset 'p1' in group 'MR' of
+  // 'a.h5'"); `noun` names the volume in a refusal ("float64 value of this
+  // dataset"); `norm_spec` is the --norm text as the user wrote it.
+  ValueCheck(std::string describe, std::string noun, SourceType source, const Normalization& norm,
+             std::string norm_spec)
+      : describe_(std::move(describe)),
+        noun_(std::move(noun)),
+        source_(source),
+        norm_(norm),
+        norm_spec_(std::move(norm_spec)) {}
+
+  // `n` values of T (the type the source was read in). A refusal is an
+  // InvalidArgument without context ("normalisation 'affine:...' maps ...").
+  template <typename T>
+  Status Add(const T* x, uint64_t n) {
+    if constexpr (std::is_integral_v<T> && sizeof(T) >= 4) {
+      for (uint64_t i = 0; i < n; ++i) {
+        const uint64_t a = x[i] < 0 ? uint64_t{0} - static_cast<uint64_t>(x[i]) : static_cast<uint64_t>(x[i]);
+        largest_ = std::max(largest_, a);
+      }
+    } else if constexpr (std::is_floating_point_v<T>) {
+      double lo = INFINITY, hi = -INFINITY;
+      for (uint64_t i = 0; i < n; ++i)
+        if (std::isfinite(x[i])) {
+          lo = std::min(lo, static_cast<double>(x[i]));
+          hi = std::max(hi, static_cast<double>(x[i]));
+        }
+      if (lo <= hi) return AddFloatRange(lo, hi);
+    }
+    return Status::OK();
+  }
+
+  // The warnings found (the values beyond float32, then the 2^24 rounding).
+  std::vector<std::string> Finish();
+
+ private:
+  Status AddFloatRange(double lo, double hi);
+
+  std::string describe_, noun_;
+  SourceType source_;
+  Normalization norm_;
+  std::string norm_spec_;
+  uint64_t largest_ = 0;  // of 32/64-bit integer values
+  bool beyond_ = false;   // a float64 value beyond float32 was reported
+  std::vector<std::string> warnings_;
+};
 
 }  // namespace patchstore

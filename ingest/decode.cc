@@ -446,6 +446,7 @@ void ToCHWFloat(const DecodedImage& image, const Normalization& norm, float* dst
   switch (image.pixels.depth()) {
     case CV_8U: Deinterleave<uint8_t>(image, norm, dst); break;
     case CV_16U: Deinterleave<uint16_t>(image, norm, dst); break;
+    case CV_64F: Deinterleave<double>(image, norm, dst); break;
     default: Deinterleave<float>(image, norm, dst); break;
   }
 }

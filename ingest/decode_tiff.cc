@@ -362,6 +362,11 @@ Result<DecodedImage> DecodeTiff(const std::string& path, const std::vector<uint8
   } else if (source == SourceType::kUInt8 || source == SourceType::kUInt16) {
     img.pixels.create(h, w, CV_MAKETYPE(source == SourceType::kUInt8 ? CV_8U : CV_16U, static_cast<int>(S)));
     std::memcpy(img.pixels.data, raw.data(), raw.size());
+  } else if (source == SourceType::kFloat64) {
+    // Kept as float64 until the normalisation (which runs in float64 for
+    // range:) and ValueCheck (values beyond float32) have seen it.
+    img.pixels.create(h, w, CV_64FC(static_cast<int>(S)));
+    std::memcpy(img.pixels.data, raw.data(), raw.size());
   } else {
     img.pixels.create(h, w, CV_32FC(static_cast<int>(S)));
     float* out = img.pixels.ptr<float>(0);
@@ -385,7 +390,6 @@ Result<DecodedImage> DecodeTiff(const std::string& path, const std::vector<uint8
         }
         break;
       case SourceType::kFloat32: std::memcpy(out, raw.data(), raw.size()); break;
-      case SourceType::kFloat64: ToFloatMat<double>(raw.data(), n, out); break;
       default: return fail("internal: unexpected sample type");
     }
     if (big > (uint64_t{1} << 24)) img.warnings.push_back(Float32RoundingNote(path, source, big));

@@ -117,7 +117,7 @@ Status Hdf5Source::ReadVolume(const VolumeSource& v, void* dst) {
   n = std::min(n, S);
   Hid filespace(H5Dget_space(v.dataset.get()), H5Sclose);
   if (!filespace.valid()) return Status::Corruption("reading " + v.describe + ": " + TakeErrorStack());
-  VolumeValueCheck check(v.describe, "dataset", v.type.source, v.norm, v.norm_spec);
+  ValueCheck check(v.describe, "dataset", v.type.source, v.norm, v.norm_spec);
   for (uint64_t s0 = 0; s0 < S; s0 += n) {
     const uint64_t ns = std::min(n, S - s0);
     std::array<hsize_t, 3> start{0, 0, 0}, count = v.dims;

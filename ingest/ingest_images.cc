@@ -94,20 +94,17 @@ DecodedUnit DecodeSample(const SampleSource& src, const std::vector<FieldPlan>& 
       out.failed_file = file.path;
       return out;
     }
-    if (!plans[f].norm_spec.empty() && img->pixels.depth() == CV_32F && !IsIntegerSource(img->source_type)) {
+    const bool float64 = img->pixels.depth() == CV_64F;
+    if ((!plans[f].norm_spec.empty() && img->pixels.depth() == CV_32F && !IsIntegerSource(img->source_type)) ||
+        float64) {
       // Float sources: the transform must keep this image's own values
-      // finite and apart (CheckNormalizationFor could only check the type).
-      const float* px = img->pixels.ptr<float>(0);
-      const size_t count = img->pixels.total() * static_cast<size_t>(img->channels());
-      double lo = INFINITY, hi = -INFINITY;
-      for (size_t i = 0; i < count; ++i)
-        if (std::isfinite(px[i])) {
-          lo = std::min(lo, static_cast<double>(px[i]));
-          hi = std::max(hi, static_cast<double>(px[i]));
-        }
-      Status st = lo <= hi ? CheckNormalizationOn(*norm, lo, hi, false, plans[f].norm_spec,
-                                                  std::string(SourceTypeName(img->source_type)) + " value of this file")
-                           : Status::OK();
+      // finite and apart (CheckNormalizationFor could only check the type);
+      // float64 values beyond float32 with no normalisation are noted.
+      ValueCheck check("'" + file.path + "'", "file", img->source_type, *norm, plans[f].norm_spec);
+      const uint64_t count = img->pixels.total() * static_cast<uint64_t>(img->channels());
+      Status st = float64 ? check.Add(img->pixels.ptr<double>(0), count) : check.Add(img->pixels.ptr<float>(0), count);
+      for (const std::string& w : check.Finish())
+        out.warnings.push_back("sample '" + src.id + "' field '" + plans[f].name + "': " + w);
       if (!st.ok()) {
         out.status = st.WithContext("sample '" + src.id + "' field '" + plans[f].name + "' ('" + file.path + "')");
         out.failed_file = file.path;

@@ -265,7 +265,7 @@ DecodedUnit VolumeSource::Decode(size_t index, int slot, BufferPool* buffers) {
     // The same checks as HDF5 datasets (volume_convert.h): 32-bit integers
     // above 2^24 and float64 values beyond float32 are noted, a --norm that
     // overflows on this volume's values is refused.
-    VolumeValueCheck check(what + " ('" + path + "')", "volume", source, *norm, plan.norm_spec);
+    ValueCheck check(what + " ('" + path + "')", "volume", source, *norm, plan.norm_spec);
     auto convert = [&](auto type) {
       return CheckAndConvertSlab<decltype(type)>(&check, pool_->shared(slot), dims[0], dims[1], dims[2], strides[0],
                                                  strides[1], strides[2], *norm, d.header.dtype, data);

@@ -1125,7 +1125,8 @@ Status ParseShardSpec(std::string_view text, uint32_t* index, uint32_t* count) {
 Result<Normalization> ParseNormalization(std::string_view spec, double maxval) {
   Normalization n;
   std::string_view base = spec, clamp;
-  size_t plus = spec.find('+');
+  // At "+clamp:", not at the first '+': numbers may be written 1.5e+305.
+  size_t plus = spec.find("+clamp:");
   if (plus != std::string_view::npos) {
     base = spec.substr(0, plus);
     clamp = spec.substr(plus + 1);

@@ -739,7 +739,7 @@ VolumeReply Decode(const VolumeRequest& req, uint8_t* shared, size_t shared_size
         break;
       // 64-bit integers as such (not through float64, which rounds above
       // 2^53), so that the source type is recorded and float32's rounding
-      // above 2^24 is noted as for HDF5 (VolumeValueCheck).
+      // above 2^24 is noted as for HDF5 (ValueCheck).
       case C::LONG:
       case C::LONGLONG:
         if (io->GetComponentSize() == 8)

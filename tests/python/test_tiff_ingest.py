@@ -90,3 +90,23 @@ def test_int32_above_2_24_is_warned(tmp_path):
         s = ingest_one(tmp_path, {"depth": "i.tif"})
     got = s.get(0, "depth")
     assert got[0, 2, 3] == np.float32(50_000_001) and got[0, 0, 0] == -3
+
+
+def test_float64_beyond_float32_is_warned_and_range_runs_in_float64(tmp_path):
+    a = np.array([[7.5e301, -2.25e305, 3.0e-310, 4.0e38], [12.5, -6.0e300, 0.0, 1.0e39]], np.float64)
+    tifffile.imwrite(tmp_path / "d.tif", a)
+    # No normalisation: values beyond float32 become +-inf, said once per file.
+    with pytest.warns(RuntimeWarning, match=r"d\.tif.*float64 value -2\.25e\+305 is beyond float32.*stored as -inf"):
+        (tmp_path / "none").mkdir()
+        s = ingest_one(tmp_path / "none", {"d": "../d.tif"})
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(s.get(0, "d")[0], a.astype(np.float32))
+    # range:LO,HI maps the float64 values themselves (x - mid) / half, then to float32: not the float32 values.
+    lo, hi = -3.0e305, 1.5e305
+    (tmp_path / "range").mkdir()
+    s = ingest_one(tmp_path / "range", {"d": "../d.tif"}, norm=f"range:{lo!r},{hi!r}")
+    mid, half = lo / 2 + hi / 2, hi / 2 - lo / 2
+    want = np.clip(((a - mid) / half).astype(np.float32), -1, 1)
+    got = s.get(0, "d")[0]
+    np.testing.assert_array_equal(got, want)
+    assert got[0, 1] == np.float32((-2.25e305 - mid) / half) and got[0, 1] != 0 and -1 < got[0, 1] < 1

@@ -83,6 +83,22 @@ TEST(NormalizationCheck, RangeWiderThanDoubleSaysWhatIsWrong) {
   EXPECT_EQ(n->Invert(0.5f, 0), 5e307);
 }
 
+TEST(NormalizationCheck, NumbersWithAnExponentSignParse) {
+  // Python's repr and printf's %g write 1.5e+305; '+' also joins +clamp.
+  auto r = ParseNormalization("range:-3e+305,1.5e+305", 0);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->scale, -3e305);
+  EXPECT_EQ(r->offset, 1.5e305);
+  auto a = ParseNormalization("affine:2.5e+1,-1e+0+clamp:-4e+0,7.5e+0", 0);
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  EXPECT_EQ(a->scale, 25.0);
+  EXPECT_EQ(a->offset, -1.0);
+  EXPECT_TRUE(a->clamp);
+  EXPECT_EQ(a->clamp_lo, -4.0);
+  EXPECT_EQ(a->clamp_hi, 7.5);
+  EXPECT_NE(ParseError("affine:1,2+clmp:0,1").find("needs two finite numbers"), std::string::npos);
+}
+
 TEST(NormalizationCheck, OrdinaryNormalisationsPass) {
   for (SourceType t : {SourceType::kUInt8, SourceType::kUInt16})
     for (const char* spec : {"symmetric", "unit", "binary", "none", "affine:0.0039,-0.5", "range:0,1000", "range:10,12",
