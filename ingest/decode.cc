@@ -417,6 +417,7 @@ Result<DecodedImage> DecodeFile(const std::string& path, const std::string& chan
     return Status::InvalidArgument("decoding '" + path + "': a channel (':" + channel +
                                    "') can only be chosen for OpenEXR files");
   if (format == "tiff") return DecodeTiff(path, bytes, max_pixels);
+  if (format == "jpeg") PS_RETURN_IF_ERROR(CheckJpegColorSpace(path, bytes));
   return DecodeWithOpenCV(path, bytes, format, max_pixels);
 }
 

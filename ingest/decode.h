@@ -39,6 +39,10 @@ struct DecodedImage {
 // before any pixel memory is allocated. Errors name the file and the cause.
 Result<DecodedImage> DecodeFile(const std::string& path, const std::string& channel, uint64_t max_pixels);
 
+// Refuses a JPEG whose header (read by libjpeg, decode_jpeg.cc) declares CMYK
+// or YCCK: OpenCV turns its inks into RGB by a rule of its own, not exactly.
+Status CheckJpegColorSpace(const std::string& path, const std::vector<uint8_t>& bytes);
+
 // Decodes TIFF bytes read from `path` with libtiff (decode_tiff.cc): 8/16-bit
 // unsigned samples as CV_8U/CV_16U, signed, 32-bit and float samples as
 // CV_32F (source_type says which); strips or tiles, planar contiguous or

@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 
 APT_PACKAGES=(build-essential cmake pkg-config liblmdb-dev lmdb-utils libopencv-dev
-  libtiff-dev libopenexr-dev libhdf5-dev libxxhash-dev libbenchmark-dev libgtest-dev libcli11-dev
+  libtiff-dev libjpeg-dev libopenexr-dev libhdf5-dev libxxhash-dev libbenchmark-dev libgtest-dev libcli11-dev
   clang-14 libclang-rt-14-dev clang-format-14 ccache libinsighttoolkit5-dev)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -355,3 +355,22 @@ def test_root_group_without_field_name_says_so(cli, tmp_path):
         store.slice("p1", "vol", 0, context=2 ** 62)
     with pytest.raises(IndexError):
         store.slice("p1", "vol", 2 ** 63)
+
+
+def test_cmyk_jpeg_is_refused_and_rgb_jpegs_are_read(cli, tmp_path):
+    # OpenCV turns a CMYK JPEG's inks into RGB by a rule of its own (not exact): refused, as CMYK TIFFs are.
+    image = pytest.importorskip("PIL.Image")
+    (tmp_path / "i").mkdir()
+    x = (np.arange(20 * 12 * 4) * 7 % 253).astype(np.uint8).reshape(20, 12, 4)
+    image.fromarray(x, "CMYK").save(tmp_path / "i" / "inks.jpg")
+    image.fromarray(x[..., :3], "RGB").save(tmp_path / "i" / "rgb.jpg")
+    image.fromarray(x[..., 1:], "RGB").save(tmp_path / "i" / "rgb2.jpg")
+    r = run_cli(cli, "ingest", "images", tmp_path / "s.ps", "--root", tmp_path / "i", "--field", "x={id}.jpg",
+                "--on-error", "skip")
+    assert r.returncode == 0, r.stderr
+    assert "ingested 2 new samples (0 already present, 1 failed) of 3" in r.stdout, r.stdout
+    report = (tmp_path / "s.ps" / "ingest-errors.tsv").read_text()
+    assert "inks.jpg" in report and "a CMYK JPEG holds ink separations" in report, report
+    s = patchstore.open(tmp_path / "s.ps")
+    assert sorted(s.ids) == ["rgb", "rgb2"]
+    assert s.get("rgb", "x").shape == (3, 20, 12)
