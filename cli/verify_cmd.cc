@@ -56,8 +56,12 @@ int RunVerify(const VerifyArgs& a) {
                 << ", \"message\": " << JsonString(rep.problems[i].message) << "}";
     std::cout << "]}\n";
   } else {
-    for (const auto& p : rep.problems)
-      std::printf("BAD  '%s' field '%s': %s\n", Printable(p.id).c_str(), Printable(p.field).c_str(), p.message.c_str());
+    for (const auto& p : rep.problems) {
+      // A problem of the sample or the store (no field): no "field ''".
+      const std::string where = (p.id.empty() ? std::string("store") : "'" + Printable(p.id) + "'") +
+                                (p.field.empty() ? std::string() : " field '" + Printable(p.field) + "'");
+      std::printf("BAD  %s: %s\n", where.c_str(), p.message.c_str());
+    }
     std::printf("%s: %llu samples, %llu records, %s checked, %zu problem%s\n", rep.ok() ? "OK" : "DAMAGED",
                 static_cast<unsigned long long>(rep.samples), static_cast<unsigned long long>(rep.records),
                 HumanBytes(static_cast<double>(rep.bytes)).c_str(), rep.problems.size(),

@@ -145,6 +145,11 @@ TEST(VerifyParity, ADuplicateIdIsReported) {
   ASSERT_EQ(rep.problems.size(), 1u) << rep.problems[0].message;
   EXPECT_EQ(rep.problems[0].id, "p");
   EXPECT_EQ(rep.problems[0].message, "duplicate id: samples #0 and #1 have it (lookups by id find one of them)");
+  // The CLI names the sample only (the problem has no field).
+  std::string out;
+  EXPECT_EQ(testing::RunCommand(std::string(PATCHSTORE_CLI) + " verify '" + path + "'", &out), 3) << out;
+  EXPECT_NE(out.find("BAD  'p': duplicate id: samples #0 and #1"), std::string::npos) << out;
+  EXPECT_EQ(out.find("field ''"), std::string::npos) << out;
 }
 
 }  // namespace
