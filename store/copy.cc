@@ -260,6 +260,11 @@ Status StagedStore::Commit() {
   ::chmod(path_.c_str(), 0755);  // mkdtemp made it 0700; a store folder is readable as any other
   std::error_code ec;
   fs::rename(path_, dst_, ec);
+  if (ec == std::errc::directory_not_empty || ec == std::errc::file_exists)
+    return Status::AlreadyExists("copy to '" + dst_ + "': '" + dst_ +
+                                 "' appeared while this copy ran (written by another copy or program): it is left as "
+                                 "it is, and this copy (verified, in '" +
+                                 path_ + "') is removed");
   if (ec) return Status::IOError("copy to '" + dst_ + "': renaming '" + path_ + "': " + ec.message());
   committed_ = true;
   return Status::OK();

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -178,6 +179,28 @@ TEST(StagingFolders, ALaterStagingRemovesTheFolderOfAKilledWriterOnlyOnceItIsDea
   EXPECT_FALSE(std::filesystem::exists(mine));
   EXPECT_TRUE(std::filesystem::is_directory(dst));
   EXPECT_FALSE(std::filesystem::exists(dst + "/" + kStagingMarker));
+}
+
+TEST(StagingFolders, ADestinationThatAppearsMeanwhileIsLeftAndTheStagedCopyRemoved) {
+  testing::TempDir dir;
+  const std::string dst = dir / "race.ps";
+  std::string staged;
+  {
+    auto s = StagedStore::Create("", dst);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    staged = (*s)->path();
+    std::ofstream(staged + "/data.mdb") << "verified copy";
+    // Another copy wins the race: DST now exists and holds a store.
+    std::filesystem::create_directory(dst);
+    std::ofstream(dst + "/data.mdb") << "the winner";
+    Status st = (*s)->Commit();
+    EXPECT_EQ(st.code(), Code::kAlreadyExists) << st.message();
+    EXPECT_NE(st.message().find("'" + dst + "' appeared while this copy ran"), std::string::npos) << st.message();
+  }
+  std::ifstream winner(dst + "/data.mdb");
+  std::string text((std::istreambuf_iterator<char>(winner)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "the winner");
+  EXPECT_FALSE(std::filesystem::exists(staged)) << staged;
 }
 
 TEST(StagingFolders, AnUnlockedMarkerOfALiveProcessIsKeptAReusedPidIsNot) {
