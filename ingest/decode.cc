@@ -198,6 +198,15 @@ Result<DecodedImage> DecodeExr(const std::string& path, const std::vector<uint8_
                                    "': a luminance/chroma image (Y,RY,BY) with further "
                                    "channels (" +
                                    others + "): pick one with '" + path + ":NAME'");
+      // The RGBA interface reads chroma subsampled 2x2 (as OpenEXR writes
+      // it); other samplings are not that layout, and it would throw.
+      for (const char* c : {"RY", "BY"})
+        if (const Imf::Channel* ch = chl.findChannel(c); ch && (ch->xSampling != 2 || ch->ySampling != 2))
+          return Status::Unsupported("decoding '" + path + "': channel " + c + " is sampled " +
+                                     std::to_string(ch->xSampling) + "x" + std::to_string(ch->ySampling) +
+                                     ", but a luminance/chroma image (Y,RY,BY) that OpenEXR reconstructs as RGB has "
+                                     "its chroma subsampled 2x2; read a channel as stored with '" +
+                                     path + ":NAME' (e.g. " + path + ":Y)");
       return DecodeExrYc(path, bytes, max_pixels);
     }
     for (auto it = header.channels().begin(); it != header.channels().end(); ++it) {

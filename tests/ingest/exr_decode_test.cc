@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ingest/decode.h"
@@ -163,6 +164,39 @@ TEST(ExrDecode, LuminanceChromaIsReadThroughTheRgbaInterface) {
   auto y = DecodeFile(dir.path() + "/yc.exr", "Y", kLimit);
   ASSERT_TRUE(y.ok()) << y.status().ToString();
   EXPECT_EQ(y->channel_names, "Y");
+}
+
+TEST(ExrDecode, FullResolutionChromaIsRefusedNamingTheSampling) {
+  // Y, RY, BY all at full resolution: not the luminance/chroma layout the RGBA
+  // interface reconstructs (chroma 2x2). Refused, saying how to read a channel.
+  TempDir dir;
+  const int W = 10, H = 6;
+  const std::string path = dir.path() + "/fullyc.exr";
+  std::vector<half> y(W * H), ry(W * H), by(W * H);
+  for (int i = 0; i < W * H; ++i) {
+    y[i] = half(0.25f * static_cast<float>(i % 7));
+    ry[i] = half(-0.125f * static_cast<float>(i % 3));
+    by[i] = half(0.0625f * static_cast<float>(i % 5));
+  }
+  {
+    Imf::Header header(W, H);
+    Imf::FrameBuffer fb;
+    for (auto [name, data] : {std::pair<const char*, std::vector<half>*>{"Y", &y}, {"RY", &ry}, {"BY", &by}}) {
+      header.channels().insert(name, Imf::Channel(Imf::HALF));
+      fb.insert(name, Imf::Slice(Imf::HALF, reinterpret_cast<char*>(data->data()), 2, 2 * W));
+    }
+    Imf::OutputFile out(path.c_str(), header);
+    out.setFrameBuffer(fb);
+    out.writePixels(H);
+  }
+  auto img = DecodeFile(path, "", kLimit);
+  ASSERT_FALSE(img.ok());
+  EXPECT_NE(img.status().message().find("channel RY is sampled 1x1"), std::string::npos) << img.status().message();
+  EXPECT_NE(img.status().message().find(path + ":Y"), std::string::npos) << img.status().message();
+  // One channel as stored is read.
+  auto ry_only = DecodeFile(path, "RY", kLimit);
+  ASSERT_TRUE(ry_only.ok()) << ry_only.status().ToString();
+  for (int i = 0; i < W * H; ++i) ASSERT_EQ(ry_only->pixels.ptr<float>(0)[i], static_cast<float>(ry[i])) << i;
 }
 
 }  // namespace
