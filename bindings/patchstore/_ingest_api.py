@@ -125,9 +125,11 @@ def _run_cancellable_inner(call: Callable[[Any], Any]) -> Any:
     return result["value"]
 
 
-def _summary(who: str, d: Mapping[str, Any]) -> "IngestSummary":
+def _summary(who: str, d: Mapping[str, Any], reporter: Reporter, store: str) -> "IngestSummary":
     """The IngestSummary of a finished ingest; its warnings raised as RuntimeWarning (seen from the caller's line)."""
     summary = IngestSummary(**d)
+    if summary.samples_total and summary.samples_present == summary.samples_total:
+        reporter.nothing_to_do(summary.samples_total, store)
     for w in summary.warnings:
         warnings.warn(f"patchstore.{who}: {w}", RuntimeWarning, stacklevel=3)
     return summary
@@ -300,9 +302,8 @@ def ingest_images(
     o.command_line = command_line
     reporter = Reporter("ingest", "samples", progress, callback)
     o.shard_index, o.shard_count = shard_pair
-    return _summary(
-        "ingest_images", _run_cancellable(lambda c: native.ingest_images(o, reporter.native(), c), reporter)
-    )
+    d = _run_cancellable(lambda c: native.ingest_images(o, reporter.native(), c), reporter)
+    return _summary("ingest_images", d, reporter, o.store)
 
 
 def _group_specs(groups: Any) -> List[str]:
@@ -510,4 +511,5 @@ def ingest_hdf5(
     o.command_line = command_line
     reporter = Reporter("ingest hdf5", "volumes", progress, callback)
     o.shard_index, o.shard_count = shard_pair
-    return _summary("ingest_hdf5", _run_cancellable(lambda c: native.ingest_hdf5(o, reporter.native(), c), reporter))
+    d = _run_cancellable(lambda c: native.ingest_hdf5(o, reporter.native(), c), reporter)
+    return _summary("ingest_hdf5", d, reporter, o.store)

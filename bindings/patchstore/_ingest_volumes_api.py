@@ -151,6 +151,5 @@ def ingest_volumes(
             "(install libinsighttoolkit5-dev and build again)"
         )
     reporter = Reporter("ingest volumes", "volumes", progress, callback)
-    return _summary(
-        "ingest_volumes", _run_cancellable(lambda c: native.ingest_volumes(o, reporter.native(), c), reporter)
-    )
+    d = _run_cancellable(lambda c: native.ingest_volumes(o, reporter.native(), c), reporter)
+    return _summary("ingest_volumes", d, reporter, o.store)

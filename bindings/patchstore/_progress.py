@@ -96,6 +96,7 @@ class Reporter:
         if progress not in (None, True, False):
             raise ValueError(f"{what}: progress must be None (auto), True or False, got {progress!r}")
         self.callback = callback
+        self.what, self.unit = what, unit
         self.printer: Any = None
         stream = sys.stderr
         if progress is not False and stream is not None:
@@ -114,6 +115,14 @@ class Reporter:
             except ImportError:
                 pass
         return _Printer(what, unit, stream, tty)
+
+    def nothing_to_do(self, total: int, store: str) -> None:
+        """The one line of a run that found every unit already in the store (the ingest reports nothing then)."""
+        if self.printer is not None and not self.failed:
+            try:
+                self.printer.notice(f"{self.what}: all {total} {self.unit} already in '{store}': nothing to do")
+            except Exception:  # a display problem never stops an ingest
+                self.failed = True
 
     def __call__(self, p: Any) -> None:
         if self.printer is not None and not self.failed:

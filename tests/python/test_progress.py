@@ -70,6 +70,15 @@ def test_ingest_prints_plain_lines_in_logs(frameset, tmp_path):
     assert ", 0 failed, " in lines[-1]
 
 
+def test_ingest_again_on_a_complete_store_says_so_in_one_line(frameset, tmp_path):
+    store = tmp_path / "a.ps"
+    run_child(images_call(frameset, store), tty=False)
+    n = len(frameset.frames)
+    out = run_child(images_call(frameset, store), tty=False)
+    assert out == f"ingest: all {n} samples already in '{store}': nothing to do\n", out
+    assert run_child(images_call(frameset, store, ", progress=False"), tty=False) == ""
+
+
 def test_ingest_uses_tqdm_when_installed(frameset, tmp_path):
     pytest.importorskip("tqdm")
     out = run_child(images_call(frameset, tmp_path / "a.ps"), tty=True)
