@@ -72,7 +72,10 @@ Status RefusedDType(const std::string& noun, const std::string& depth, const std
       noun + " '" + id + "' ('" + field.path + "'): field '" + fm.name + "' is stored as " + DTypeName(fm.dtype) +
       " (--encoding " + encoding_name + ", " + SourceTypeName(fm.source_type) + " sources) but this file is " +
       SourceTypeName(field.meta.source_type) + ", which needs " + DTypeName(field.meta.dtype) +
-      "; give the field one " + depth + ", or --encoding " + fm.name + "=float32");
+      ". A store keeps the encoding of its first ingest: give the field one " + depth +
+      ", or hold it as float32 (every type exactly) with 'patchstore copy STORE NEW --encoding " + fm.name +
+      "=float32' (what is ingested so far) and this ingest again into NEW with --encoding " + fm.name +
+      "=float32 (it resumes there)");
 }
 
 Status IngestSource::FieldRefused(const IngestUnit& unit, const UnitField& field, const Status& why,

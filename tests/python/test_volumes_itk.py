@@ -762,3 +762,30 @@ def test_volumes_guide_snippet_runs(tmp_path):
     np.testing.assert_allclose(origin, (-5.2, -33.5, 30.0), atol=1e-4)
     store = patchstore.open(tmp_path / "synthrad.ps")
     assert list(store.ids) == ["patient001", "patient002"] and store.sealed
+
+
+def test_mixed_voxel_types_under_compact_name_the_way_out_and_it_works(tmp_path):
+    # compact gives a field the type of its first volume; a later float32 CT cannot be held as int16. The
+    # refusal names the way out (copy to float32, ingest again there), and following it stores every value.
+    cli = cli_or_skip()
+    data = {}
+    for p, dt in (("a1", np.int16), ("a2", np.int16), ("b1", np.float32)):
+        vol = (np.arange(12 * 10 * 5).reshape(12, 10, 5) % 211 - 90).astype(dt) + (0.25 if dt == np.float32 else 0)
+        (tmp_path / "d" / p).mkdir(parents=True)
+        nib.save(nib.Nifti1Image(vol, np.eye(4)), tmp_path / "d" / p / "ct.nii.gz")
+        data[p] = vol
+    args = ["--root", str(tmp_path / "d"), "--field", "CT={p}/ct.nii.gz"]
+    r = subprocess.run([cli, "-q", "ingest", "volumes", str(tmp_path / "c.ps"), *args, "--encoding", "compact"],
+                       capture_output=True, text=True)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "'b1'" in r.stderr and "field 'CT' is stored as int16" in r.stderr, r.stderr
+    assert "patchstore copy STORE NEW --encoding CT=float32" in r.stderr, r.stderr
+    r = subprocess.run([cli, "-q", "copy", str(tmp_path / "c.ps"), str(tmp_path / "f.ps"), "--encoding", "CT=float32"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([cli, "-q", "ingest", "volumes", str(tmp_path / "f.ps"), *args, "--encoding", "CT=float32"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "ingested 1 new volumes (2 already present" in r.stdout, r.stdout + r.stderr
+    s = patchstore.open(tmp_path / "f.ps")
+    for p, vol in data.items():
+        np.testing.assert_array_equal(s.get(p, "CT"), np.transpose(vol, (2, 1, 0)).astype(np.float32))
