@@ -109,7 +109,8 @@ Runner RegisterIngestVolumes(CLI::App* ingest, const bool* quiet, std::string co
   cmd->add_option("--series", o.series,
                   "For DICOM folders holding several series: the SeriesInstanceUID (or series number) to read");
   cmd->add_option("--volume-index", o.volume_index,
-                  "For 4-D images: the volume (0-based) to take (default: 4-D images are refused)")
+                  "For 4-D images: the volume (0-based) to take (default: 4-D images are refused); 3-D images "
+                  "are read as they are")
       ->check(NonNegative());
   cmd->add_option("--mask", o.mask_fields,
                   "Treat FIELD as a mask: marked as such, stored as {0,1} unless --norm says otherwise, resampled "

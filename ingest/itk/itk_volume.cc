@@ -686,10 +686,8 @@ VolumeReply Decode(const VolumeRequest& req, uint8_t* shared, size_t shared_size
         return fail(Status::InvalidArgument("reading '" + req.path + "': --volume-index " +
                                             std::to_string(req.volume_index) + " is beyond its " +
                                             std::to_string(io->GetDimensions(3)) + " volumes (" + shape + ")"));
-      if (use_dims == 3 && req.volume_index > 0)
-        return fail(Status::InvalidArgument("reading '" + req.path + "': --volume-index " +
-                                            std::to_string(req.volume_index) + " given, but it is a 3-D image (" +
-                                            shape + ")"));
+      // A 3-D image is read as it is whatever --volume-index says (only the
+      // 4-D branch of ReadTyped reads it): a cohort may mix the two.
     } else {
       use_dims = 3;
     }

@@ -517,6 +517,13 @@ def test_four_d_refused_or_picked(tmp_path):
     with pytest.raises(ValueError, match="beyond its 3 volumes"):
         patchstore.ingest_volumes(tmp_path / "c.ps", root=tmp_path / "d", fields=fields, volume_index=3,
                                   progress=False)
+    # A cohort mixing 3-D and 4-D files: --volume-index picks in the 4-D ones, the 3-D ones are read whole.
+    three = rng.integers(0, 100, (8, 6, 5)).astype(np.int16)
+    write_nifti(tmp_path / "d" / "y" / "bold.nii.gz", three, affine((2, 2, 3), (0, 0, 0)))
+    patchstore.ingest_volumes(tmp_path / "m.ps", root=tmp_path / "d", fields=fields, volume_index=2, progress=False)
+    m = patchstore.open(tmp_path / "m.ps")
+    assert same_bits(m.volume("x")["BOLD"], data[..., 2].transpose(2, 1, 0).astype(np.float32))
+    assert same_bits(m.volume("y")["BOLD"], three.transpose(2, 1, 0).astype(np.float32))
 
 
 def write_mha(path: Path, header: Dict[str, str], payload: bytes) -> None:

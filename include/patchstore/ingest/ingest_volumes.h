@@ -96,7 +96,7 @@ struct VolumeIngestOptions {
   // nearest for mask_fields, linear for the others.
   std::map<std::string, std::string> interpolation;
   std::string series;         // DICOM folders with several series: which (UID or series number)
-  int64_t volume_index = -1;  // 4-D images: the volume to take (-1: refuse 4-D images)
+  int64_t volume_index = -1;  // 4-D images: the volume to take (-1: refuse 4-D images); 3-D images ignore it
 
   std::vector<std::string> mask_fields;        // is_mask, stored {0,1} unless norm says otherwise
   std::map<std::string, std::string> norm;     // per field (ParseNormalization); default "none"
