@@ -3,6 +3,7 @@
 // positions.
 #include "ingest/volume_decode.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -101,27 +102,40 @@ std::string FormatTriple(const std::array<double, 3>& v) {
   return buf;
 }
 
+namespace {
+// "(x, y, z)" with the digits that tell two nearby doubles apart.
+std::string FormatTriplePrecise(const std::array<double, 3>& v) {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "(%.9g, %.9g, %.9g)", v[0], v[1], v[2]);
+  return buf;
+}
+}  // namespace
+
 std::string GridDifference(const VolumeGrid& a, const VolumeGrid& b) {
   if (a.size != b.size)
     return "size " + std::to_string(a.size[0]) + "x" + std::to_string(a.size[1]) + "x" + std::to_string(a.size[2]) +
            " vs " + std::to_string(b.size[0]) + "x" + std::to_string(b.size[1]) + "x" + std::to_string(b.size[2]);
+  // Beyond ITK's tolerances, values that agree to the precision of a header
+  // written in float32 (NIfTI's: 2^-23 of the value, twice for two writers)
+  // are the same grid.
+  auto f32 = [](double x, double y) { return 2.4e-7 * std::max(std::fabs(x), std::fabs(y)); };
   for (int i = 0; i < 3; ++i)
-    if (std::fabs(a.spacing[i] - b.spacing[i]) > 1e-6 * std::fabs(a.spacing[i]))
-      return "spacing " + FormatTriple(a.spacing) + " vs " + FormatTriple(b.spacing);
+    if (std::fabs(a.spacing[i] - b.spacing[i]) > 1e-6 * std::fabs(a.spacing[i]) + f32(a.spacing[i], b.spacing[i]))
+      return "spacing " + FormatTriplePrecise(a.spacing) + " vs " + FormatTriplePrecise(b.spacing) + " (mm)";
   for (int i = 0; i < 3; ++i)
-    if (std::fabs(a.origin[i] - b.origin[i]) > 1e-6 * std::fabs(a.spacing[i]) + 1e-9)
-      return "origin " + FormatTriple(a.origin) + " vs " + FormatTriple(b.origin);
+    if (std::fabs(a.origin[i] - b.origin[i]) > 1e-6 * std::fabs(a.spacing[i]) + f32(a.origin[i], b.origin[i]) + 1e-9)
+      return "origin " + FormatTriplePrecise(a.origin) + " vs " + FormatTriplePrecise(b.origin) + " (LPS, mm)";
   for (int i = 0; i < 9; ++i)
     if (std::fabs(a.direction[i] - b.direction[i]) > 1e-6) {
       std::string da, db;
       for (int k = 0; k < 9; ++k) {
         char buf[32];
-        std::snprintf(buf, sizeof buf, "%s%g", k ? (k % 3 ? ", " : "; ") : "", a.direction[k]);
+        std::snprintf(buf, sizeof buf, "%s%.9g", k ? (k % 3 ? ", " : "; ") : "", a.direction[k]);
         da += buf;
-        std::snprintf(buf, sizeof buf, "%s%g", k ? (k % 3 ? ", " : "; ") : "", b.direction[k]);
+        std::snprintf(buf, sizeof buf, "%s%.9g", k ? (k % 3 ? ", " : "; ") : "", b.direction[k]);
         db += buf;
       }
-      return "direction [" + da + "] vs [" + db + "]";
+      return "direction [" + da + "] vs [" + db + "] (LPS)";
     }
   return "";
 }

@@ -29,9 +29,10 @@ struct VolumeGrid {
 };
 
 // "" when the grids are the same (sizes equal; spacing, origin and
-// direction within ITK's default tolerances: 1e-6 of the spacing, 1e-6 for
-// direction cosines); else what differs, e.g. "spacing (1, 1, 3) vs
-// (1, 1, 2.5)".
+// direction within ITK's default tolerances, 1e-6 of the spacing and 1e-6
+// for direction cosines, plus the precision of a float32 header: 2.4e-7 of
+// the value); else what differs, e.g. "spacing (1, 1, 3) vs (1, 1, 2.5)
+// (mm)", origins and directions in LPS.
 std::string GridDifference(const VolumeGrid& a, const VolumeGrid& b);
 // "(1, 1, 2.5)".
 std::string FormatTriple(const std::array<double, 3>& v);

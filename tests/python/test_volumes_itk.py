@@ -239,6 +239,24 @@ def test_spacing_resamples_linear_images_and_nearest_masks_like_sitk(tmp_path):
     assert st.fields["MASK"].source_type == "uint8"
 
 
+def test_origins_that_differ_by_float32_header_precision_are_one_grid(tmp_path):
+    # Two writers' float32 headers of one grid: origins 1.5e-5 mm apart at -117.3 mm (about 2 float32 steps) are the
+    # same grid; 0.004 mm apart is not, and the message shows the digits that differ, in LPS.
+    rng = np.random.default_rng(21)
+    mr = rng.integers(0, 900, (12, 10, 4)).astype(np.int16)
+    for name, shift in (("same", 1.5e-5), ("apart", 4e-3)):
+        d = tmp_path / name / "p"
+        write_nifti(d / "mr.nii.gz", mr, affine((0.9, 0.9, 2.5), (-90.25, -117.3, 41.0)))
+        write_nifti(d / "ct.nii.gz", mr + 7, affine((0.9, 0.9, 2.5), (-90.25, -117.3 + shift, 41.0)))
+    fields = {"MR": "{p}/mr.nii.gz", "CT": "{p}/ct.nii.gz"}
+    patchstore.ingest_volumes(tmp_path / "s.ps", root=tmp_path / "same", fields=fields, progress=False)
+    assert np.array_equal(patchstore.open(tmp_path / "s.ps").volume("p")["CT"], (mr + 7).transpose(2, 1, 0))
+    with pytest.raises(ValueError) as e:
+        patchstore.ingest_volumes(tmp_path / "a.ps", root=tmp_path / "apart", fields=fields, progress=False)
+    # LPS: RAS (-90.25, -117.3) is (90.25, 117.3); the header's float32 gives 117.300003.
+    assert "origin (90.25, 117.300003, 41) vs (90.25, 117.295998, 41) (LPS, mm)" in str(e.value), str(e.value)
+
+
 def test_fields_on_different_grids_are_refused_unless_resampled(tmp_path):
     rng = np.random.default_rng(6)
     d = tmp_path / "d" / "x"
