@@ -79,7 +79,9 @@ Runner RegisterIngestHdf5(CLI::App* ingest, const bool* quiet) {
                   "stop (default): stop at the first bad volume, keeping what was committed; skip: record failures "
                   "in the report and go on")
       ->check(CLI::IsMember({"stop", "skip"}));
-  cmd->add_option("--report", o.report_path, "Where --on-error skip writes failures (default STORE/ingest-errors.tsv)");
+  cmd->add_option("--report", o.report_path,
+                  "Where --on-error skip writes the failures of this run (default STORE/ingest-errors.tsv; a run "
+                  "without failures removes it)");
   cmd->add_flag("--no-sync", args->no_sync, "Do not fsync commits (faster; a crash may lose recent batches)");
   auto* shard_opt =
       cmd->add_option("--shard", args->shard,

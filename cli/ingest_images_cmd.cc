@@ -104,8 +104,8 @@ Runner RegisterIngestImages(CLI::App* ingest, const bool* quiet, std::string com
                    "committed; skip: record failures in the report and go on")
       ->check(CLI::IsMember({"stop", "skip"}));
   images->add_option("--report", io.report_path,
-                     "Where --on-error skip writes failures (default "
-                     "STORE/ingest-errors.tsv)");
+                     "Where --on-error skip writes the failures of this run (default STORE/ingest-errors.tsv; a "
+                     "run without failures removes it)");
   images
       ->add_option("--commit-every", io.batch_samples, "Commit after this many samples (default 256, or every 256 MiB)")
       ->check(CLI::Range(1, 1 << 30));

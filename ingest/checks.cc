@@ -108,7 +108,7 @@ void FailureReport::Add(IngestSummary* summary, const std::string& id, const std
   ++summary->samples_failed;
   if (summary->errors.size() < 100) summary->errors.push_back(st.message());
   if (!file_ && !failed_) {
-    file_ = std::fopen(path_.c_str(), "a");
+    file_ = std::fopen(path_.c_str(), "w");  // this run's failures: an earlier run's report is replaced
     if (file_) summary->report_path = path_;
     else summary->report_error = "writing '" + path_ + "': " + std::strerror(errno);
     failed_ = file_ == nullptr;
@@ -124,7 +124,9 @@ void FailureReport::Add(IngestSummary* summary, const std::string& id, const std
   }
 }
 
-void FailureReport::Close(IngestSummary* summary) {
+void FailureReport::Close(IngestSummary* summary, bool remove_stale) {
+  // An earlier run's report would list files that have been fixed since.
+  if (remove_stale && !file_ && !failed_ && summary->samples_failed == 0 && !path_.empty()) ::unlink(path_.c_str());
   if (file_ && std::fclose(file_) != 0 && summary->report_error.empty()) {
     summary->report_error = "writing '" + path_ + "': " + std::strerror(errno);
     summary->report_path.clear();
@@ -137,7 +139,7 @@ Result<Normalization> ResolveVolumeNorm(const std::string& spec_in, bool mask, S
                                         const std::string& what) {
   const std::string spec = !spec_in.empty() ? spec_in : mask ? "binary" : "none";
   const double maxval = SourceMaxValue(source);
-  const std::string base = spec.substr(0, spec.find('+'));
+  const std::string base = spec.substr(0, spec.find("+clamp:"));
   if ((base == "unit" || base == "symmetric") && maxval == 0)
     return Status::InvalidArgument(what + ": normalisation '" + base + "' of field '" + field +
                                    "' needs a uint8 or uint16 source, not " + type_name + " (use affine:SCALE,OFFSET)");

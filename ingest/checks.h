@@ -87,7 +87,8 @@ void KeepShard(std::vector<T>* items, uint32_t shard_index, uint32_t shard_count
 }
 
 // The failure report of --on-error skip, shared by the ingests: a TSV of
-// (id, file, message), opened for appending on the first failure. Each
+// (id, file, message) of this run's failures, written from the first one
+// (replacing an earlier run's report; see Close for a run without any). Each
 // failure is counted in the summary (samples_failed, the first 100 messages
 // in errors); report_path / report_error say where it went or why it could
 // not be written. Not thread-safe: the writer thread owns it.
@@ -99,8 +100,9 @@ class FailureReport {
   FailureReport& operator=(const FailureReport&) = delete;
   const std::string& path() const { return path_; }
   void Add(IngestSummary* summary, const std::string& id, const std::string& file, const Status& st);
-  // Closes the file (at the end of an ingest), noting a failed close.
-  void Close(IngestSummary* summary);
+  // Closes the file (at the end of an ingest), noting a failed close; with
+  // `remove_stale` and no failure added, removes an earlier run's report.
+  void Close(IngestSummary* summary, bool remove_stale);
 
  private:
   std::string path_;

@@ -389,7 +389,8 @@ Result<IngestSummary> RunIngest(const DriverOptions& o, std::vector<IngestUnit> 
   cv_room.notify_all();
   for (auto& t : workers) t.join();
   for (auto& entry : ready) release(&entry.second);
-  report.Close(&summary);
+  // A whole --on-error skip run without failures removes an earlier run's report.
+  report.Close(&summary, /*remove_stale=*/o.skip_errors && failure.ok());
   if (!todo.empty()) report_progress();  // a resume with nothing left prints no "0/0"
   summary.seconds = Seconds(start);
   if (!failure.ok())

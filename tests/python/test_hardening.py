@@ -374,3 +374,28 @@ def test_cmyk_jpeg_is_refused_and_rgb_jpegs_are_read(cli, tmp_path):
     s = patchstore.open(tmp_path / "s.ps")
     assert sorted(s.ids) == ["rgb", "rgb2"]
     assert s.get("rgb", "x").shape == (3, 20, 12)
+
+
+def test_failure_report_lists_the_last_runs_failures_only(tmp_path):
+    image = pytest.importorskip("PIL.Image")
+    d = tmp_path / "i"
+    d.mkdir()
+    good = (np.arange(6 * 5 * 3) % 251).astype(np.uint8).reshape(6, 5, 3)
+    for name in ("a", "b", "c"):
+        (d / f"{name}.png").write_bytes(b"not a png, " + name.encode())
+    image.fromarray(good).save(d / "ok.png")
+    store, report = tmp_path / "s.ps", tmp_path / "s.ps" / "ingest-errors.tsv"
+
+    def run():
+        return patchstore.ingest_images(store, root=d, fields={"rgb": "{id}.png"}, on_error="skip", progress=False,
+                                        durable=False)
+
+    assert run().samples_failed == 3
+    assert sorted(line.split("\t")[0] for line in report.read_text().splitlines()) == ["a", "b", "c"]
+    image.fromarray(good[::-1]).save(d / "b.png")  # b fixed: the next run's report lists a and c only
+    s = run()
+    assert (s.samples_written, s.samples_failed) == (1, 2)
+    assert sorted(line.split("\t")[0] for line in report.read_text().splitlines()) == ["a", "c"]
+    for name in ("a", "c"):
+        image.fromarray(good).save(d / f"{name}.png")
+    assert run().samples_failed == 0 and not report.exists()  # nothing failed: no stale report
