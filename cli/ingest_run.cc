@@ -71,6 +71,11 @@ int RunIngestCommand(const std::string& noun, const std::string& store, bool qui
     bool usage = false;
     for (const char* prefix : {"ingest: ", "ingest images: ", "ingest hdf5: ", "ingest volumes: "})
       usage = usage || st.message().rfind(prefix, 0) == 0;
+    // The driver's "ingest into 'S' stopped after N new ...": what is next.
+    if (st.message().rfind("ingest into '", 0) == 0 && st.message().find("' stopped after ") != std::string::npos)
+      std::cerr << "patchstore: what was committed stays in '" << store
+                << "'; fix the cause (or pass --on-error skip to record failures and go on) and run the same "
+                   "command again to resume\n";
     return st.code() == Code::kInvalidArgument && usage ? 2 : 1;
   }
   const IngestSummary& s = *r;

@@ -805,6 +805,7 @@ def test_mixed_voxel_types_under_compact_name_the_way_out_and_it_works(tmp_path)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "'b1'" in r.stderr and "field 'CT' is stored as int16" in r.stderr, r.stderr
     assert "patchstore copy STORE NEW --encoding CT=float32" in r.stderr, r.stderr
+    assert f"what was committed stays in '{tmp_path / 'c.ps'}'" in r.stderr and "--on-error skip" in r.stderr
     r = subprocess.run([cli, "-q", "copy", str(tmp_path / "c.ps"), str(tmp_path / "f.ps"), "--encoding", "CT=float32"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
