@@ -117,6 +117,7 @@ Result<IngestSummary> RunIngest(const DriverOptions& o, std::vector<IngestUnit> 
     for (std::string& w : ws)
       if (summary.warnings.size() < 100) summary.warnings.push_back(std::move(w));
   };
+  warn(o.warnings);
   warn(source->TakeWarnings());
   summary.samples_total = kept.size();
   std::vector<size_t> todo;

@@ -137,9 +137,10 @@ Status RefusedDType(const std::string& noun, const std::string& depth, const std
 
 struct DriverOptions {
   std::string store;
-  WriterOptions writer;      // kind, durable (initial_map_size: IngestSource::MapBytes)
-  std::string command_line;  // recorded as the ingest_command attribute
-  int threads = 0;           // decoder threads; 0: all cores
+  std::vector<std::string> warnings;  // found while planning the units (they start the summary's)
+  WriterOptions writer;               // kind, durable (initial_map_size: IngestSource::MapBytes)
+  std::string command_line;           // recorded as the ingest_command attribute
+  int threads = 0;                    // decoder threads; 0: all cores
   // Decode on the calling thread, one unit before it is committed (sources
   // whose library is not thread-safe, e.g. HDF5 under Hdf5Lock).
   bool inline_decode = false;

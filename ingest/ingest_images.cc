@@ -253,6 +253,7 @@ Result<IngestSummary> IngestImages(const ImageIngestOptions& o) {
                               o.field_templates[0].first + "' ('" + o.field_templates[0].second + "')");
   }
   d.store = o.store;
+  d.warnings = list.warnings;
   d.shard_index = o.shard_index;
   d.shard_count = o.shard_count;
   PS_RETURN_IF_ERROR(CheckShardOption(d));  // before the store is created

@@ -365,6 +365,7 @@ Result<IngestSummary> IngestVolumes(const VolumeIngestOptions& o) {
   d.shard_count = o.shard_count;
   VolumeSource source(o);
   PS_RETURN_IF_ERROR(source.ParseOptions());
+  d.warnings = source.list().warnings;
   std::vector<IngestUnit> units;
   for (const SampleSource& s : source.list().samples) {
     IngestUnit u;

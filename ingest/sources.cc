@@ -208,23 +208,40 @@ Result<SourceList> FindByTemplates(const std::string& root,
                                        "}' does not appear in "
                                        "the template of field '" +
                                        first.field + "'");
-  // Build the matcher: literals escaped, the first occurrence of a name
-  // captures one path component (no '/'), later ones must repeat it.
-  std::string re = "^";
-  std::map<std::string, int> group;
-  int groups = 0;
-  for (size_t i = 0; i < first.names.size(); ++i) {
-    re += RegexEscape(first.literals[i]);
-    auto it = group.find(first.names[i]);
-    if (it == group.end()) {
-      group[first.names[i]] = ++groups;
-      re += "([^/]+)";
-    } else {
-      re += "\\" + std::to_string(it->second);
+  // The matcher of a template: literals escaped, the first occurrence of a
+  // name captures one path component (no '/'), later ones must repeat it.
+  auto matcher_of = [](const Template& t, std::map<std::string, int>* group) {
+    std::string re = "^";
+    int groups = 0;
+    for (size_t i = 0; i < t.names.size(); ++i) {
+      re += RegexEscape(t.literals[i]);
+      auto it = group->find(t.names[i]);
+      if (it == group->end()) {
+        (*group)[t.names[i]] = ++groups;
+        re += "([^/]+)";
+      } else {
+        re += "\\" + std::to_string(it->second);
+      }
     }
-  }
-  re += RegexEscape(first.literals.back()) + "$";
-  std::regex matcher(re);
+    return std::regex(re + RegexEscape(t.literals.back()) + "$");
+  };
+  std::map<std::string, int> group;
+  std::regex matcher = matcher_of(first, &group);
+  // Later fields with the first's placeholders: a file of theirs whose
+  // sample has no file of the first field is named (it is not ingested).
+  struct Other {
+    const Template* t;
+    std::map<std::string, int> group;
+    std::regex matcher;
+  };
+  std::vector<Other> others;
+  for (size_t i = 1; i < ts.size(); ++i)
+    if (std::set<std::string>(ts[i].names.begin(), ts[i].names.end()) == first_names) {
+      Other o{&ts[i], {}, {}};
+      o.matcher = matcher_of(ts[i], &o.group);
+      others.push_back(std::move(o));
+    }
+  std::map<std::string, std::pair<std::string, std::string>> other_ids;  // id -> (field, path), first seen
 
   std::vector<std::pair<std::vector<std::string>, SampleSource>> found;
   const fs::path rootp(root);
@@ -234,7 +251,19 @@ Result<SourceList> FindByTemplates(const std::string& root,
     if (!folder && !it->is_regular_file(ec)) continue;
     const std::string rel = it->path().lexically_relative(rootp).generic_string();
     std::smatch m;
-    if (!std::regex_match(rel, m, matcher)) continue;
+    if (!std::regex_match(rel, m, matcher)) {
+      for (Other& o : others) {
+        std::smatch om;
+        if (!std::regex_match(rel, om, o.matcher)) continue;
+        std::string id;
+        std::set<std::string> done;
+        for (const std::string& n : first.names)
+          if (done.insert(n).second) id += (id.empty() ? "" : "/") + om[o.group[n]].str();
+        other_ids.emplace(id, std::make_pair(o.t->field, rel));
+        break;
+      }
+      continue;
+    }
     if (folder) it.disable_recursion_pending();
     std::map<std::string, std::string> values;
     std::vector<std::string> ordered;
@@ -262,6 +291,17 @@ Result<SourceList> FindByTemplates(const std::string& root,
     if (!ids.insert(s.id).second)
       return Status::InvalidArgument("searching '" + root + "': two files give the id '" + s.id + "'");
     list.samples.push_back(std::move(s));
+  }
+  std::vector<std::string> orphans;
+  for (const auto& [id, where] : other_ids)
+    if (!ids.count(id)) orphans.push_back("'" + id + "' ('" + where.second + "' of field '" + where.first + "')");
+  if (!orphans.empty()) {
+    std::string shown;
+    for (size_t i = 0; i < orphans.size() && i < 3; ++i) shown += (i ? ", " : "") + orphans[i];
+    list.warnings.push_back(std::to_string(orphans.size()) + " sample(s) under '" + root + "' have files of other " +
+                            "fields but none matching the first field's template '" + first.pattern + "' (field '" +
+                            first.field + "', which defines the samples), so they are not ingested: " + shown +
+                            (orphans.size() > 3 ? ", ..." : ""));
   }
   return list;
 }

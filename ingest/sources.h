@@ -22,6 +22,9 @@ struct SampleSource {
 struct SourceList {
   std::vector<std::string> fields;
   std::vector<SampleSource> samples;
+  // Found while listing (FindByTemplates: files of a later field whose
+  // sample has no file of the first field, so it is not ingested).
+  std::vector<std::string> warnings;
 };
 
 // Reads a CSV manifest (RFC 4180 quoting) whose header is `id,<field>,...`.

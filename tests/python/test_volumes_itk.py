@@ -815,3 +815,19 @@ def test_mixed_voxel_types_under_compact_name_the_way_out_and_it_works(tmp_path)
     s = patchstore.open(tmp_path / "f.ps")
     for p, vol in data.items():
         np.testing.assert_array_equal(s.get(p, "CT"), np.transpose(vol, (2, 1, 0)).astype(np.float32))
+
+
+def test_a_sample_without_a_file_of_the_first_field_is_named(tmp_path):
+    # The first field's files define the volumes; a folder holding only a later field's file is not ingested, and
+    # that is said (it was silent: a patient whose MR failed to download simply went missing).
+    a = (np.arange(9 * 7 * 3) % 97).reshape(9, 7, 3).astype(np.int16)
+    for p, names in (("p1", ("mr", "ct")), ("p2", ("ct",)), ("p3", ("mr", "ct")), ("p4", ("ct",))):
+        for n in names:
+            write_nifti(tmp_path / "d" / p / f"{n}.nii.gz", a, affine((1, 1, 2), (0, 0, 0)))
+    fields = {"MR": "{p}/mr.nii.gz", "CT": "{p}/ct.nii.gz"}
+    with pytest.warns(RuntimeWarning, match=r"2 sample\(s\) .* none matching the first field's template "
+                                            r"'\{p\}/mr\.nii\.gz' \(field 'MR'.*'p2' \('p2/ct\.nii\.gz' of field "
+                                            r"'CT'\), 'p4'"):
+        s = patchstore.ingest_volumes(tmp_path / "s.ps", root=tmp_path / "d", fields=fields, progress=False)
+    assert (s.samples_total, s.samples_written) == (2, 2)
+    assert sorted(patchstore.open(tmp_path / "s.ps").ids) == ["p1", "p3"]
