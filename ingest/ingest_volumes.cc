@@ -262,7 +262,7 @@ DecodedUnit VolumeSource::Decode(size_t index, int slot, BufferPool* buffers) {
     const std::array<int64_t, 3> strides{stride_ijk[axes[0]], stride_ijk[axes[1]], stride_ijk[axes[2]]};
     const std::array<int64_t, 3> dims{static_cast<int64_t>(shw[0]), static_cast<int64_t>(shw[1]),
                                       static_cast<int64_t>(shw[2])};
-    // The same checks as HDF5 datasets (volume_convert.h): 32-bit integers
+    // The same checks as HDF5 datasets (ValueCheck, checks.h): 32-bit integers
     // above 2^24 and float64 values beyond float32 are noted, a --norm that
     // overflows on this volume's values is refused.
     ValueCheck check(what + " ('" + path + "')", "volume", source, *norm, plan.norm_spec);

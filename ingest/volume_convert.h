@@ -1,17 +1,15 @@
 // ingest/volume_convert.h — source voxels into (S, H, W) records
 // (ingest-private). One conversion for every volume source (HDF5 slabs, ITK
 // images): the same arithmetic gives the same stored bits whatever the
-// container, and the same checks say the same about values float32 records
-// do not hold.
+// container, and the same checks (ValueCheck, checks.h) say the same about
+// values float32 records do not hold.
 #pragma once
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
-#include <string>
 #include <type_traits>
-#include <vector>
 
+#include "ingest/checks.h"
 #include "patchstore/store/dtype.h"
 #include "patchstore/store/format.h"
 #include "patchstore/store/status.h"

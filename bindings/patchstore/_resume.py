@@ -192,10 +192,15 @@ def check_state(state: Any, what: str, legacy: Dict[str, Any], options: Optional
             _position(batch, "batch", f"{what}.load_state_dict: "))
 
 
+def rank_items(length: int, world_size: int, drop_last: bool) -> int:
+    """Items per epoch on one rank of an EpochBatchSampler: `length` split over `world_size` ranks (padded by
+    wrapping around, or cut with drop_last)."""
+    return length // world_size if drop_last else -(-length // world_size)
+
+
 def epoch_batches(length: int, batch_size: int, world_size: int, drop_last: bool) -> int:
-    """Batches per epoch on one rank of an EpochBatchSampler: `length` items split over `world_size` ranks
-    (padded by wrapping around, or cut with drop_last), cut into batches of `batch_size`."""
-    mine = length // world_size if drop_last else -(-length // world_size)
+    """Batches per epoch on one rank of an EpochBatchSampler: its rank_items cut into batches of `batch_size`."""
+    mine = rank_items(length, world_size, drop_last)
     return mine // batch_size if drop_last else -(-mine // batch_size)
 
 
@@ -442,8 +447,7 @@ class EpochBatchSampler:
                 "world_size": self.world_size, "order": self.order_name, "cache_budget": self.cache_budget or None}
 
     def _mine(self) -> int:
-        n, w = len(self.dataset), self.world_size
-        return n // w if self.drop_last else -(-n // w)
+        return rank_items(len(self.dataset), self.world_size, self.drop_last)
 
     def __len__(self) -> int:
         return epoch_batches(len(self.dataset), self.batch_size, self.world_size, self.drop_last)
